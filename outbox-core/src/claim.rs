@@ -1,0 +1,544 @@
+//! The claim protocol's values (DESIGN §6): what a claim asks for, what it hands out, and
+//! how a verdict or a release turns into the new state of a delivery row. Stores write the
+//! [`DeliveryUpdate`]s computed here, so every backend changes rows the same way.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ids::{ClaimToken, ConsumerName, DeliveryId, TenantId, Topic};
+use crate::model::{
+    AttemptRecord, DeadReason, Delivery, DeliveryStatus, Destination, LastOutcome, Message,
+};
+use crate::time::Timestamp;
+use crate::verdict::Verdict;
+
+/// The most deliveries one claim may take.
+pub const MAX_BATCH: u32 = 1000;
+
+/// What a worker can serve, and the attempt budget it applies (rows at or past the budget
+/// are moved to `dead` at claim time).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ClaimSource {
+    /// Deliveries to the named consumer.
+    Handler {
+        /// The consumer.
+        consumer: ConsumerName,
+        /// Its budget.
+        max_attempts: u32,
+    },
+    /// Every webhook delivery.
+    Webhooks {
+        /// The budget (the largest of any tenant's).
+        max_attempts: u32,
+    },
+    /// Every e-mail delivery.
+    Email {
+        /// The budget.
+        max_attempts: u32,
+    },
+}
+
+/// One claim: take up to `batch_size` due deliveries that these sources serve.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRequest {
+    batch_size: u32,
+    lease: Duration,
+    sources: Vec<ClaimSource>,
+    exclude_topics: BTreeSet<Topic>,
+    dormant_topics: BTreeSet<Topic>,
+}
+
+impl ClaimRequest {
+    /// A claim of up to `batch_size` (1–1000) deliveries under a lease of `lease`
+    /// (1 s – 24 h). Add at least one source before [`ClaimRequest::validate`]: an empty
+    /// allowlist is refused, never read as "everything".
+    pub fn new(batch_size: u32, lease: Duration) -> Self {
+        ClaimRequest {
+            batch_size,
+            lease,
+            sources: Vec::new(),
+            exclude_topics: BTreeSet::new(),
+            dormant_topics: BTreeSet::new(),
+        }
+    }
+
+    /// Serve deliveries to `consumer`.
+    pub fn handler(mut self, consumer: ConsumerName, max_attempts: u32) -> Self {
+        self.sources.push(ClaimSource::Handler {
+            consumer,
+            max_attempts,
+        });
+        self
+    }
+
+    /// Serve webhook deliveries.
+    pub fn webhooks(mut self, max_attempts: u32) -> Self {
+        self.sources.push(ClaimSource::Webhooks { max_attempts });
+        self
+    }
+
+    /// Serve e-mail deliveries.
+    pub fn email(mut self, max_attempts: u32) -> Self {
+        self.sources.push(ClaimSource::Email { max_attempts });
+        self
+    }
+
+    /// Add a source.
+    pub fn source(mut self, source: ClaimSource) -> Self {
+        self.sources.push(source);
+        self
+    }
+
+    /// Take nothing of these topics (a tripped circuit breaker).
+    pub fn exclude_topics(mut self, topics: impl IntoIterator<Item = Topic>) -> Self {
+        self.exclude_topics.extend(topics);
+        self
+    }
+
+    /// Older unfinished deliveries of these topics do not hold back newer ones with the same
+    /// ordering key (an abandoned producer's rows).
+    pub fn dormant_topics(mut self, topics: impl IntoIterator<Item = Topic>) -> Self {
+        self.dormant_topics.extend(topics);
+        self
+    }
+
+    /// Check the request; every store calls this first.
+    pub fn validate(&self) -> Result<()> {
+        if self.sources.is_empty() {
+            return Err(Error::invalid_input(
+                "sources",
+                "a claim must name what it serves; an empty allowlist is refused",
+            ));
+        }
+        if !(1..=MAX_BATCH).contains(&self.batch_size) {
+            return Err(Error::invalid_input("batch_size", "must be from 1 to 1000"));
+        }
+        if self.lease < Duration::from_secs(1) || self.lease > Duration::from_secs(24 * 3600) {
+            return Err(Error::invalid_input("lease", "must be from 1 s to 24 h"));
+        }
+        for s in &self.sources {
+            let m = match s {
+                ClaimSource::Handler { max_attempts, .. }
+                | ClaimSource::Webhooks { max_attempts }
+                | ClaimSource::Email { max_attempts } => *max_attempts,
+            };
+            if !(1..=1000).contains(&m) {
+                return Err(Error::invalid_input(
+                    "max_attempts",
+                    "must be from 1 to 1000",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch size.
+    pub fn batch_size(&self) -> u32 {
+        self.batch_size
+    }
+
+    /// The lease length.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The sources.
+    pub fn sources(&self) -> &[ClaimSource] {
+        &self.sources
+    }
+
+    /// Excluded topics.
+    pub fn excluded_topics(&self) -> &BTreeSet<Topic> {
+        &self.exclude_topics
+    }
+
+    /// Dormant topics.
+    pub fn dormant(&self) -> &BTreeSet<Topic> {
+        &self.dormant_topics
+    }
+
+    /// Whether webhook deliveries are served, and their budget.
+    pub fn webhook_budget(&self) -> Option<u32> {
+        self.sources.iter().find_map(|s| match s {
+            ClaimSource::Webhooks { max_attempts } => Some(*max_attempts),
+            _ => None,
+        })
+    }
+
+    /// Whether e-mail deliveries are served, and their budget.
+    pub fn email_budget(&self) -> Option<u32> {
+        self.sources.iter().find_map(|s| match s {
+            ClaimSource::Email { max_attempts } => Some(*max_attempts),
+            _ => None,
+        })
+    }
+
+    /// The consumers served, with their budgets.
+    pub fn consumers(&self) -> impl Iterator<Item = (&ConsumerName, u32)> {
+        self.sources.iter().filter_map(|s| match s {
+            ClaimSource::Handler {
+                consumer,
+                max_attempts,
+            } => Some((consumer, *max_attempts)),
+            _ => None,
+        })
+    }
+
+    /// The budget for a delivery to `destination`, or `None` when this claim does not serve
+    /// it.
+    pub fn budget_for(&self, destination: &Destination) -> Option<u32> {
+        match destination {
+            Destination::Handler(c) => self.consumers().find(|(n, _)| *n == c).map(|(_, m)| m),
+            Destination::Webhook(_) => self.webhook_budget(),
+            Destination::Email(_) => self.email_budget(),
+        }
+    }
+
+    /// Whether this claim takes a delivery of `topic` to `destination` at all (served and
+    /// not excluded).
+    pub fn serves(&self, topic: &Topic, destination: &Destination) -> bool {
+        self.budget_for(destination).is_some() && !self.exclude_topics.contains(topic)
+    }
+}
+
+/// The right to act on one claimed delivery. Every later call names it; a call whose token
+/// no longer matches changes nothing and fails with `LeaseLost`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The delivery.
+    pub delivery_id: DeliveryId,
+    /// Its tenant.
+    pub tenant: TenantId,
+    /// The fencing token.
+    pub token: ClaimToken,
+    /// When the lease ends.
+    pub until: Timestamp,
+    /// Attempts spent, as set by this claim.
+    pub attempts: u32,
+    /// Snoozes taken before this claim.
+    pub snoozes: u32,
+    /// The status the delivery was claimed from: `pending`, `held` (a free probe),
+    /// `processing` (a stranded claim) or `sending` (a stranded e-mail send).
+    pub claimed_from: DeliveryStatus,
+}
+
+/// What a store writes to a delivery row when a claim ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryUpdate {
+    /// The new status.
+    pub status: DeliveryStatus,
+    /// Attempts spent.
+    pub attempts: u32,
+    /// Snoozes taken.
+    pub snoozes: u32,
+    /// When it is next due.
+    pub next_attempt_at: Timestamp,
+    /// Set when the delivery is finished.
+    pub completed_at: Option<Timestamp>,
+    /// Set when dead.
+    pub dead_reason: Option<DeadReason>,
+    /// The new last outcome; `None` keeps the current one.
+    pub last_outcome: Option<LastOutcome>,
+    /// Disable the delivery's endpoint with reason `gone` (a 410).
+    pub disable_endpoint: bool,
+}
+
+impl Lease {
+    /// Whether this claim probes a held delivery (it spent no attempt).
+    pub fn is_probe(&self) -> bool {
+        self.claimed_from == DeliveryStatus::Held
+    }
+
+    /// Whether this claim took a delivery whose e-mail send may have happened (a crash
+    /// after `mark_sending`).
+    pub fn was_sending(&self) -> bool {
+        self.claimed_from == DeliveryStatus::Sending
+    }
+
+    fn refunded_attempts(&self) -> u32 {
+        if self.is_probe() {
+            self.attempts
+        } else {
+            self.attempts.saturating_sub(1)
+        }
+    }
+
+    /// The row after `verdict` (DESIGN §4), recorded at `now`.
+    pub fn settle(
+        &self,
+        verdict: &Verdict,
+        record: Option<&AttemptRecord>,
+        now: Timestamp,
+    ) -> DeliveryUpdate {
+        let attempts = if verdict.refunds_attempt() {
+            self.refunded_attempts()
+        } else {
+            self.attempts
+        };
+        let mut u = DeliveryUpdate {
+            status: DeliveryStatus::Pending,
+            attempts,
+            snoozes: self.snoozes,
+            next_attempt_at: now,
+            completed_at: None,
+            dead_reason: None,
+            last_outcome: record.map(LastOutcome::from),
+            disable_endpoint: false,
+        };
+        match verdict {
+            Verdict::Succeeded => {
+                u.status = DeliveryStatus::Succeeded;
+                u.completed_at = Some(now);
+            }
+            Verdict::Retry { at } => u.next_attempt_at = *at,
+            Verdict::Held { probe_at } => {
+                u.status = DeliveryStatus::Held;
+                u.next_attempt_at = *probe_at;
+            }
+            Verdict::Dead { reason } => {
+                u.status = DeliveryStatus::Dead;
+                u.completed_at = Some(now);
+                u.dead_reason = Some(*reason);
+                u.disable_endpoint = *reason == DeadReason::Gone;
+            }
+            Verdict::Snoozed { until } => {
+                u.next_attempt_at = *until;
+                u.snoozes = self.snoozes.saturating_add(1);
+            }
+            Verdict::Parked { until } => u.next_attempt_at = *until,
+        }
+        u
+    }
+
+    /// The row after a release: back where it was claimed from, due after `delay`, the
+    /// attempt refunded. A stranded claim goes back to `pending`; a stranded send stays
+    /// `sending` so the next claim still knows it may have been sent.
+    pub fn release(&self, delay: Duration, now: Timestamp) -> DeliveryUpdate {
+        let status = match self.claimed_from {
+            DeliveryStatus::Held => DeliveryStatus::Held,
+            DeliveryStatus::Sending => DeliveryStatus::Sending,
+            _ => DeliveryStatus::Pending,
+        };
+        DeliveryUpdate {
+            status,
+            attempts: self.refunded_attempts(),
+            snoozes: self.snoozes,
+            next_attempt_at: now.saturating_add(delay),
+            completed_at: None,
+            dead_reason: None,
+            last_outcome: None,
+            disable_endpoint: false,
+        }
+    }
+}
+
+/// One claimed delivery with its message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    /// The lease to name in every later call.
+    pub lease: Lease,
+    /// The delivery as it is now (`processing`).
+    pub delivery: Delivery,
+    /// Its message.
+    pub message: Message,
+}
+
+/// A verdict with the attempt that led to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// What to do with the delivery.
+    pub verdict: Verdict,
+    /// The attempt to append to the ledger (`None` when nothing was tried).
+    pub attempt: Option<AttemptRecord>,
+}
+
+/// The result of a release.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// Deliveries put back.
+    pub released: u32,
+    /// Leases that no longer matched (changed nothing).
+    pub lost: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AttemptOutcome, ErrorClass};
+
+    fn t(s: u64) -> Timestamp {
+        Timestamp::from_unix_millis(1_700_000_000_000)
+            .unwrap()
+            .saturating_add(Duration::from_secs(s))
+    }
+
+    fn lease(from: DeliveryStatus, attempts: u32) -> Lease {
+        Lease {
+            delivery_id: DeliveryId::parse("01900000-0000-7000-8000-000000000001").unwrap(),
+            tenant: TenantId::default(),
+            token: ClaimToken::from_uuid(uuid::Uuid::nil()),
+            until: t(30),
+            attempts,
+            snoozes: 1,
+            claimed_from: from,
+        }
+    }
+
+    #[test]
+    fn empty_allowlists_and_bad_sizes_are_refused() {
+        let e = ClaimRequest::new(10, Duration::from_secs(30))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field(), Some("sources"));
+        assert!(ClaimRequest::new(0, Duration::from_secs(30))
+            .webhooks(6)
+            .validate()
+            .is_err());
+        assert!(ClaimRequest::new(1001, Duration::from_secs(30))
+            .webhooks(6)
+            .validate()
+            .is_err());
+        assert!(ClaimRequest::new(10, Duration::from_millis(10))
+            .webhooks(6)
+            .validate()
+            .is_err());
+        assert!(ClaimRequest::new(10, Duration::from_secs(30))
+            .webhooks(0)
+            .validate()
+            .is_err());
+        assert!(ClaimRequest::new(10, Duration::from_secs(30))
+            .webhooks(6)
+            .validate()
+            .is_ok());
+    }
+
+    #[test]
+    fn settle_table() {
+        let rec = AttemptRecord {
+            started_at: t(0),
+            finished_at: t(1),
+            outcome: AttemptOutcome::Failed(ErrorClass::Response5xx),
+            status_code: Some(503),
+            excerpt: None,
+        };
+        let p = DeliveryStatus::Pending;
+        let rows = [
+            (p, Verdict::Succeeded, DeliveryStatus::Succeeded, 3, 1, t(9)),
+            (
+                p,
+                Verdict::Retry { at: t(60) },
+                DeliveryStatus::Pending,
+                3,
+                1,
+                t(60),
+            ),
+            (
+                p,
+                Verdict::Held { probe_at: t(3600) },
+                DeliveryStatus::Held,
+                3,
+                1,
+                t(3600),
+            ),
+            (
+                p,
+                Verdict::Dead {
+                    reason: DeadReason::Gone,
+                },
+                DeliveryStatus::Dead,
+                3,
+                1,
+                t(9),
+            ),
+            (
+                p,
+                Verdict::Dead {
+                    reason: DeadReason::EndpointRemoved,
+                },
+                DeliveryStatus::Dead,
+                2,
+                1,
+                t(9),
+            ),
+            (
+                p,
+                Verdict::Snoozed { until: t(30) },
+                DeliveryStatus::Pending,
+                2,
+                2,
+                t(30),
+            ),
+            (
+                p,
+                Verdict::Parked { until: t(60) },
+                DeliveryStatus::Pending,
+                2,
+                1,
+                t(60),
+            ),
+            // A probe spent nothing, so nothing is refunded.
+            (
+                DeliveryStatus::Held,
+                Verdict::Held { probe_at: t(3600) },
+                DeliveryStatus::Held,
+                3,
+                1,
+                t(3600),
+            ),
+            (
+                DeliveryStatus::Held,
+                Verdict::Parked { until: t(60) },
+                DeliveryStatus::Pending,
+                3,
+                1,
+                t(60),
+            ),
+        ];
+        for (from, v, status, attempts, snoozes, next) in rows {
+            let u = lease(from, 3).settle(&v, Some(&rec), t(9));
+            assert_eq!(
+                (u.status, u.attempts, u.snoozes, u.next_attempt_at),
+                (status, attempts, snoozes, next),
+                "{v:?} from {from:?}"
+            );
+            assert_eq!(u.completed_at.is_some(), status.is_finished());
+            assert_eq!(
+                u.disable_endpoint,
+                v == Verdict::Dead {
+                    reason: DeadReason::Gone
+                }
+            );
+            assert_eq!(
+                u.last_outcome.as_ref().map(|l| l.status_code),
+                Some(Some(503))
+            );
+        }
+    }
+
+    #[test]
+    fn release_restores_and_refunds() {
+        let rows = [
+            (DeliveryStatus::Pending, DeliveryStatus::Pending, 2),
+            (DeliveryStatus::Processing, DeliveryStatus::Pending, 2),
+            (DeliveryStatus::Held, DeliveryStatus::Held, 3),
+            (DeliveryStatus::Sending, DeliveryStatus::Sending, 2),
+        ];
+        for (from, to, attempts) in rows {
+            let u = lease(from, 3).release(Duration::from_secs(5), t(0));
+            assert_eq!(
+                (u.status, u.attempts, u.next_attempt_at),
+                (to, attempts, t(5)),
+                "{from:?}"
+            );
+        }
+        assert_eq!(
+            lease(DeliveryStatus::Pending, 0)
+                .release(Duration::ZERO, t(0))
+                .attempts,
+            0
+        );
+    }
+}

@@ -1,0 +1,398 @@
+//! Webhook endpoints and in-process consumers: the subscriptions that fan-out reads.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ids::{ConsumerName, EndpointId, TenantId, Topic, TopicFilter};
+use crate::time::Timestamp;
+
+/// A syntactically valid webhook URL: `http` or `https`, a host, no credentials, no
+/// fragment, at most 2048 bytes. Whether `http` or the address is acceptable is the egress
+/// policy's decision at delivery time (and the CLI's at creation).
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct EndpointUrl(url::Url);
+
+impl EndpointUrl {
+    /// Parse and check.
+    pub fn parse(s: &str) -> Result<Self> {
+        if s.len() > 2048 {
+            return Err(Error::invalid_input("url", "must be at most 2048 bytes"));
+        }
+        let u = url::Url::parse(s.trim())
+            .map_err(|_| Error::invalid_input("url", "is not a valid URL"))?;
+        if u.scheme() != "https" && u.scheme() != "http" {
+            return Err(Error::invalid_input(
+                "url",
+                "must use https (or http where allowed)",
+            ));
+        }
+        if u.host_str().is_none_or(str::is_empty) {
+            return Err(Error::invalid_input("url", "must name a host"));
+        }
+        if !u.username().is_empty() || u.password().is_some() {
+            return Err(Error::invalid_input("url", "must not contain credentials"));
+        }
+        if u.fragment().is_some() {
+            return Err(Error::invalid_input("url", "must not contain a fragment"));
+        }
+        Ok(EndpointUrl(u))
+    }
+
+    /// The URL text.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &str {
+        self.0.scheme()
+    }
+
+    /// The host as written (a name or an IP literal, IPv6 without brackets).
+    pub fn host(&self) -> String {
+        match self.0.host() {
+            Some(url::Host::Ipv6(a)) => a.to_string(),
+            Some(h) => h.to_string(),
+            None => String::new(),
+        }
+    }
+
+    /// The port, explicit or the scheme's default.
+    pub fn port(&self) -> u16 {
+        self.0.port_or_known_default().unwrap_or(443)
+    }
+
+    /// The parsed URL.
+    pub fn url(&self) -> &url::Url {
+        &self.0
+    }
+}
+
+impl fmt::Display for EndpointUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.as_str())
+    }
+}
+
+impl fmt::Debug for EndpointUrl {
+    // URLs may carry tokens in their path or query; keep them out of debug output.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EndpointUrl({}://{}/…)", self.0.scheme(), self.host())
+    }
+}
+
+impl TryFrom<String> for EndpointUrl {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        Self::parse(&s)
+    }
+}
+
+impl From<EndpointUrl> for String {
+    fn from(u: EndpointUrl) -> String {
+        u.0.into()
+    }
+}
+
+/// An endpoint's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", content = "reason", rename_all = "lowercase")]
+pub enum EndpointStatus {
+    /// Receives deliveries.
+    Active,
+    /// Holds its queue: deliveries are parked (60 s at a time) without spending attempts.
+    Paused,
+    /// Receives nothing; new messages get no delivery and due ones die
+    /// (`endpoint-disabled`).
+    Disabled(DisabledReason),
+}
+
+impl EndpointStatus {
+    /// `active`, `paused` or `disabled`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EndpointStatus::Active => "active",
+            EndpointStatus::Paused => "paused",
+            EndpointStatus::Disabled(_) => "disabled",
+        }
+    }
+
+    /// Rebuild from the stored `(status, reason)`.
+    pub fn from_parts(status: &str, reason: Option<&str>) -> Result<Self> {
+        match status {
+            "active" => Ok(EndpointStatus::Active),
+            "paused" => Ok(EndpointStatus::Paused),
+            "disabled" => Ok(EndpointStatus::Disabled(DisabledReason::parse(
+                reason.unwrap_or("manual"),
+            )?)),
+            _ => Err(Error::invalid_input("status", "unknown endpoint status")),
+        }
+    }
+
+    /// The disabled reason, when disabled.
+    pub fn reason(&self) -> Option<DisabledReason> {
+        match self {
+            EndpointStatus::Disabled(r) => Some(*r),
+            _ => None,
+        }
+    }
+}
+
+/// Why an endpoint is disabled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum DisabledReason {
+    /// An operator disabled it.
+    Manual,
+    /// It answered 410 Gone.
+    Gone,
+}
+
+impl DisabledReason {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisabledReason::Manual => "manual",
+            DisabledReason::Gone => "gone",
+        }
+    }
+
+    /// Parse [`DisabledReason::as_str`].
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "manual" => Ok(DisabledReason::Manual),
+            "gone" => Ok(DisabledReason::Gone),
+            _ => Err(Error::invalid_input("reason", "unknown disabled reason")),
+        }
+    }
+}
+
+/// How a webhook body is built.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodyFormat {
+    /// `{"type", "timestamp", "data"}` (the default).
+    #[default]
+    Envelope,
+    /// The payload bytes as enqueued.
+    Raw,
+}
+
+impl BodyFormat {
+    /// `envelope` or `raw`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BodyFormat::Envelope => "envelope",
+            BodyFormat::Raw => "raw",
+        }
+    }
+
+    /// Parse [`BodyFormat::as_str`].
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "envelope" => Ok(BodyFormat::Envelope),
+            "raw" => Ok(BodyFormat::Raw),
+            _ => Err(Error::invalid_input(
+                "body_format",
+                "must be `envelope` or `raw`",
+            )),
+        }
+    }
+}
+
+/// A secret as stored: ciphertext produced by a [`crate::SecretVault`], bound to the
+/// endpoint's tenant and id. Debug output never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedSecret(pub Vec<u8>);
+
+impl fmt::Debug for SealedSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SealedSecret({} bytes)", self.0.len())
+    }
+}
+
+/// A webhook subscription.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// Its id.
+    pub id: EndpointId,
+    /// Its tenant: only that tenant's messages fan out to it.
+    pub tenant: TenantId,
+    /// Where deliveries go.
+    pub url: EndpointUrl,
+    /// Free text for operators (at most 500 characters).
+    pub description: String,
+    /// Which topics it receives.
+    pub filter: TopicFilter,
+    /// Active, paused or disabled.
+    pub status: EndpointStatus,
+    /// The current signing secret, sealed.
+    pub secret: SealedSecret,
+    /// The previous secret during a rotation: both sign until it is dropped.
+    pub previous_secret: Option<SealedSecret>,
+    /// How the body is built.
+    pub body_format: BodyFormat,
+    /// At most this many deliveries per second to this endpoint (dispatcher-enforced).
+    pub rate_limit: Option<u32>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When it was last changed.
+    pub updated_at: Timestamp,
+}
+
+impl Endpoint {
+    /// Whether a message of `tenant` and `topic` fans out to this endpoint.
+    pub fn receives(&self, tenant: &TenantId, topic: &Topic) -> bool {
+        self.status == EndpointStatus::Active
+            && &self.tenant == tenant
+            && self.filter.matches(topic)
+    }
+}
+
+/// A change to an endpoint; `None` leaves a field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointUpdate {
+    /// A new URL. Releases held deliveries.
+    pub url: Option<EndpointUrl>,
+    /// A new description.
+    pub description: Option<String>,
+    /// A new filter (applies to messages enqueued afterwards).
+    pub filter: Option<TopicFilter>,
+    /// A new status.
+    pub status: Option<EndpointStatus>,
+    /// A new current secret; the old current becomes the previous one. Releases held
+    /// deliveries.
+    pub rotate_secret: Option<SealedSecret>,
+    /// Forget the previous secret (end of a rotation).
+    pub drop_previous_secret: bool,
+    /// A new body format.
+    pub body_format: Option<BodyFormat>,
+    /// A new rate limit (`Some(None)` removes it).
+    pub rate_limit: Option<Option<u32>>,
+}
+
+impl EndpointUpdate {
+    /// Whether applying this update releases the endpoint's held deliveries (DESIGN §4).
+    pub fn releases_held(&self) -> bool {
+        self.url.is_some() || self.rotate_secret.is_some()
+    }
+
+    /// Check the free-text fields.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(d) = &self.description {
+            check_description(d)?;
+        }
+        if let Some(Some(0)) = self.rate_limit {
+            return Err(Error::invalid_input(
+                "rate_limit",
+                "must be at least 1 per second",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Apply to `endpoint` at `now` (the in-memory semantics every store reproduces).
+    pub fn apply(&self, endpoint: &mut Endpoint, now: Timestamp) {
+        if let Some(u) = &self.url {
+            endpoint.url = u.clone();
+        }
+        if let Some(d) = &self.description {
+            endpoint.description = d.clone();
+        }
+        if let Some(f) = &self.filter {
+            endpoint.filter = f.clone();
+        }
+        if let Some(s) = &self.status {
+            endpoint.status = s.clone();
+        }
+        if let Some(s) = &self.rotate_secret {
+            endpoint.previous_secret = Some(std::mem::replace(&mut endpoint.secret, s.clone()));
+        }
+        if self.drop_previous_secret {
+            endpoint.previous_secret = None;
+        }
+        if let Some(b) = self.body_format {
+            endpoint.body_format = b;
+        }
+        if let Some(r) = self.rate_limit {
+            endpoint.rate_limit = r;
+        }
+        endpoint.updated_at = now;
+    }
+}
+
+/// Check an endpoint description.
+pub fn check_description(d: &str) -> Result<()> {
+    if d.chars().count() > 500 || d.chars().any(|c| c.is_control() && c != '\n') {
+        return Err(Error::invalid_input(
+            "description",
+            "must be at most 500 characters without control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A named in-process subscriber, persisted so fan-out at enqueue can see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Consumer {
+    /// Its name (the handler registration).
+    pub name: ConsumerName,
+    /// Which topics it receives (from every tenant).
+    pub filter: TopicFilter,
+    /// When it was registered.
+    pub created_at: Timestamp,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_table() {
+        let cases = [
+            ("https://example.com/hook", true),
+            ("http://example.com:8080/hook?x=1", true),
+            ("https://[2001:db8::1]/x", true),
+            ("https://user:pw@example.com/", false),
+            ("https://user@example.com/", false),
+            ("file:///etc/passwd", false),
+            ("ftp://example.com/", false),
+            ("not a url", false),
+            ("https://example.com/#frag", false),
+            ("https://", false),
+        ];
+        for (u, ok) in cases {
+            let r = EndpointUrl::parse(u);
+            assert_eq!(r.is_ok(), ok, "{u}");
+            if let Err(e) = r {
+                assert_eq!(e.field(), Some("url"));
+            }
+        }
+        assert_eq!(
+            EndpointUrl::parse("https://[::1]:8443/x").unwrap().host(),
+            "::1"
+        );
+        assert_eq!(EndpointUrl::parse("http://a.example/").unwrap().port(), 80);
+        assert!(!format!(
+            "{:?}",
+            EndpointUrl::parse("https://h.example/secret-token").unwrap()
+        )
+        .contains("secret-token"));
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for s in [
+            EndpointStatus::Active,
+            EndpointStatus::Paused,
+            EndpointStatus::Disabled(DisabledReason::Gone),
+        ] {
+            let r = s.reason().map(DisabledReason::as_str);
+            assert_eq!(EndpointStatus::from_parts(s.as_str(), r).unwrap(), s);
+        }
+    }
+}

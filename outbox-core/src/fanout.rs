@@ -1,0 +1,69 @@
+//! Building the rows of an enqueue (DESIGN §3): the message and one delivery per matching
+//! consumer, per active matching endpoint of the tenant, per e-mail recipient. Stores read
+//! consumers and endpoints inside their transaction and write what this returns.
+
+use crate::endpoint::{Consumer, Endpoint};
+use crate::ids::{DeliveryId, MessageId};
+use crate::model::{Delivery, Destination, Message, ValidMessage};
+use crate::time::{Entropy, Timestamp};
+
+/// The message row of a validated message, with a fresh id.
+pub fn message_row(valid: &ValidMessage, now: Timestamp, entropy: &dyn Entropy) -> Message {
+    Message {
+        id: MessageId::generate(now, entropy),
+        topic: valid.topic.clone(),
+        payload: valid.payload.clone(),
+        tenant: valid.tenant.clone(),
+        ordering_key: valid.ordering_key.clone(),
+        idempotency_key: valid.idempotency_key.clone(),
+        available_at: valid.available_at,
+        headers: valid.headers.clone(),
+        cause: valid.cause.clone(),
+        created_at: now,
+    }
+}
+
+/// Where `message` fans out: consumers by name, then endpoints oldest first, then e-mail
+/// recipients in the order given. Endpoints of other tenants, paused or disabled endpoints,
+/// and non-matching filters get nothing.
+pub fn destinations(
+    message: &Message,
+    valid: &ValidMessage,
+    consumers: &[Consumer],
+    endpoints: &[Endpoint],
+) -> Vec<Destination> {
+    let mut consumers: Vec<&Consumer> = consumers
+        .iter()
+        .filter(|c| c.filter.matches(&message.topic))
+        .collect();
+    consumers.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut endpoints: Vec<&Endpoint> = endpoints
+        .iter()
+        .filter(|e| e.receives(&message.tenant, &message.topic))
+        .collect();
+    endpoints.sort_by_key(|e| (e.created_at, e.id));
+    consumers
+        .into_iter()
+        .map(|c| Destination::Handler(c.name.clone()))
+        .chain(endpoints.into_iter().map(|e| Destination::Webhook(e.id)))
+        .chain(valid.emails.iter().cloned().map(Destination::Email))
+        .collect()
+}
+
+/// The delivery rows of `message`, one per destination, with fresh ids.
+pub fn delivery_rows(
+    message: &Message,
+    destinations: Vec<Destination>,
+    entropy: &dyn Entropy,
+) -> Vec<Delivery> {
+    destinations
+        .into_iter()
+        .map(|d| {
+            Delivery::new(
+                DeliveryId::generate(message.created_at, entropy),
+                message,
+                d,
+            )
+        })
+        .collect()
+}

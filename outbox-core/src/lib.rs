@@ -1,0 +1,77 @@
+//! # outbox-core
+//!
+//! The pure heart of outbox, a library that makes "write it, then deliver it" reliable: an
+//! application records an event in the same transaction as the change that caused it, and
+//! outbox delivers it at least once to in-process handlers, signed webhooks and e-mail.
+//!
+//! This crate holds the domain types, the store / transport / mailer / clock / vault traits,
+//! the pure classification of attempts into verdicts, retry policies, Standard Webhooks
+//! signing, and the claim protocol's row arithmetic. It performs no I/O of its own: stores
+//! live in `outbox-postgres`, `outbox-sqlite`, `outbox-redis` and (for tests)
+//! `outbox-testing`; the HTTP transport in `outbox-http`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use outbox_core::{classify, AttemptContext, Outcome, RetryPolicy, Timestamp, Verdict, VerdictPolicy};
+//!
+//! let policy = VerdictPolicy::new(RetryPolicy::webhook_default());
+//! let now = Timestamp::from_unix_millis(1_700_000_000_000)?;
+//! let ctx = AttemptContext { attempt: 1, snoozes: 0, probe: false, now, jitter: 0.5 };
+//! let verdict = classify(&Outcome::Http { status: 503, retry_after: None }, &ctx, &policy);
+//! assert_eq!(verdict, Verdict::Retry { at: now.saturating_add(Duration::from_secs(60)) });
+//! # Ok::<(), outbox_core::Error>(())
+//! ```
+
+pub mod claim;
+pub mod endpoint;
+pub mod error;
+pub mod fanout;
+pub mod ids;
+pub mod mail;
+pub mod model;
+pub mod retry;
+pub mod signing;
+pub mod store;
+pub mod system;
+pub mod time;
+pub mod transport;
+pub mod vault;
+pub mod verdict;
+pub mod wake;
+
+pub use claim::{
+    ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
+};
+pub use endpoint::{
+    BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate, EndpointUrl,
+    SealedSecret,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use ids::{
+    ClaimToken, ConsumerName, DeliveryId, EndpointId, IdempotencyKey, MessageId, OrderingKey,
+    Recipient, TenantId, Topic, TopicFilter, TopicPattern,
+};
+pub use mail::{
+    may_retry, Accepted, DynMailer, MailCapabilities, MailError, MailErrorCode, MailMessage,
+    MailOutcome, Mailer,
+};
+pub use model::{
+    Attempt, AttemptOutcome, AttemptRecord, Cause, DeadReason, Delivery, DeliveryStatus,
+    Destination, DestinationKind, Envelope, ErrorClass, LastOutcome, Limits, Message, NewMessage,
+    ValidMessage,
+};
+pub use retry::{Jitter, PolicyOverride, RetryPolicy, TenantOverrides, TenantPolicy};
+pub use signing::{sign, verify, HeaderNames, VerifyError, WebhookSecret};
+pub use store::{
+    Cursor, DeliveryFilter, DeliveryStore, DynDeliveryStore, DynEndpointStore, DynLedger,
+    DynMessageStore, DynStore, EndpointStore, Enqueued, Ledger, MessageStore, Page, PageRequest,
+    PurgeReport, Stats, Store,
+};
+pub use system::{OsEntropy, Stopwatch, SystemClock};
+pub use time::{Clock, ClockExt, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};
+pub use transport::{DynWebhookTransport, SignedRequest, WebhookResponse, WebhookTransport};
+pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, SecretVault};
+pub use verdict::{
+    classify, parse_retry_after, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy,
+};
+pub use wake::{WakeListener, Wakeups};

@@ -1,0 +1,504 @@
+//! The store traits (DESIGN §5) and the values they exchange. Each `# Contract` line names
+//! the conformance case in `outbox_testing::conformance` that checks it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
+use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
+use crate::error::{Error, Result};
+use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId, Topic};
+use crate::model::{Attempt, Delivery, DeliveryStatus, DestinationKind, Message, NewMessage};
+use crate::time::Timestamp;
+use crate::wake::WakeListener;
+
+/// The result of one enqueue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The message's id (the first message's id for a duplicate).
+    pub message_id: MessageId,
+    /// Deliveries written (0 for a duplicate).
+    pub deliveries: u32,
+    /// Whether an earlier message had the same `(tenant, topic, idempotency key)`.
+    pub duplicate: bool,
+}
+
+/// Delivery counts by status, and how late the queue is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// `pending` deliveries.
+    pub pending: u64,
+    /// `processing` deliveries.
+    pub processing: u64,
+    /// `sending` deliveries.
+    pub sending: u64,
+    /// `succeeded` deliveries.
+    pub succeeded: u64,
+    /// `held` deliveries.
+    pub held: u64,
+    /// `dead` deliveries.
+    pub dead: u64,
+    /// The earliest `next_attempt_at` among claimable deliveries that are due now.
+    pub oldest_due_at: Option<Timestamp>,
+    /// How long that delivery has been due (`now - oldest_due_at`).
+    pub oldest_due_age: Option<Duration>,
+}
+
+impl Stats {
+    /// The count for one status.
+    pub fn count(&self, status: DeliveryStatus) -> u64 {
+        match status {
+            DeliveryStatus::Pending => self.pending,
+            DeliveryStatus::Processing => self.processing,
+            DeliveryStatus::Sending => self.sending,
+            DeliveryStatus::Succeeded => self.succeeded,
+            DeliveryStatus::Held => self.held,
+            DeliveryStatus::Dead => self.dead,
+        }
+    }
+
+    /// Add one to a status's count.
+    pub fn add(&mut self, status: DeliveryStatus, n: u64) {
+        let c = match status {
+            DeliveryStatus::Pending => &mut self.pending,
+            DeliveryStatus::Processing => &mut self.processing,
+            DeliveryStatus::Sending => &mut self.sending,
+            DeliveryStatus::Succeeded => &mut self.succeeded,
+            DeliveryStatus::Held => &mut self.held,
+            DeliveryStatus::Dead => &mut self.dead,
+        };
+        *c += n;
+    }
+
+    /// Every delivery.
+    pub fn total(&self) -> u64 {
+        DeliveryStatus::ALL.iter().map(|s| self.count(*s)).sum()
+    }
+}
+
+/// Filters for [`Ledger::list_deliveries`]; every set field must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryFilter {
+    /// Only this status.
+    pub status: Option<DeliveryStatus>,
+    /// Only deliveries to this endpoint.
+    pub endpoint: Option<EndpointId>,
+    /// Only deliveries to this consumer.
+    pub consumer: Option<ConsumerName>,
+    /// Only this destination kind.
+    pub kind: Option<DestinationKind>,
+    /// Only this topic.
+    pub topic: Option<Topic>,
+    /// Only deliveries created at or after this time.
+    pub since: Option<Timestamp>,
+    /// Only deliveries created before this time.
+    pub until: Option<Timestamp>,
+}
+
+impl DeliveryFilter {
+    /// Whether `d` passes (the in-memory semantics every store reproduces).
+    pub fn matches(&self, d: &Delivery) -> bool {
+        self.status.is_none_or(|s| d.status == s)
+            && self
+                .endpoint
+                .is_none_or(|e| d.destination.endpoint() == Some(e))
+            && self
+                .consumer
+                .as_ref()
+                .is_none_or(|c| d.destination == crate::Destination::Handler(c.clone()))
+            && self.kind.is_none_or(|k| d.destination.kind() == k)
+            && self.topic.as_ref().is_none_or(|t| &d.topic == t)
+            && self.since.is_none_or(|s| d.created_at >= s)
+            && self.until.is_none_or(|u| d.created_at < u)
+    }
+}
+
+/// A position in a newest-first listing: the last item's `(created_at, id)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    /// The last item's creation time.
+    pub created_at: Timestamp,
+    /// The last item's id.
+    pub id: DeliveryId,
+}
+
+impl Cursor {
+    /// The cursor after `d`.
+    pub fn after(d: &Delivery) -> Self {
+        Cursor {
+            created_at: d.created_at,
+            id: d.id,
+        }
+    }
+
+    /// Whether `d` comes after this cursor in newest-first order.
+    pub fn precedes(&self, d: &Delivery) -> bool {
+        (d.created_at, d.id) < (self.created_at, self.id)
+    }
+
+    /// The opaque text form.
+    pub fn encode(&self) -> String {
+        format!(
+            "{}.{}",
+            self.created_at.as_unix_millis(),
+            self.id.as_uuid().simple()
+        )
+    }
+
+    /// Parse [`Cursor::encode`].
+    pub fn decode(s: &str) -> Result<Self> {
+        let bad = || Error::invalid_input("cursor", "is not a cursor returned by this library");
+        let (ms, id) = s.split_once('.').ok_or_else(bad)?;
+        let ms: i64 = ms.parse().map_err(|_| bad())?;
+        Ok(Cursor {
+            created_at: Timestamp::from_unix_millis(ms).map_err(|_| bad())?,
+            id: DeliveryId::parse(id).map_err(|_| bad())?,
+        })
+    }
+}
+
+/// One page of a listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page<T> {
+    /// The items, newest first.
+    pub items: Vec<T>,
+    /// Where the next page starts; `None` when there is no more.
+    pub next: Option<Cursor>,
+}
+
+/// Which page to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageRequest {
+    /// At most this many items (1–1000).
+    pub limit: u32,
+    /// Start after this cursor.
+    pub cursor: Option<Cursor>,
+}
+
+impl PageRequest {
+    /// The first page of `limit` items.
+    pub fn first(limit: u32) -> Self {
+        PageRequest {
+            limit,
+            cursor: None,
+        }
+    }
+
+    /// Check the limit.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=1000).contains(&self.limit) {
+            return Err(Error::invalid_input("limit", "must be from 1 to 1000"));
+        }
+        Ok(())
+    }
+}
+
+/// The result of one retention pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    /// Deliveries removed (with their attempts).
+    pub deliveries: u64,
+    /// Messages removed (those left without deliveries).
+    pub messages: u64,
+    /// The tenant this pass served, when any had something to purge.
+    pub tenant: Option<TenantId>,
+}
+
+/// Claims, completes and releases deliveries.
+///
+/// # Contract
+/// - `claim` MUST refuse a request that names no source with `InvalidInput` and change
+///   nothing (`empty_allowlist_is_refused`).
+/// - `claim` MUST take only due deliveries (`pending` or `held` with `next_attempt_at <= now`,
+///   or `processing`/`sending` whose lease ended), served by the request and not excluded,
+///   oldest first by `(next_attempt_at, enqueue order)`, at most `batch_size`
+///   (`claim_takes_due_oldest_first_up_to_batch`, `delayed_message_appears_when_due`).
+/// - A claimed delivery becomes `processing` with a fresh token and
+///   `lease_until = next_attempt_at = now + lease`; `attempts + 1` unless claimed from `held`
+///   (`held_probe_spends_no_attempt`, `stranded_claim_is_claimable_after_lease`).
+/// - Concurrent claims MUST never hand out one delivery twice while its lease is live
+///   (`claim_is_exclusive`).
+/// - Deliveries at or past their source's budget MUST be moved to `dead` (`max_attempts`) at
+///   claim time and never returned (`exhausted_rows_die_at_claim`).
+/// - A delivery with an ordering key MUST NOT be claimed while an older unfinished delivery
+///   of the same tenant, destination and key exists whose topic is not dormant
+///   (`ordering_key_is_fifo_per_destination`, `dormant_topic_does_not_block`).
+/// - `complete`, `release`, `extend` and `mark_sending` with a token that no longer matches
+///   MUST change nothing and fail with `LeaseLost` (`stale_token_is_fenced`).
+/// - `complete` MUST write [`Lease::settle`], append the attempt to the ledger, and disable
+///   the endpoint on `Dead { Gone }` in one atomic step (`verdict_*` cases).
+#[async_trait]
+pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
+    /// Take up to `batch_size` due deliveries.
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>>;
+
+    /// End a claim with a verdict.
+    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()>;
+
+    /// End many claims; one result per item, in order. The outer error means nothing is
+    /// known to have been written.
+    async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
+        let mut out = Vec::with_capacity(items.len());
+        for (lease, completion) in items {
+            out.push(self.complete(lease, completion).await);
+        }
+        Ok(out)
+    }
+
+    /// Put unstarted claims back ([`Lease::release`]), due after `delay`.
+    async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport>;
+
+    /// Extend a lease to `now + by` (a heartbeat); returns the lease with its new end.
+    async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease>;
+
+    /// Mark an e-mail delivery `sending` just before the send (DESIGN §8.3).
+    async fn mark_sending(&self, lease: &Lease) -> Result<()>;
+
+    /// Make every `held` delivery of the endpoint `pending` and due now; returns how many.
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64>;
+
+    /// Give a `dead` delivery a fresh budget, due now. Any other status is a `Conflict`;
+    /// another tenant's delivery is `NotFound`.
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
+    /// Make a `pending` or `held` delivery due now (as `pending`), keeping its attempts.
+    /// Any other status is a `Conflict`.
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
+    /// Counts by status and the age of the oldest due delivery.
+    async fn stats(&self) -> Result<Stats>;
+
+    /// A listener woken when work may have arrived (an enqueue, a release); `None` when the
+    /// store cannot tell and dispatchers rely on polling.
+    fn wake_listener(&self) -> Option<WakeListener> {
+        None
+    }
+}
+
+/// Writes messages and their fan-out.
+///
+/// # Contract
+/// - `enqueue` MUST validate the message and write nothing on any error
+///   (`invalid_message_writes_nothing`).
+/// - It MUST write the message and one `pending` delivery per matching consumer, per active
+///   matching endpoint of the tenant, per e-mail recipient, atomically (`fan_out_at_enqueue`).
+/// - A message with the `(tenant, topic, idempotency key)` of an earlier one MUST write
+///   nothing and return the earlier id with `duplicate: true` (`idempotent_enqueue`).
+/// - `enqueue_batch` MUST validate every message before writing any
+///   (`batch_enqueue_is_all_or_nothing`).
+#[async_trait]
+pub trait MessageStore: Send + Sync + fmt::Debug + 'static {
+    /// Write one message and its deliveries in a transaction of its own.
+    async fn enqueue(&self, message: NewMessage) -> Result<Enqueued>;
+
+    /// Write many messages in one transaction.
+    async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>>;
+}
+
+/// Webhook endpoints and in-process consumers.
+///
+/// # Contract
+/// - Every read and write is scoped by tenant; another tenant's endpoint is `NotFound`
+///   (`tenant_isolation_of_endpoints`).
+/// - `update_endpoint` with a new URL or secret MUST release the endpoint's held deliveries
+///   in the same step (`secret_rotation_releases_held`).
+/// - `create_endpoint` with an id that exists MUST fail with `Conflict`.
+#[async_trait]
+pub trait EndpointStore: Send + Sync + fmt::Debug + 'static {
+    /// Store a new endpoint.
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()>;
+    /// Read one.
+    async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint>;
+    /// Every endpoint of a tenant, oldest first.
+    async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>>;
+    /// Change one; returns it as stored.
+    async fn update_endpoint(
+        &self,
+        tenant: &TenantId,
+        id: EndpointId,
+        update: &EndpointUpdate,
+    ) -> Result<Endpoint>;
+    /// Remove one (its pending deliveries die as `endpoint-removed` when next claimed).
+    async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()>;
+    /// Register or update a consumer (upsert by name).
+    async fn put_consumer(&self, consumer: &Consumer) -> Result<()>;
+    /// Every consumer, by name.
+    async fn list_consumers(&self) -> Result<Vec<Consumer>>;
+    /// Remove a consumer (its deliveries stay; no new ones fan out to it).
+    async fn delete_consumer(&self, name: &ConsumerName) -> Result<()>;
+}
+
+/// What an operator reads, and retention.
+///
+/// # Contract
+/// - Listings are newest first by `(created_at, id)`, filtered, paged with a stable cursor
+///   (`ledger_lists_newest_first_with_stable_cursor`, `ledger_filters`).
+/// - `attempts` are in order with outcome, status, bounded excerpt (`ledger_records_attempts`).
+/// - `purge_completed` removes only `succeeded`/`dead` deliveries completed before the
+///   cutoff, at most `limit` per call, one tenant per call in rotation
+///   (`purge_rotates_over_tenants`).
+#[async_trait]
+pub trait Ledger: Send + Sync + fmt::Debug + 'static {
+    /// A page of a tenant's deliveries.
+    async fn list_deliveries(
+        &self,
+        tenant: &TenantId,
+        filter: &DeliveryFilter,
+        page: PageRequest,
+    ) -> Result<Page<Delivery>>;
+    /// One delivery.
+    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery>;
+    /// One message.
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message>;
+    /// A delivery's attempts, oldest first.
+    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>>;
+    /// Remove finished deliveries completed before `before` (at most `limit`, 1–10000),
+    /// and messages left without deliveries created before `before`.
+    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport>;
+}
+
+/// Everything a backend provides.
+pub trait Store: DeliveryStore + MessageStore + EndpointStore + Ledger {}
+
+impl<T: DeliveryStore + MessageStore + EndpointStore + Ledger + ?Sized> Store for T {}
+
+/// `dyn DeliveryStore`.
+pub type DynDeliveryStore = dyn DeliveryStore;
+/// `dyn MessageStore`.
+pub type DynMessageStore = dyn MessageStore;
+/// `dyn EndpointStore`.
+pub type DynEndpointStore = dyn EndpointStore;
+/// `dyn Ledger`.
+pub type DynLedger = dyn Ledger;
+/// `dyn Store`.
+pub type DynStore = dyn Store;
+
+macro_rules! forward {
+    ($ptr:ident) => {
+        #[async_trait]
+        impl<T: DeliveryStore + ?Sized> DeliveryStore for $ptr<T> {
+            async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
+                (**self).claim(request).await
+            }
+            async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
+                (**self).complete(lease, completion).await
+            }
+            async fn complete_many(
+                &self,
+                items: &[(Lease, Completion)],
+            ) -> Result<Vec<Result<()>>> {
+                (**self).complete_many(items).await
+            }
+            async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport> {
+                (**self).release(leases, delay).await
+            }
+            async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease> {
+                (**self).extend(lease, by).await
+            }
+            async fn mark_sending(&self, lease: &Lease) -> Result<()> {
+                (**self).mark_sending(lease).await
+            }
+            async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
+                (**self).release_held(tenant, endpoint).await
+            }
+            async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+                (**self).replay(tenant, delivery).await
+            }
+            async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+                (**self).retry_now(tenant, delivery).await
+            }
+            async fn stats(&self) -> Result<Stats> {
+                (**self).stats().await
+            }
+            fn wake_listener(&self) -> Option<WakeListener> {
+                (**self).wake_listener()
+            }
+        }
+
+        #[async_trait]
+        impl<T: MessageStore + ?Sized> MessageStore for $ptr<T> {
+            async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
+                (**self).enqueue(message).await
+            }
+            async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
+                (**self).enqueue_batch(messages).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: EndpointStore + ?Sized> EndpointStore for $ptr<T> {
+            async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
+                (**self).create_endpoint(endpoint).await
+            }
+            async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint> {
+                (**self).get_endpoint(tenant, id).await
+            }
+            async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>> {
+                (**self).list_endpoints(tenant).await
+            }
+            async fn update_endpoint(
+                &self,
+                tenant: &TenantId,
+                id: EndpointId,
+                update: &EndpointUpdate,
+            ) -> Result<Endpoint> {
+                (**self).update_endpoint(tenant, id, update).await
+            }
+            async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
+                (**self).delete_endpoint(tenant, id).await
+            }
+            async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {
+                (**self).put_consumer(consumer).await
+            }
+            async fn list_consumers(&self) -> Result<Vec<Consumer>> {
+                (**self).list_consumers().await
+            }
+            async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
+                (**self).delete_consumer(name).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: Ledger + ?Sized> Ledger for $ptr<T> {
+            async fn list_deliveries(
+                &self,
+                tenant: &TenantId,
+                filter: &DeliveryFilter,
+                page: PageRequest,
+            ) -> Result<Page<Delivery>> {
+                (**self).list_deliveries(tenant, filter, page).await
+            }
+            async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
+                (**self).get_delivery(tenant, id).await
+            }
+            async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
+                (**self).get_message(tenant, id).await
+            }
+            async fn attempts(
+                &self,
+                tenant: &TenantId,
+                delivery: DeliveryId,
+            ) -> Result<Vec<Attempt>> {
+                (**self).attempts(tenant, delivery).await
+            }
+            async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+                (**self).purge_completed(before, limit).await
+            }
+        }
+    };
+}
+
+forward!(Arc);
+forward!(Box);
+
+/// Check a purge limit (1–10000).
+pub fn check_purge_limit(limit: u32) -> Result<()> {
+    if !(1..=10_000).contains(&limit) {
+        return Err(Error::invalid_input("limit", "must be from 1 to 10000"));
+    }
+    Ok(())
+}

@@ -1,0 +1,682 @@
+//! What an attempt turns into (DESIGN §4): one pure function from (outcome, attempt,
+//! policy) to a [`Verdict`]. It never reads a clock or a random source: the current time and
+//! the jitter sample come in as arguments.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::mail::{may_retry, MailError, MailErrorCode, MailOutcome};
+use crate::model::{AttemptOutcome, DeadReason, ErrorClass};
+use crate::retry::RetryPolicy;
+use crate::time::Timestamp;
+
+/// What a handler returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandlerOutcome {
+    /// Done.
+    Ok,
+    /// Failed; try again after the policy's delay.
+    Retry,
+    /// The handler ran past its timeout.
+    Timeout,
+    /// The downstream is out, the message is fine: try again after this delay without
+    /// spending an attempt (at most `max_snoozes` times).
+    Snooze(Duration),
+    /// Permanent failure: dead at once.
+    Discard,
+}
+
+/// What one attempt produced, channel by channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// An in-process handler's result.
+    Handler(HandlerOutcome),
+    /// A webhook (or HTTP) answer: the status and the raw `Retry-After` header.
+    Http {
+        /// The status code.
+        status: u16,
+        /// The `Retry-After` header as received (seconds or an HTTP date).
+        retry_after: Option<String>,
+    },
+    /// No answer: `timeout`, `network`, `dns` or `egress-refused`.
+    Transport(ErrorClass),
+    /// The mailer's answer.
+    Mail(Result<(), MailError>),
+    /// The webhook endpoint no longer exists.
+    EndpointMissing,
+    /// The webhook endpoint is paused.
+    EndpointPaused,
+    /// The webhook endpoint is disabled.
+    EndpointDisabled,
+    /// The message cannot be rendered for its channel (e.g. an e-mail without a subject).
+    Unrenderable,
+}
+
+impl Outcome {
+    /// What the ledger records for this outcome, or `None` when nothing was tried
+    /// (the endpoint was missing, paused or disabled).
+    pub fn attempt_outcome(&self) -> Option<AttemptOutcome> {
+        use AttemptOutcome::{Failed, Succeeded};
+        Some(match self {
+            Outcome::Handler(h) => match h {
+                HandlerOutcome::Ok => Succeeded,
+                HandlerOutcome::Retry => Failed(ErrorClass::HandlerError),
+                HandlerOutcome::Timeout => Failed(ErrorClass::Timeout),
+                HandlerOutcome::Snooze(_) => Failed(ErrorClass::Snoozed),
+                HandlerOutcome::Discard => Failed(ErrorClass::Discarded),
+            },
+            Outcome::Http { status, .. } => match status {
+                200..=299 => Succeeded,
+                300..=399 => Failed(ErrorClass::EgressRefused),
+                400..=499 => Failed(ErrorClass::Response4xx),
+                _ => Failed(ErrorClass::Response5xx),
+            },
+            Outcome::Transport(class) => Failed(*class),
+            Outcome::Mail(Ok(())) => Succeeded,
+            Outcome::Mail(Err(e)) => Failed(match (e.code, e.outcome) {
+                (MailErrorCode::MessageRefused | MailErrorCode::ConfigurationRefused, _) => {
+                    ErrorClass::MailRefused
+                }
+                (_, MailOutcome::NotSent) => ErrorClass::MailNotSent,
+                (_, MailOutcome::Unknown) => ErrorClass::MailUnknown,
+            }),
+            Outcome::Unrenderable => Failed(ErrorClass::Unrenderable),
+            Outcome::EndpointMissing | Outcome::EndpointPaused | Outcome::EndpointDisabled => {
+                return None
+            }
+        })
+    }
+
+    /// The HTTP status, when there is one.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Outcome::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// What the store does with a claimed delivery.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Delivered: `succeeded`.
+    Succeeded,
+    /// Back to `pending`, due at `at`; the attempt stays spent.
+    Retry {
+        /// When it is due again.
+        at: Timestamp,
+    },
+    /// `held` until `probe_at` (401/403). The attempt that first meets it stays spent;
+    /// probes are free.
+    Held {
+        /// When it is probed next.
+        probe_at: Timestamp,
+    },
+    /// `dead`. Refunds the attempt when nothing was tried ([`DeadReason::refunds_attempt`]).
+    /// [`DeadReason::Gone`] also disables the endpoint.
+    Dead {
+        /// Why.
+        reason: DeadReason,
+    },
+    /// Back to `pending` at `until`, the attempt refunded, `snoozes + 1`.
+    Snoozed {
+        /// When it is due again.
+        until: Timestamp,
+    },
+    /// Back to `pending` at `until`, the attempt refunded (a paused endpoint).
+    Parked {
+        /// When it is due again.
+        until: Timestamp,
+    },
+}
+
+impl Verdict {
+    /// A short name for counters and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Succeeded => "succeeded",
+            Verdict::Retry { .. } => "retry",
+            Verdict::Held { .. } => "held",
+            Verdict::Dead { .. } => "dead",
+            Verdict::Snoozed { .. } => "snoozed",
+            Verdict::Parked { .. } => "parked",
+        }
+    }
+
+    /// Whether the claim's attempt is given back.
+    pub fn refunds_attempt(&self) -> bool {
+        match self {
+            Verdict::Snoozed { .. } | Verdict::Parked { .. } => true,
+            Verdict::Dead { reason } => reason.refunds_attempt(),
+            _ => false,
+        }
+    }
+}
+
+/// The knobs of classification besides the retry policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerdictPolicy {
+    /// The tenant's retry policy for this channel.
+    pub retry: RetryPolicy,
+    /// How often a held delivery is probed. Default 1 h.
+    pub held_probe_interval: Duration,
+    /// How long a delivery to a paused endpoint is parked. Default 60 s.
+    pub park_delay: Duration,
+    /// How many snoozes a delivery may take before a snooze counts as a retry. Default 5.
+    pub max_snoozes: u32,
+    /// The longest `Retry-After` (and snooze) honoured. Default 24 h.
+    pub max_retry_after: Duration,
+    /// Whether the mailer deduplicates by idempotency key (an `Unknown` outcome may then be
+    /// retried).
+    pub mail_idempotent: bool,
+}
+
+impl VerdictPolicy {
+    /// The defaults around `retry`.
+    pub fn new(retry: RetryPolicy) -> Self {
+        VerdictPolicy {
+            retry,
+            held_probe_interval: Duration::from_secs(3600),
+            park_delay: Duration::from_secs(60),
+            max_snoozes: 5,
+            max_retry_after: Duration::from_secs(24 * 3600),
+            mail_idempotent: false,
+        }
+    }
+}
+
+/// Where the delivery stands when its attempt finishes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttemptContext {
+    /// Attempts spent, this one included (as set by the claim).
+    pub attempt: u32,
+    /// Snoozes taken before this attempt.
+    pub snoozes: u32,
+    /// Whether this attempt probes a held delivery (it spent nothing).
+    pub probe: bool,
+    /// The current time.
+    pub now: Timestamp,
+    /// A uniform sample in `[0, 1)` for jitter.
+    pub jitter: f64,
+}
+
+/// Parse a `Retry-After` value: delay-seconds or an HTTP date (relative to `now`).
+pub fn parse_retry_after(value: &str, now: Timestamp) -> Option<Duration> {
+    let v = value.trim();
+    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(Duration::from_secs(
+            v.parse::<u64>().unwrap_or(u64::MAX / 1000),
+        ));
+    }
+    Timestamp::parse_http_date(v).map(|t| t.duration_since(now))
+}
+
+/// Classify one attempt. Every row of DESIGN §4 is one arm here.
+pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy) -> Verdict {
+    let now = ctx.now;
+    let retry = |hint: Option<Duration>| -> Verdict {
+        match policy.retry.delay(ctx.attempt, ctx.jitter) {
+            None => Verdict::Dead {
+                reason: DeadReason::MaxAttempts,
+            },
+            Some(d) => {
+                let d = match hint {
+                    Some(h) => h.min(policy.max_retry_after).max(d),
+                    None => d,
+                };
+                Verdict::Retry {
+                    at: now.saturating_add(d),
+                }
+            }
+        }
+    };
+    let held = |after: Duration| Verdict::Held {
+        probe_at: now.saturating_add(after),
+    };
+
+    // A probe of a held delivery: only a 2xx releases it, only a 410 kills it; anything
+    // else keeps it held without spending an attempt.
+    if ctx.probe {
+        return match outcome {
+            Outcome::Http {
+                status: 200..=299, ..
+            } => Verdict::Succeeded,
+            Outcome::Http { status: 410, .. } => Verdict::Dead {
+                reason: DeadReason::Gone,
+            },
+            Outcome::EndpointMissing => Verdict::Dead {
+                reason: DeadReason::EndpointRemoved,
+            },
+            Outcome::EndpointDisabled => Verdict::Dead {
+                reason: DeadReason::EndpointDisabled,
+            },
+            Outcome::EndpointPaused => held(policy.park_delay),
+            _ => held(policy.held_probe_interval),
+        };
+    }
+
+    match outcome {
+        Outcome::Handler(h) => match h {
+            HandlerOutcome::Ok => Verdict::Succeeded,
+            HandlerOutcome::Retry | HandlerOutcome::Timeout => retry(None),
+            HandlerOutcome::Snooze(d) if ctx.snoozes < policy.max_snoozes => Verdict::Snoozed {
+                until: now.saturating_add((*d).min(policy.max_retry_after)),
+            },
+            HandlerOutcome::Snooze(d) => retry(Some(*d)),
+            HandlerOutcome::Discard => Verdict::Dead {
+                reason: DeadReason::Permanent,
+            },
+        },
+        Outcome::Http {
+            status,
+            retry_after,
+        } => match status {
+            200..=299 => Verdict::Succeeded,
+            401 | 403 => held(policy.held_probe_interval),
+            410 => Verdict::Dead {
+                reason: DeadReason::Gone,
+            },
+            408 | 425 | 429 | 500..=599 => retry(
+                retry_after
+                    .as_deref()
+                    .and_then(|v| parse_retry_after(v, now)),
+            ),
+            _ => retry(None),
+        },
+        Outcome::Transport(_) => retry(None),
+        Outcome::Mail(Ok(())) => Verdict::Succeeded,
+        Outcome::Mail(Err(e)) => {
+            if may_retry(e, policy.mail_idempotent) {
+                retry(None)
+            } else if e.outcome == MailOutcome::Unknown && !e.code.is_refusal() {
+                Verdict::Dead {
+                    reason: DeadReason::UnknownOutcome,
+                }
+            } else {
+                Verdict::Dead {
+                    reason: DeadReason::MailRefused,
+                }
+            }
+        }
+        Outcome::EndpointMissing => Verdict::Dead {
+            reason: DeadReason::EndpointRemoved,
+        },
+        Outcome::EndpointPaused => Verdict::Parked {
+            until: now.saturating_add(policy.park_delay),
+        },
+        Outcome::EndpointDisabled => Verdict::Dead {
+            reason: DeadReason::EndpointDisabled,
+        },
+        Outcome::Unrenderable => Verdict::Dead {
+            reason: DeadReason::Unrenderable,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mail::MailErrorCode as C;
+    use crate::mail::MailOutcome as O;
+
+    const NOW_MS: i64 = 1_700_000_000_000;
+
+    fn at(secs: u64) -> Timestamp {
+        Timestamp::from_unix_millis(NOW_MS)
+            .unwrap()
+            .saturating_add(Duration::from_secs(secs))
+    }
+
+    fn ctx(attempt: u32) -> AttemptContext {
+        AttemptContext {
+            attempt,
+            snoozes: 0,
+            probe: false,
+            now: at(0),
+            jitter: 0.5,
+        }
+    }
+
+    fn policy() -> VerdictPolicy {
+        VerdictPolicy::new(RetryPolicy::webhook_default())
+    }
+
+    fn http(status: u16) -> Outcome {
+        Outcome::Http {
+            status,
+            retry_after: None,
+        }
+    }
+
+    fn mail(code: C, outcome: O) -> Outcome {
+        Outcome::Mail(Err(MailError::new(code, outcome, "x")))
+    }
+
+    fn retry(secs: u64) -> Verdict {
+        Verdict::Retry { at: at(secs) }
+    }
+
+    fn dead(reason: DeadReason) -> Verdict {
+        Verdict::Dead { reason }
+    }
+
+    /// DESIGN §4, row by row. Attempt 1 of the webhook schedule: a retry waits 60 s.
+    #[test]
+    fn verdict_table() {
+        let held = Verdict::Held { probe_at: at(3600) };
+        let rows: Vec<(&str, Outcome, u32, Verdict)> = vec![
+            (
+                "handler ok",
+                Outcome::Handler(HandlerOutcome::Ok),
+                1,
+                Verdict::Succeeded,
+            ),
+            ("http 200", http(200), 1, Verdict::Succeeded),
+            ("http 204", http(204), 1, Verdict::Succeeded),
+            (
+                "mail accepted",
+                Outcome::Mail(Ok(())),
+                1,
+                Verdict::Succeeded,
+            ),
+            ("http 401 held", http(401), 1, held.clone()),
+            ("http 403 held", http(403), 1, held.clone()),
+            ("http 410 gone", http(410), 1, dead(DeadReason::Gone)),
+            ("http 301 refused, retried", http(301), 1, retry(60)),
+            ("http 302 refused, retried", http(302), 2, retry(300)),
+            ("http 408 retried", http(408), 1, retry(60)),
+            ("http 425 retried", http(425), 1, retry(60)),
+            ("http 429 retried", http(429), 1, retry(60)),
+            ("http 500 retried", http(500), 1, retry(60)),
+            ("http 503 retried", http(503), 3, retry(1800)),
+            (
+                "timeout retried",
+                Outcome::Transport(ErrorClass::Timeout),
+                1,
+                retry(60),
+            ),
+            (
+                "network retried",
+                Outcome::Transport(ErrorClass::Network),
+                1,
+                retry(60),
+            ),
+            (
+                "dns retried",
+                Outcome::Transport(ErrorClass::Dns),
+                4,
+                retry(7200),
+            ),
+            (
+                "egress refused retried",
+                Outcome::Transport(ErrorClass::EgressRefused),
+                5,
+                retry(43_200),
+            ),
+            ("other 4xx retried", http(400), 1, retry(60)),
+            ("http 404 retried", http(404), 1, retry(60)),
+            ("http 422 retried", http(422), 2, retry(300)),
+            (
+                "handler retry",
+                Outcome::Handler(HandlerOutcome::Retry),
+                1,
+                retry(60),
+            ),
+            (
+                "handler timeout",
+                Outcome::Handler(HandlerOutcome::Timeout),
+                1,
+                retry(60),
+            ),
+            (
+                "handler snooze",
+                Outcome::Handler(HandlerOutcome::Snooze(Duration::from_secs(30))),
+                1,
+                Verdict::Snoozed { until: at(30) },
+            ),
+            (
+                "handler discard",
+                Outcome::Handler(HandlerOutcome::Discard),
+                1,
+                dead(DeadReason::Permanent),
+            ),
+            (
+                "mail message refused",
+                mail(C::MessageRefused, O::NotSent),
+                1,
+                dead(DeadReason::MailRefused),
+            ),
+            (
+                "mail configuration refused",
+                mail(C::ConfigurationRefused, O::NotSent),
+                1,
+                dead(DeadReason::MailRefused),
+            ),
+            (
+                "mail unavailable, not sent",
+                mail(C::Unavailable, O::NotSent),
+                1,
+                retry(60),
+            ),
+            (
+                "mail unknown, not idempotent",
+                mail(C::Unavailable, O::Unknown),
+                1,
+                dead(DeadReason::UnknownOutcome),
+            ),
+            (
+                "budget spent 5xx",
+                http(500),
+                6,
+                dead(DeadReason::MaxAttempts),
+            ),
+            (
+                "budget spent timeout",
+                Outcome::Transport(ErrorClass::Timeout),
+                6,
+                dead(DeadReason::MaxAttempts),
+            ),
+            (
+                "budget spent 4xx",
+                http(400),
+                7,
+                dead(DeadReason::MaxAttempts),
+            ),
+            (
+                "endpoint missing",
+                Outcome::EndpointMissing,
+                1,
+                dead(DeadReason::EndpointRemoved),
+            ),
+            (
+                "endpoint paused",
+                Outcome::EndpointPaused,
+                1,
+                Verdict::Parked { until: at(60) },
+            ),
+            (
+                "endpoint disabled",
+                Outcome::EndpointDisabled,
+                1,
+                dead(DeadReason::EndpointDisabled),
+            ),
+            (
+                "unrenderable",
+                Outcome::Unrenderable,
+                1,
+                dead(DeadReason::Unrenderable),
+            ),
+        ];
+        for (name, outcome, attempt, want) in rows {
+            assert_eq!(classify(&outcome, &ctx(attempt), &policy()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn attempts_spent_column() {
+        let rows = [
+            (Verdict::Succeeded, false),
+            (retry(1), false),
+            (Verdict::Held { probe_at: at(1) }, false),
+            (dead(DeadReason::Gone), false),
+            (dead(DeadReason::Permanent), false),
+            (dead(DeadReason::MaxAttempts), false),
+            (dead(DeadReason::EndpointRemoved), true),
+            (dead(DeadReason::EndpointDisabled), true),
+            (Verdict::Snoozed { until: at(1) }, true),
+            (Verdict::Parked { until: at(1) }, true),
+        ];
+        for (v, refund) in rows {
+            assert_eq!(v.refunds_attempt(), refund, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn mail_unknown_is_retried_through_an_idempotent_mailer() {
+        let mut p = policy();
+        p.mail_idempotent = true;
+        assert_eq!(
+            classify(&mail(C::Unavailable, O::Unknown), &ctx(1), &p),
+            retry(60)
+        );
+        assert_eq!(
+            classify(&mail(C::MessageRefused, O::Unknown), &ctx(1), &p),
+            dead(DeadReason::MailRefused)
+        );
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates_are_honoured_and_clamped() {
+        let ra = |v: &str, attempt| {
+            classify(
+                &Outcome::Http {
+                    status: 429,
+                    retry_after: Some(v.into()),
+                },
+                &ctx(attempt),
+                &policy(),
+            )
+        };
+        // Seconds, above the policy delay: honoured.
+        assert_eq!(ra("120", 1), retry(120));
+        // Below the policy delay: the policy delay wins.
+        assert_eq!(ra("5", 1), retry(60));
+        assert_eq!(ra("5", 2), retry(300));
+        // Above 24 h: clamped to 24 h.
+        assert_eq!(ra("999999", 1), retry(86_400));
+        assert_eq!(ra("99999999999999999999999", 1), retry(86_400));
+        // An HTTP date 10 minutes ahead.
+        let date = httpdate::fmt_http_date(
+            std::time::UNIX_EPOCH + Duration::from_millis(NOW_MS as u64 + 600_000),
+        );
+        assert_eq!(ra(&date, 1), retry(600));
+        // An HTTP date in the past: the policy delay.
+        assert_eq!(ra("Sun, 06 Nov 1994 08:49:37 GMT", 1), retry(60));
+        // Garbage is ignored.
+        assert_eq!(ra("soon", 1), retry(60));
+        // On a 503 too, but never on a 400.
+        let v = classify(
+            &Outcome::Http {
+                status: 503,
+                retry_after: Some("600".into()),
+            },
+            &ctx(1),
+            &policy(),
+        );
+        assert_eq!(v, retry(600));
+        let v = classify(
+            &Outcome::Http {
+                status: 400,
+                retry_after: Some("600".into()),
+            },
+            &ctx(1),
+            &policy(),
+        );
+        assert_eq!(v, retry(60));
+        // A spent budget is dead whatever the header says.
+        assert_eq!(ra("120", 6), dead(DeadReason::MaxAttempts));
+    }
+
+    #[test]
+    fn snooze_is_capped() {
+        let mut c = ctx(1);
+        c.snoozes = 5;
+        let v = classify(
+            &Outcome::Handler(HandlerOutcome::Snooze(Duration::from_secs(30))),
+            &c,
+            &policy(),
+        );
+        assert_eq!(v, retry(60), "past max_snoozes a snooze counts as a retry");
+        c.snoozes = 4;
+        let v = classify(
+            &Outcome::Handler(HandlerOutcome::Snooze(Duration::from_secs(200_000))),
+            &c,
+            &policy(),
+        );
+        assert_eq!(
+            v,
+            Verdict::Snoozed { until: at(86_400) },
+            "a snooze is at most 24 h"
+        );
+    }
+
+    #[test]
+    fn held_probes_table() {
+        let mut c = ctx(3);
+        c.probe = true;
+        let rows = [
+            (http(200), Verdict::Succeeded),
+            (http(401), Verdict::Held { probe_at: at(3600) }),
+            (http(403), Verdict::Held { probe_at: at(3600) }),
+            (http(500), Verdict::Held { probe_at: at(3600) }),
+            (
+                Outcome::Transport(ErrorClass::Timeout),
+                Verdict::Held { probe_at: at(3600) },
+            ),
+            (http(410), dead(DeadReason::Gone)),
+            (Outcome::EndpointMissing, dead(DeadReason::EndpointRemoved)),
+            (
+                Outcome::EndpointDisabled,
+                dead(DeadReason::EndpointDisabled),
+            ),
+            (Outcome::EndpointPaused, Verdict::Held { probe_at: at(60) }),
+        ];
+        for (o, want) in rows {
+            assert_eq!(classify(&o, &c, &policy()), want, "{o:?}");
+        }
+    }
+
+    #[test]
+    fn ledger_outcomes() {
+        use AttemptOutcome::*;
+        let rows = [
+            (http(200), Some(Succeeded)),
+            (http(302), Some(Failed(ErrorClass::EgressRefused))),
+            (http(404), Some(Failed(ErrorClass::Response4xx))),
+            (http(503), Some(Failed(ErrorClass::Response5xx))),
+            (
+                Outcome::Transport(ErrorClass::Dns),
+                Some(Failed(ErrorClass::Dns)),
+            ),
+            (
+                mail(C::Unavailable, O::Unknown),
+                Some(Failed(ErrorClass::MailUnknown)),
+            ),
+            (
+                mail(C::RateLimited, O::NotSent),
+                Some(Failed(ErrorClass::MailNotSent)),
+            ),
+            (
+                Outcome::Handler(HandlerOutcome::Discard),
+                Some(Failed(ErrorClass::Discarded)),
+            ),
+            (Outcome::EndpointPaused, None),
+        ];
+        for (o, want) in rows {
+            assert_eq!(o.attempt_outcome(), want, "{o:?}");
+        }
+    }
+}
