@@ -23,6 +23,7 @@
 //! ```
 
 pub mod claim;
+pub mod dispatcher;
 pub mod endpoint;
 pub mod error;
 pub mod fanout;
@@ -41,6 +42,11 @@ pub mod wake;
 
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
+};
+pub use dispatcher::{
+    Context, Dedup, DeliveryEvent, Dispatcher, DispatcherBuilder, DispatcherConfig, EndpointAdmin,
+    Handler, HandlerOptions, HandlerResult, NewEndpoint, Observer, Operator, RecipientResolver,
+    Report,
 };
 pub use endpoint::{
     BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate, EndpointUrl,

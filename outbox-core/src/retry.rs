@@ -305,6 +305,17 @@ impl TenantPolicy {
         }
     }
 
+    /// The attempt budget a claim applies for this policy: the default's, or the most any
+    /// policy allows when per-tenant overrides exist (they cannot be enumerated), so that
+    /// claim-time discard never kills a row a tenant may still retry.
+    pub fn claim_budget(&self) -> u32 {
+        if self.overrides.is_some() {
+            MAX_ATTEMPTS
+        } else {
+            self.default.max_attempts()
+        }
+    }
+
     /// The default policy.
     pub fn default_policy(&self) -> &RetryPolicy {
         &self.default

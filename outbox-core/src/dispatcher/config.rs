@@ -1,0 +1,216 @@
+//! [`DispatcherConfig`]: every knob of the dispatcher, with documented defaults, validated
+//! once at `build()`.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::ids::Topic;
+
+/// How the dispatcher claims, runs and completes deliveries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DispatcherConfig {
+    /// Deliveries per claim (1–1000). Default 100.
+    pub batch_size: u32,
+    /// How long a claim is held before another worker may take the delivery. Default 40 s
+    /// (the webhook timeout plus 30 s). Must exceed every handler timeout and the webhook
+    /// timeout.
+    pub lease: Duration,
+    /// How often an idle dispatcher polls when no wake-up arrives. Default 1 s.
+    pub poll_interval: Duration,
+    /// Deliveries running at once, over every channel. Default 64.
+    pub concurrency: usize,
+    /// Deliveries running at once per handler, unless its options say otherwise. Default 16.
+    pub handler_concurrency: usize,
+    /// How long `run` waits for in-flight deliveries after shutdown before releasing them.
+    /// Default 10 s.
+    pub shutdown_grace: Duration,
+    /// The webhook deadline over connect, headers and body. Default 10 s.
+    pub webhook_timeout: Duration,
+    /// The time reserved beyond a delivery's timeout before `run_once` starts it. Default 2 s.
+    pub reservation_margin: Duration,
+    /// How often a held delivery is probed. Default 1 h.
+    pub held_probe_interval: Duration,
+    /// How long a delivery to a paused endpoint is parked. Default 60 s.
+    pub park_delay: Duration,
+    /// Snoozes a delivery may take before a snooze counts as a retry. Default 5.
+    pub max_snoozes: u32,
+    /// The deepest chain of follow-up messages handlers may emit. Default 5.
+    pub max_depth: u32,
+    /// The Standard Webhooks header prefix. Default `webhook-`.
+    pub header_prefix: String,
+    /// Topics whose old unfinished deliveries never hold back newer ones with the same
+    /// ordering key.
+    pub dormant_topics: Vec<Topic>,
+    /// How long the report waits for queue statistics. Default 500 ms.
+    pub stats_deadline: Duration,
+    /// How long an endpoint read is reused across deliveries. Default 1 s.
+    pub endpoint_cache_ttl: Duration,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            batch_size: 100,
+            lease: Duration::from_secs(40),
+            poll_interval: Duration::from_secs(1),
+            concurrency: 64,
+            handler_concurrency: 16,
+            shutdown_grace: Duration::from_secs(10),
+            webhook_timeout: Duration::from_secs(10),
+            reservation_margin: Duration::from_secs(2),
+            held_probe_interval: Duration::from_secs(3600),
+            park_delay: Duration::from_secs(60),
+            max_snoozes: 5,
+            max_depth: 5,
+            header_prefix: crate::signing::DEFAULT_HEADER_PREFIX.to_owned(),
+            dormant_topics: Vec::new(),
+            stats_deadline: Duration::from_millis(500),
+            endpoint_cache_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+fn between(field: &'static str, v: Duration, lo: Duration, hi: Duration) -> Result<()> {
+    if v < lo || v > hi {
+        return Err(Error::misconfigured(
+            field,
+            format!("must be between {lo:?} and {hi:?}"),
+        ));
+    }
+    Ok(())
+}
+
+impl DispatcherConfig {
+    /// Check every field; `Dispatcher::builder(..).build()` calls this.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=crate::claim::MAX_BATCH).contains(&self.batch_size) {
+            return Err(Error::misconfigured("batch_size", "must be from 1 to 1000"));
+        }
+        between(
+            "lease",
+            self.lease,
+            Duration::from_secs(1),
+            Duration::from_secs(24 * 3600),
+        )?;
+        between(
+            "poll_interval",
+            self.poll_interval,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )?;
+        if !(1..=10_000).contains(&self.concurrency) {
+            return Err(Error::misconfigured(
+                "concurrency",
+                "must be from 1 to 10000",
+            ));
+        }
+        if !(1..=10_000).contains(&self.handler_concurrency) {
+            return Err(Error::misconfigured(
+                "handler_concurrency",
+                "must be from 1 to 10000",
+            ));
+        }
+        between(
+            "shutdown_grace",
+            self.shutdown_grace,
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )?;
+        between(
+            "webhook_timeout",
+            self.webhook_timeout,
+            Duration::from_millis(10),
+            Duration::from_secs(600),
+        )?;
+        if self.webhook_timeout >= self.lease {
+            return Err(Error::misconfigured(
+                "lease",
+                "must be longer than the webhook timeout",
+            ));
+        }
+        between(
+            "reservation_margin",
+            self.reservation_margin,
+            Duration::ZERO,
+            Duration::from_secs(600),
+        )?;
+        between(
+            "held_probe_interval",
+            self.held_probe_interval,
+            Duration::from_millis(1),
+            Duration::from_secs(7 * 86_400),
+        )?;
+        between(
+            "park_delay",
+            self.park_delay,
+            Duration::from_millis(1),
+            Duration::from_secs(86_400),
+        )?;
+        if self.max_snoozes > 1000 {
+            return Err(Error::misconfigured("max_snoozes", "must be at most 1000"));
+        }
+        if !(1..=100).contains(&self.max_depth) {
+            return Err(Error::misconfigured("max_depth", "must be from 1 to 100"));
+        }
+        crate::signing::HeaderNames::with_prefix(&self.header_prefix)?;
+        between(
+            "stats_deadline",
+            self.stats_deadline,
+            Duration::ZERO,
+            Duration::from_secs(60),
+        )?;
+        between(
+            "endpoint_cache_ttl",
+            self.endpoint_cache_ttl,
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        DispatcherConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        type Mutate = Box<dyn Fn(&mut DispatcherConfig)>;
+        let cases: Vec<(&str, Mutate)> = vec![
+            ("batch_size", Box::new(|c| c.batch_size = 0)),
+            ("batch_size", Box::new(|c| c.batch_size = 5000)),
+            ("lease", Box::new(|c| c.lease = Duration::from_millis(1))),
+            ("lease", Box::new(|c| c.lease = Duration::from_secs(5))),
+            (
+                "poll_interval",
+                Box::new(|c| c.poll_interval = Duration::ZERO),
+            ),
+            ("concurrency", Box::new(|c| c.concurrency = 0)),
+            (
+                "handler_concurrency",
+                Box::new(|c| c.handler_concurrency = 0),
+            ),
+            ("max_depth", Box::new(|c| c.max_depth = 0)),
+            (
+                "header_prefix",
+                Box::new(|c| c.header_prefix = "Bad Prefix".into()),
+            ),
+            (
+                "held_probe_interval",
+                Box::new(|c| c.held_probe_interval = Duration::ZERO),
+            ),
+        ];
+        for (field, mutate) in cases {
+            let mut c = DispatcherConfig::default();
+            mutate(&mut c);
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field(), Some(field), "{e}");
+            assert_eq!(e.kind(), crate::ErrorKind::Misconfigured);
+        }
+    }
+}

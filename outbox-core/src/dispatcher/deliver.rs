@@ -1,0 +1,568 @@
+//! One delivery, start to verdict: the checks before starting (duplicates, shutdown, the
+//! breaker, the budget reservation), the channel call, and classification.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use super::handler::{Context, HandlerResult, Seen};
+use super::webhook::{endpoint_gate, open_secrets, signed_request};
+use super::Shared;
+use crate::claim::{Claimed, Completion, Lease};
+use crate::ids::{ConsumerName, EndpointId, Recipient};
+use crate::mail::{mail_idempotency_key, MailError, MailErrorCode, MailOutcome};
+use crate::model::{
+    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
+    ErrorClass, Message,
+};
+use crate::time::{ClockExt, EntropyExt, Timestamp};
+use crate::verdict::{classify, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy};
+use crate::ErrorKind;
+
+/// The state of one `run` or `run_once` call, shared by its delivery tasks.
+#[derive(Debug)]
+pub(crate) struct RunState {
+    /// `run_once`'s soft deadline.
+    pub(crate) deadline: Option<Timestamp>,
+    /// Set on shutdown: start nothing new.
+    pub(crate) stopping: CancellationToken,
+    /// Handlers paused by a snooze, until when.
+    pub(crate) breakers: Mutex<HashMap<ConsumerName, Timestamp>>,
+    /// Deliveries this run has started (`run_once`: all of them; `run`: those in flight).
+    pub(crate) started: Mutex<HashSet<crate::ids::DeliveryId>>,
+    /// Whether `started` covers the whole run (`run_once`).
+    pub(crate) whole_run: bool,
+}
+
+impl RunState {
+    pub(crate) fn new(deadline: Option<Timestamp>) -> Self {
+        RunState {
+            deadline,
+            stopping: CancellationToken::new(),
+            breakers: Mutex::new(HashMap::new()),
+            started: Mutex::new(HashSet::new()),
+            whole_run: deadline.is_some(),
+        }
+    }
+
+    pub(crate) fn tripped_until(
+        &self,
+        consumer: &ConsumerName,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        let map = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(consumer).copied().filter(|until| *until > now)
+    }
+
+    fn trip(&self, consumer: &ConsumerName, until: Timestamp) {
+        let mut map = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
+        let e = map.entry(consumer.clone()).or_insert(until);
+        *e = (*e).max(until);
+    }
+}
+
+/// What a delivery task hands back to the loop.
+#[derive(Debug)]
+pub(crate) enum Done {
+    /// A verdict to write.
+    Completed {
+        lease: Lease,
+        completion: Completion,
+        meta: Meta,
+    },
+    /// Put back unstarted, attempt refunded.
+    Release {
+        lease: Lease,
+        delay: Duration,
+        duplicate: bool,
+    },
+    /// The lease was lost before the send.
+    LeaseLost,
+}
+
+/// What the report and observer need to know about a finished delivery.
+#[derive(Clone, Debug)]
+pub(crate) struct Meta {
+    pub(crate) topic: crate::ids::Topic,
+    pub(crate) kind: DestinationKind,
+    pub(crate) attempt: u32,
+    pub(crate) duration: Duration,
+    pub(crate) endpoint: Option<EndpointId>,
+}
+
+enum Gate {
+    Go,
+    Release(Duration),
+}
+
+pub(crate) async fn deliver(shared: Arc<Shared>, run: Arc<RunState>, claimed: Claimed) -> Done {
+    let Claimed {
+        lease,
+        delivery,
+        message,
+    } = claimed;
+    let first = run
+        .started
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(delivery.id);
+    if !first {
+        // Handed out again while this run has it: never run it twice.
+        let delay = match run.deadline {
+            Some(d) => d
+                .duration_since(shared.clock.now())
+                .max(shared.config.poll_interval),
+            None => shared.config.lease,
+        };
+        return Done::Release {
+            lease,
+            delay,
+            duplicate: true,
+        };
+    }
+    let done = match &delivery.destination {
+        Destination::Handler(c) => handler_path(&shared, &run, lease, &delivery, message, c).await,
+        Destination::Webhook(e) => {
+            webhook_path(&shared, &run, lease, &delivery, &message, *e).await
+        }
+        Destination::Email(r) => email_path(&shared, &run, lease, &delivery, &message, r).await,
+    };
+    if !run.whole_run || matches!(done, Done::Release { .. }) {
+        run.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&delivery.id);
+    }
+    done
+}
+
+/// The checks made right before a delivery starts.
+fn gate(
+    shared: &Shared,
+    run: &RunState,
+    timeout: Duration,
+    consumer: Option<&ConsumerName>,
+) -> Gate {
+    let now = shared.clock.now();
+    if run.stopping.is_cancelled() {
+        return Gate::Release(Duration::ZERO);
+    }
+    if let Some(until) = consumer.and_then(|c| run.tripped_until(c, now)) {
+        return Gate::Release(until.duration_since(now));
+    }
+    if let Some(deadline) = run.deadline {
+        if now
+            .saturating_add(timeout)
+            .saturating_add(shared.config.reservation_margin)
+            > deadline
+        {
+            return Gate::Release(Duration::ZERO);
+        }
+    }
+    Gate::Go
+}
+
+fn verdict_policy(
+    shared: &Shared,
+    retry: crate::retry::RetryPolicy,
+    mail_idempotent: bool,
+) -> VerdictPolicy {
+    let c = &shared.config;
+    VerdictPolicy {
+        retry,
+        held_probe_interval: c.held_probe_interval,
+        park_delay: c.park_delay,
+        max_snoozes: c.max_snoozes,
+        max_retry_after: Duration::from_secs(24 * 3600),
+        mail_idempotent,
+    }
+}
+
+fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
+    AttemptContext {
+        attempt: lease.attempts,
+        snoozes: lease.snoozes,
+        probe: lease.is_probe(),
+        now: shared.clock.now(),
+        jitter: shared.entropy.unit_sample(),
+    }
+}
+
+fn completed(
+    lease: Lease,
+    verdict: Verdict,
+    attempt: Option<AttemptRecord>,
+    delivery: &Delivery,
+    started: Timestamp,
+    finished: Timestamp,
+) -> Done {
+    let meta = Meta {
+        topic: delivery.topic.clone(),
+        kind: delivery.destination.kind(),
+        attempt: lease.attempts,
+        duration: finished.duration_since(started),
+        endpoint: delivery.endpoint(),
+    };
+    Done::Completed {
+        lease,
+        completion: Completion { verdict, attempt },
+        meta,
+    }
+}
+
+fn record(
+    outcome: &Outcome,
+    started: Timestamp,
+    finished: Timestamp,
+    text: &str,
+) -> Option<AttemptRecord> {
+    outcome.attempt_outcome().map(|o| AttemptRecord {
+        started_at: started,
+        finished_at: finished,
+        outcome: o,
+        status_code: outcome.status_code(),
+        excerpt: (!text.is_empty()).then(|| excerpt(text)),
+    })
+}
+
+async fn handler_path(
+    shared: &Shared,
+    run: &RunState,
+    lease: Lease,
+    delivery: &Delivery,
+    message: Message,
+    consumer: &ConsumerName,
+) -> Done {
+    let Some(reg) = shared.handlers.get(consumer) else {
+        // Only registered consumers are claimed; a config change between claim and run.
+        return Done::Release {
+            lease,
+            delay: shared.config.poll_interval,
+            duplicate: false,
+        };
+    };
+    let _permit = match reg.semaphore.clone().acquire_owned().await {
+        Ok(p) => p,
+        Err(_) => {
+            return Done::Release {
+                lease,
+                delay: Duration::ZERO,
+                duplicate: false,
+            }
+        }
+    };
+    if let Gate::Release(delay) = gate(shared, run, reg.options.timeout, Some(consumer)) {
+        return Done::Release {
+            lease,
+            delay,
+            duplicate: false,
+        };
+    }
+    let started = shared.clock.now();
+    let key = reg.options.dedup.as_ref().and_then(|d| (d.key)(&message));
+    if let Some(k) = &key {
+        let seen = reg
+            .dedup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(k, started);
+        match seen {
+            Seen::InFlight => {
+                return Done::Release {
+                    lease,
+                    delay: shared.config.poll_interval,
+                    duplicate: false,
+                }
+            }
+            Seen::Done => {
+                let rec = AttemptRecord {
+                    started_at: started,
+                    finished_at: started,
+                    outcome: AttemptOutcome::Succeeded,
+                    status_code: None,
+                    excerpt: Some("skipped: the dedup key succeeded recently".into()),
+                };
+                return completed(
+                    lease,
+                    Verdict::Succeeded,
+                    Some(rec),
+                    delivery,
+                    started,
+                    started,
+                );
+            }
+            Seen::New => {}
+        }
+    }
+    let cancel = CancellationToken::new();
+    let ctx = Context {
+        delivery_id: delivery.id,
+        consumer: consumer.clone(),
+        attempt: lease.attempts,
+        cancel: cancel.clone(),
+        store: shared.store.clone(),
+        cause: Cause {
+            handler: consumer.clone(),
+            message_id: message.id,
+            topic: message.topic.clone(),
+            depth: message
+                .cause
+                .as_ref()
+                .map_or(0, |c| c.depth)
+                .saturating_add(1),
+        },
+        max_depth: shared.config.max_depth,
+    };
+    let call = AssertUnwindSafe(reg.handler.handle(ctx, message)).catch_unwind();
+    let (outcome, text) = tokio::select! {
+        r = call => match r {
+            Ok(HandlerResult::Ok) => (HandlerOutcome::Ok, String::new()),
+            Ok(HandlerResult::Retry(why)) => (HandlerOutcome::Retry, why),
+            Ok(HandlerResult::Snooze { delay, reason }) => (HandlerOutcome::Snooze(delay), reason),
+            Ok(HandlerResult::Discard(why)) => (HandlerOutcome::Discard, why),
+            Err(_) => (HandlerOutcome::Retry, "the handler panicked".to_owned()),
+        },
+        () = shared.clock.sleep(reg.options.timeout) => {
+            cancel.cancel();
+            (HandlerOutcome::Timeout, "the handler timed out".to_owned())
+        }
+    };
+    let finished = shared.clock.now();
+    if let Some(k) = &key {
+        let ttl = reg.options.dedup.as_ref().map_or(Duration::ZERO, |d| d.ttl);
+        let cap = reg.options.dedup.as_ref().map_or(1, |d| d.capacity);
+        let ok = outcome == HandlerOutcome::Ok;
+        reg.dedup.lock().unwrap_or_else(|p| p.into_inner()).finish(
+            k,
+            ok,
+            finished.saturating_add(ttl),
+            cap,
+        );
+    }
+    let outcome = Outcome::Handler(outcome);
+    let policy = verdict_policy(shared, reg.options.retry.clone(), false);
+    let verdict = classify(&outcome, &context(shared, &lease), &policy);
+    if let Verdict::Snoozed { until } = verdict {
+        run.trip(consumer, until);
+    }
+    completed(
+        lease,
+        verdict,
+        record(&outcome, started, finished, &text),
+        delivery,
+        started,
+        finished,
+    )
+}
+
+async fn webhook_path(
+    shared: &Shared,
+    run: &RunState,
+    lease: Lease,
+    delivery: &Delivery,
+    message: &Message,
+    endpoint_id: EndpointId,
+) -> Done {
+    let Some(ch) = &shared.webhooks else {
+        return Done::Release {
+            lease,
+            delay: shared.config.poll_interval,
+            duplicate: false,
+        };
+    };
+    let now = shared.clock.now();
+    let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), false);
+    let endpoint = match shared
+        .endpoints
+        .get(
+            &*shared.store,
+            &delivery.tenant,
+            endpoint_id,
+            now,
+            shared.config.endpoint_cache_ttl,
+        )
+        .await
+    {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the endpoint failed; releasing the delivery");
+            return Done::Release {
+                lease,
+                delay: shared.config.poll_interval,
+                duplicate: false,
+            };
+        }
+    };
+    if let Some(outcome) = endpoint_gate(endpoint.as_ref()) {
+        let verdict = classify(&outcome, &context(shared, &lease), &policy);
+        return completed(lease, verdict, None, delivery, now, now);
+    }
+    let Some(endpoint) = endpoint else {
+        return Done::Release {
+            lease,
+            delay: shared.config.poll_interval,
+            duplicate: false,
+        };
+    };
+    let secrets = match open_secrets(&*ch.vault, &endpoint).await {
+        Ok(s) => s,
+        Err(e) => {
+            // Our configuration, not the receiver: park it without spending an attempt.
+            tracing::error!(error = %e, endpoint = %endpoint.id, "cannot open the endpoint's secret; parking the delivery");
+            let verdict = Verdict::Parked {
+                until: now.saturating_add(shared.config.park_delay),
+            };
+            return completed(lease, verdict, None, delivery, now, now);
+        }
+    };
+    if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {
+        return Done::Release {
+            lease,
+            delay,
+            duplicate: false,
+        };
+    }
+    let started = shared.clock.now();
+    let request = signed_request(
+        &endpoint,
+        &secrets,
+        message,
+        delivery.id,
+        started,
+        &shared.names,
+        shared.config.webhook_timeout,
+    );
+    let response = ch.transport.send(request).await;
+    let finished = shared.clock.now();
+    let outcome = response.outcome();
+    let verdict = classify(&outcome, &context(shared, &lease), &policy);
+    completed(
+        lease,
+        verdict,
+        record(&outcome, started, finished, response.excerpt()),
+        delivery,
+        started,
+        finished,
+    )
+}
+
+async fn email_path(
+    shared: &Shared,
+    run: &RunState,
+    lease: Lease,
+    delivery: &Delivery,
+    message: &Message,
+    recipient: &Recipient,
+) -> Done {
+    let Some(ch) = &shared.mail else {
+        return Done::Release {
+            lease,
+            delay: shared.config.poll_interval,
+            duplicate: false,
+        };
+    };
+    let now = shared.clock.now();
+    let idempotent = ch.mailer.capabilities().idempotent;
+    let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), idempotent);
+    let fail = |lease: Lease, outcome: Outcome, text: &str| {
+        let verdict = classify(&outcome, &context(shared, &lease), &policy);
+        completed(
+            lease,
+            verdict,
+            record(&outcome, now, now, text),
+            delivery,
+            now,
+            now,
+        )
+    };
+    if lease.was_sending() && !idempotent {
+        let rec = AttemptRecord {
+            started_at: now,
+            finished_at: now,
+            outcome: AttemptOutcome::Failed(ErrorClass::MailUnknown),
+            status_code: None,
+            excerpt: Some(
+                "an earlier send may have happened and the mailer is not idempotent".into(),
+            ),
+        };
+        return completed(
+            lease,
+            Verdict::Dead {
+                reason: crate::model::DeadReason::UnknownOutcome,
+            },
+            Some(rec),
+            delivery,
+            now,
+            now,
+        );
+    }
+    let to = match ch.resolver.resolve(&delivery.tenant, recipient).await {
+        Ok(a) => a,
+        Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::NotFound) => {
+            return fail(
+                lease,
+                Outcome::Unrenderable,
+                "the recipient does not resolve",
+            );
+        }
+        Err(_) => {
+            let err = MailError::new(
+                MailErrorCode::Other,
+                MailOutcome::NotSent,
+                "recipient lookup failed",
+            );
+            return fail(lease, Outcome::Mail(Err(err)), "recipient lookup failed");
+        }
+    };
+    let mail = match ch.composer.compose(message, to) {
+        Ok(m) => m,
+        Err(_) => {
+            return fail(
+                lease,
+                Outcome::Unrenderable,
+                "the message cannot be rendered as an e-mail",
+            )
+        }
+    };
+    if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {
+        return Done::Release {
+            lease,
+            delay,
+            duplicate: false,
+        };
+    }
+    match shared.store.mark_sending(&lease).await {
+        Ok(()) => {}
+        Err(e) if e.is_lease_lost() => return Done::LeaseLost,
+        Err(e) => {
+            tracing::warn!(error = %e, "marking the delivery as sending failed; releasing it");
+            return Done::Release {
+                lease,
+                delay: shared.config.poll_interval,
+                duplicate: false,
+            };
+        }
+    }
+    let started = shared.clock.now();
+    let key = mail_idempotency_key(delivery.id);
+    let result = ch.mailer.send(&mail, &key).await;
+    let finished = shared.clock.now();
+    let text = match &result {
+        Ok(_) => String::new(),
+        Err(e) => e.detail.clone(),
+    };
+    let outcome = Outcome::Mail(result.map(|_| ()));
+    let verdict = classify(&outcome, &context(shared, &lease), &policy);
+    completed(
+        lease,
+        verdict,
+        record(&outcome, started, finished, &text),
+        delivery,
+        started,
+        finished,
+    )
+}

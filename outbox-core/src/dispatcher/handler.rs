@@ -1,0 +1,315 @@
+//! In-process handlers (DESIGN §8.1): the [`Handler`] trait, what it returns, the context it
+//! gets, and its options (retry policy, timeout, concurrency, dedup).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::ids::{ConsumerName, DeliveryId};
+use crate::model::{Cause, Message, NewMessage};
+use crate::retry::RetryPolicy;
+use crate::store::{DynStore, Enqueued};
+use crate::time::Timestamp;
+
+/// What a handler decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandlerResult {
+    /// Done.
+    Ok,
+    /// Failed; retry after the policy's delay. The text goes to the ledger (keep it free of
+    /// personal data).
+    Retry(String),
+    /// The downstream is out and the message is fine: try again after `delay` without
+    /// spending an attempt, and pause this handler for that long (the circuit breaker).
+    Snooze {
+        /// How long.
+        delay: Duration,
+        /// Why (for the ledger).
+        reason: String,
+    },
+    /// Permanent failure: dead at once.
+    Discard(String),
+}
+
+impl HandlerResult {
+    /// `Retry` with a reason.
+    pub fn retry(reason: impl fmt::Display) -> Self {
+        HandlerResult::Retry(reason.to_string())
+    }
+
+    /// `Snooze` for `delay`.
+    pub fn snooze(delay: Duration, reason: impl fmt::Display) -> Self {
+        HandlerResult::Snooze {
+            delay,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// `Discard` with a reason.
+    pub fn discard(reason: impl fmt::Display) -> Self {
+        HandlerResult::Discard(reason.to_string())
+    }
+}
+
+impl<E: fmt::Display> From<std::result::Result<(), E>> for HandlerResult {
+    fn from(r: std::result::Result<(), E>) -> Self {
+        match r {
+            Ok(()) => HandlerResult::Ok,
+            Err(e) => HandlerResult::retry(e),
+        }
+    }
+}
+
+/// An in-process consumer's code.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Handle one message.
+    async fn handle(&self, ctx: Context, message: Message) -> HandlerResult;
+}
+
+#[async_trait]
+impl<F, Fut> Handler for F
+where
+    F: Fn(Context, Message) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    async fn handle(&self, ctx: Context, message: Message) -> HandlerResult {
+        (self)(ctx, message).await
+    }
+}
+
+/// What a handler knows about the delivery it runs, and how it emits follow-ups.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) delivery_id: DeliveryId,
+    pub(crate) consumer: ConsumerName,
+    pub(crate) attempt: u32,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) store: Arc<DynStore>,
+    pub(crate) cause: Cause,
+    pub(crate) max_depth: u32,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("delivery_id", &self.delivery_id)
+            .field("consumer", &self.consumer)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// The delivery being handled (stable across retries: a natural deduplication key).
+    pub fn delivery_id(&self) -> DeliveryId {
+        self.delivery_id
+    }
+
+    /// The consumer.
+    pub fn consumer(&self) -> &ConsumerName {
+        &self.consumer
+    }
+
+    /// Which attempt this is (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Cancelled when the handler's timeout passes or the dispatcher stops: stop work and
+    /// return.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Enqueue a follow-up message now, carrying this message as its cause. A chain deeper
+    /// than the dispatcher's `max_depth` is refused with `InvalidInput` (field `cause`).
+    /// Follow-ups are at least once too: give them an idempotency key derived from
+    /// [`Context::delivery_id`] when a retry must not emit twice.
+    pub async fn emit(&self, message: NewMessage) -> Result<Enqueued> {
+        if self.cause.depth > self.max_depth {
+            return Err(Error::invalid_input(
+                "cause",
+                format!(
+                    "the chain of follow-up messages would be deeper than {}",
+                    self.max_depth
+                ),
+            ));
+        }
+        self.store
+            .enqueue(message.caused_by(self.cause.clone()))
+            .await
+    }
+}
+
+/// A function from a message to its deduplication key.
+pub type DedupKeyFn = Arc<dyn Fn(&Message) -> Option<String> + Send + Sync>;
+
+/// Skip a message whose key is in flight or succeeded within `ttl`; remember at most
+/// `capacity` keys.
+#[derive(Clone)]
+pub struct Dedup {
+    pub(crate) key: DedupKeyFn,
+    pub(crate) ttl: Duration,
+    pub(crate) capacity: usize,
+}
+
+impl Dedup {
+    /// Deduplicate by `key`, remembering successes for `ttl`, at most `capacity` keys.
+    pub fn new(
+        key: impl Fn(&Message) -> Option<String> + Send + Sync + 'static,
+        ttl: Duration,
+        capacity: usize,
+    ) -> Self {
+        Dedup {
+            key: Arc::new(key),
+            ttl,
+            capacity: capacity.max(1),
+        }
+    }
+}
+
+impl fmt::Debug for Dedup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dedup")
+            .field("ttl", &self.ttl)
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one handler runs.
+#[derive(Clone, Debug)]
+pub struct HandlerOptions {
+    /// Its retry policy. Default: exponential from 1 m, factor 2, cap 1 h, 8 attempts.
+    pub retry: RetryPolicy,
+    /// How long one call may take before it is cancelled and retried. Default 30 s.
+    pub timeout: Duration,
+    /// Calls at once; `None` uses the dispatcher's `handler_concurrency`.
+    pub concurrency: Option<usize>,
+    /// Optional deduplication.
+    pub dedup: Option<Dedup>,
+}
+
+impl Default for HandlerOptions {
+    fn default() -> Self {
+        HandlerOptions {
+            retry: RetryPolicy::handler_default(),
+            timeout: Duration::from_secs(30),
+            concurrency: None,
+            dedup: None,
+        }
+    }
+}
+
+/// Whether a dedup key was seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Seen {
+    New,
+    InFlight,
+    Done,
+}
+
+/// A bounded cache of dedup keys: in-flight keys and recent successes.
+#[derive(Debug, Default)]
+pub(crate) struct DedupCache {
+    in_flight: HashSet<String>,
+    done: HashMap<String, Timestamp>,
+    order: VecDeque<String>,
+}
+
+impl DedupCache {
+    pub(crate) fn check(&mut self, key: &str, now: Timestamp) -> Seen {
+        if self.in_flight.contains(key) {
+            return Seen::InFlight;
+        }
+        match self.done.get(key) {
+            Some(until) if *until > now => Seen::Done,
+            _ => {
+                self.in_flight.insert(key.to_owned());
+                Seen::New
+            }
+        }
+    }
+
+    pub(crate) fn finish(
+        &mut self,
+        key: &str,
+        succeeded: bool,
+        expires: Timestamp,
+        capacity: usize,
+    ) {
+        self.in_flight.remove(key);
+        if !succeeded {
+            return;
+        }
+        if self.done.insert(key.to_owned(), expires).is_none() {
+            self.order.push_back(key.to_owned());
+        }
+        while self.done.len() > capacity {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.done.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: u64) -> Timestamp {
+        Timestamp::EPOCH.saturating_add(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn dedup_cache_skips_in_flight_and_recent_successes() {
+        let mut c = DedupCache::default();
+        assert_eq!(c.check("a", t(0)), Seen::New);
+        assert_eq!(c.check("a", t(0)), Seen::InFlight);
+        c.finish("a", true, t(10), 100);
+        assert_eq!(c.check("a", t(5)), Seen::Done);
+        assert_eq!(c.check("a", t(10)), Seen::New, "expired after the ttl");
+        c.finish("a", false, t(20), 100);
+        assert_eq!(
+            c.check("a", t(11)),
+            Seen::New,
+            "a failure is not remembered"
+        );
+    }
+
+    #[test]
+    fn dedup_cache_is_bounded() {
+        let mut c = DedupCache::default();
+        for i in 0..10 {
+            let k = format!("k{i}");
+            assert_eq!(c.check(&k, t(0)), Seen::New);
+            c.finish(&k, true, t(100), 3);
+        }
+        assert_eq!(c.done.len(), 3);
+        assert_eq!(
+            c.check("k0", t(1)),
+            Seen::New,
+            "the oldest keys were evicted"
+        );
+        assert_eq!(c.check("k9", t(1)), Seen::Done);
+    }
+
+    #[test]
+    fn results_from_std_results() {
+        assert_eq!(HandlerResult::from(Ok::<(), String>(())), HandlerResult::Ok);
+        assert_eq!(
+            HandlerResult::from(Err::<(), _>("boom")),
+            HandlerResult::Retry("boom".into())
+        );
+    }
+}

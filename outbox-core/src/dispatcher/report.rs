@@ -1,0 +1,158 @@
+//! What a run did ([`Report`]) and the metrics hook ([`Observer`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::ids::{DeliveryId, Topic};
+use crate::model::DestinationKind;
+use crate::store::Stats;
+use crate::verdict::Verdict;
+
+/// The most dead delivery ids a report lists.
+pub const DEAD_IDS_LIMIT: usize = 25;
+
+/// Counts for one topic.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TopicReport {
+    /// Claimed.
+    pub claimed: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Scheduled for a retry.
+    pub retried: u64,
+    /// Held.
+    pub held: u64,
+    /// Snoozed.
+    pub snoozed: u64,
+    /// Dead.
+    pub dead: u64,
+}
+
+/// What a run did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// Deliveries claimed.
+    pub claimed: u64,
+    /// Succeeded.
+    pub succeeded: u64,
+    /// Scheduled for a retry.
+    pub retried: u64,
+    /// Held (401/403).
+    pub held: u64,
+    /// Snoozed.
+    pub snoozed: u64,
+    /// Parked (paused endpoint).
+    pub parked: u64,
+    /// Dead.
+    pub dead: u64,
+    /// Released unstarted (budget, breaker, shutdown, duplicates), attempt refunded.
+    pub released: u64,
+    /// Completions or releases whose lease was lost.
+    pub lease_lost: u64,
+    /// Deliveries handed out again while this run already had them.
+    pub duplicate_in_run: u64,
+    /// Claims that returned work.
+    pub batches: u64,
+    /// Wall time of the run (by the dispatcher's clock).
+    pub run_time: Duration,
+    /// Counts per topic.
+    pub per_topic: BTreeMap<Topic, TopicReport>,
+    /// The first dead delivery ids.
+    pub dead_ids: Vec<DeliveryId>,
+    /// Queue statistics at the end, when the store answered within the deadline.
+    pub stats: Option<Stats>,
+}
+
+impl Report {
+    pub(crate) fn record_claim(&mut self, topic: &Topic) {
+        self.claimed += 1;
+        self.per_topic.entry(topic.clone()).or_default().claimed += 1;
+    }
+
+    pub(crate) fn record_verdict(&mut self, topic: &Topic, id: DeliveryId, verdict: &Verdict) {
+        let t = self.per_topic.entry(topic.clone()).or_default();
+        match verdict {
+            Verdict::Succeeded => {
+                self.succeeded += 1;
+                t.succeeded += 1;
+            }
+            Verdict::Retry { .. } => {
+                self.retried += 1;
+                t.retried += 1;
+            }
+            Verdict::Held { .. } => {
+                self.held += 1;
+                t.held += 1;
+            }
+            Verdict::Snoozed { .. } => {
+                self.snoozed += 1;
+                t.snoozed += 1;
+            }
+            Verdict::Parked { .. } => self.parked += 1,
+            Verdict::Dead { .. } => {
+                self.dead += 1;
+                t.dead += 1;
+                if self.dead_ids.len() < DEAD_IDS_LIMIT {
+                    self.dead_ids.push(id);
+                }
+            }
+        }
+    }
+
+    /// Deliveries that reached a verdict.
+    pub fn completed(&self) -> u64 {
+        self.succeeded + self.retried + self.held + self.snoozed + self.parked + self.dead
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "claimed {} succeeded {} retried {} held {} snoozed {} parked {} dead {} released {} lease-lost {} duplicate-in-run {} batches {} in {:?}",
+            self.claimed, self.succeeded, self.retried, self.held, self.snoozed, self.parked, self.dead,
+            self.released, self.lease_lost, self.duplicate_in_run, self.batches, self.run_time
+        )
+    }
+}
+
+/// One finished delivery, as the observer sees it (no payload, no address, no secret).
+#[derive(Clone, Debug)]
+pub struct DeliveryEvent<'a> {
+    /// The delivery.
+    pub delivery_id: DeliveryId,
+    /// Its topic.
+    pub topic: &'a Topic,
+    /// Its channel.
+    pub kind: DestinationKind,
+    /// The attempt number.
+    pub attempt: u32,
+    /// The verdict.
+    pub verdict: &'a Verdict,
+    /// How long the attempt took.
+    pub duration: Duration,
+}
+
+/// A metrics hook. Its failures (panics) are caught and logged; they never change an
+/// outcome.
+pub trait Observer: Send + Sync + fmt::Debug + 'static {
+    /// A claim returned `size` deliveries.
+    fn on_batch(&self, size: usize) {
+        let _ = size;
+    }
+    /// A delivery reached a verdict.
+    fn on_delivery(&self, event: &DeliveryEvent<'_>) {
+        let _ = event;
+    }
+}
+
+/// Call an observer, swallowing (and logging) a panic.
+pub(crate) fn observe(f: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        tracing::warn!("an outbox observer panicked; the outcome is unchanged");
+    }
+}

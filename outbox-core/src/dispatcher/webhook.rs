@@ -1,0 +1,231 @@
+//! The webhook channel: build the signed request of a delivery and classify its answer.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::endpoint::{BodyFormat, Endpoint, EndpointStatus};
+use crate::error::Result;
+use crate::ids::{DeliveryId, EndpointId, TenantId};
+use crate::model::{Envelope, Message};
+use crate::signing::{sign, HeaderNames, WebhookSecret};
+use crate::store::DynStore;
+use crate::time::Timestamp;
+use crate::transport::SignedRequest;
+use crate::vault::{DynSecretVault, SecretContext};
+use crate::verdict::Outcome;
+
+/// The exact body sent for `message` to an endpoint with `format`.
+pub fn webhook_body(message: &Message, format: BodyFormat) -> Vec<u8> {
+    match format {
+        BodyFormat::Envelope => Envelope::of(message).to_bytes(),
+        BodyFormat::Raw => message.payload.clone(),
+    }
+}
+
+/// The signed request of one attempt: `webhook-id` is the delivery id (stable across
+/// retries), `webhook-timestamp` this attempt's Unix seconds, `webhook-signature` one `v1`
+/// signature per secret (current first).
+pub fn signed_request(
+    endpoint: &Endpoint,
+    secrets: &[WebhookSecret],
+    message: &Message,
+    delivery: DeliveryId,
+    now: Timestamp,
+    names: &HeaderNames,
+    timeout: Duration,
+) -> SignedRequest {
+    let body = webhook_body(message, endpoint.body_format);
+    let id = delivery.to_string();
+    let ts = now.as_unix_seconds();
+    let refs: Vec<&WebhookSecret> = secrets.iter().collect();
+    let signature = sign(&refs, &id, ts, &body);
+    SignedRequest {
+        url: endpoint.url.clone(),
+        headers: vec![
+            (names.id.clone(), id),
+            (names.timestamp.clone(), ts.to_string()),
+            (names.signature.clone(), signature),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ],
+        body,
+        timeout,
+    }
+}
+
+/// Open an endpoint's secrets (current, then previous) through the vault.
+pub async fn open_secrets(
+    vault: &DynSecretVault,
+    endpoint: &Endpoint,
+) -> Result<Vec<WebhookSecret>> {
+    let ctx = SecretContext::endpoint(&endpoint.tenant, endpoint.id);
+    let mut out = vec![WebhookSecret::from_bytes(
+        vault.open(&endpoint.secret, &ctx).await?,
+    )?];
+    if let Some(prev) = &endpoint.previous_secret {
+        out.push(WebhookSecret::from_bytes(vault.open(prev, &ctx).await?)?);
+    }
+    Ok(out)
+}
+
+/// The outcome when an endpoint cannot receive (missing, paused, disabled), else `None`.
+pub fn endpoint_gate(endpoint: Option<&Endpoint>) -> Option<Outcome> {
+    match endpoint.map(|e| &e.status) {
+        None => Some(Outcome::EndpointMissing),
+        Some(EndpointStatus::Paused) => Some(Outcome::EndpointPaused),
+        Some(EndpointStatus::Disabled(_)) => Some(Outcome::EndpointDisabled),
+        Some(EndpointStatus::Active) => None,
+    }
+}
+
+/// When an endpoint was read, and what was found.
+type CachedEndpoint = (Timestamp, Option<Endpoint>);
+
+/// Endpoint reads reused for a short time across deliveries.
+#[derive(Debug, Default)]
+pub(crate) struct EndpointCache {
+    entries: Mutex<HashMap<(TenantId, EndpointId), CachedEndpoint>>,
+}
+
+impl EndpointCache {
+    pub(crate) async fn get(
+        &self,
+        store: &DynStore,
+        tenant: &TenantId,
+        id: EndpointId,
+        now: Timestamp,
+        ttl: Duration,
+    ) -> Result<Option<Endpoint>> {
+        let key = (tenant.clone(), id);
+        if let Some((at, e)) = self
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            if now < at.saturating_add(ttl) {
+                return Ok(e.clone());
+            }
+        }
+        let fresh = match store.get_endpoint(tenant, id).await {
+            Ok(e) => Some(e),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > 10_000 {
+            map.clear();
+        }
+        map.insert(key, (now, fresh.clone()));
+        Ok(fresh)
+    }
+
+    /// Forget an endpoint (after a verdict changed it, e.g. disabled on 410).
+    pub(crate) fn forget(&self, tenant: &TenantId, id: EndpointId) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(tenant.clone(), id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::{EndpointUrl, SealedSecret};
+    use crate::ids::{MessageId, Topic, TopicFilter};
+    use crate::signing::{verify, DEFAULT_TOLERANCE};
+
+    fn t() -> Timestamp {
+        Timestamp::from_unix_millis(1_700_000_000_000).unwrap()
+    }
+
+    fn fixture(format: BodyFormat) -> (Endpoint, Message) {
+        let id = EndpointId::parse("01900000-0000-7000-8000-0000000000aa").unwrap();
+        let e = Endpoint {
+            id,
+            tenant: TenantId::default(),
+            url: EndpointUrl::parse("https://hooks.example/x").unwrap(),
+            description: String::new(),
+            filter: TopicFilter::all(),
+            status: EndpointStatus::Active,
+            secret: SealedSecret(vec![]),
+            previous_secret: None,
+            body_format: format,
+            rate_limit: None,
+            created_at: t(),
+            updated_at: t(),
+        };
+        let m = Message {
+            id: MessageId::parse("01900000-0000-7000-8000-0000000000bb").unwrap(),
+            topic: Topic::new("order.created").unwrap(),
+            payload: br#"{"id":7}"#.to_vec(),
+            tenant: TenantId::default(),
+            ordering_key: None,
+            idempotency_key: None,
+            available_at: t(),
+            headers: Default::default(),
+            cause: None,
+            created_at: t(),
+        };
+        (e, m)
+    }
+
+    #[test]
+    fn signed_requests_verify_with_either_secret() {
+        let (e, m) = fixture(BodyFormat::Envelope);
+        let (cur, prev) = (
+            WebhookSecret::from_bytes(vec![1; 32]).unwrap(),
+            WebhookSecret::from_bytes(vec![2; 32]).unwrap(),
+        );
+        let d = DeliveryId::parse("01900000-0000-7000-8000-0000000000cc").unwrap();
+        let names = HeaderNames::default();
+        let r = signed_request(
+            &e,
+            &[cur.clone(), prev.clone()],
+            &m,
+            d,
+            t(),
+            &names,
+            Duration::from_secs(10),
+        );
+        assert_eq!(r.header("webhook-id"), Some(d.to_string().as_str()));
+        assert_eq!(r.header("webhook-timestamp"), Some("1700000000"));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["type"], "order.created");
+        for s in [&cur, &prev] {
+            assert_eq!(
+                verify(
+                    &[s],
+                    &names,
+                    |n| r.header(n),
+                    &r.body,
+                    t(),
+                    DEFAULT_TOLERANCE
+                ),
+                Ok(())
+            );
+        }
+        let raw = signed_request(
+            &fixture(BodyFormat::Raw).0,
+            &[cur],
+            &m,
+            d,
+            t(),
+            &names,
+            Duration::from_secs(10),
+        );
+        assert_eq!(raw.body, m.payload);
+    }
+
+    #[test]
+    fn gates() {
+        let (mut e, _) = fixture(BodyFormat::Envelope);
+        assert_eq!(endpoint_gate(None), Some(Outcome::EndpointMissing));
+        assert_eq!(endpoint_gate(Some(&e)), None);
+        e.status = EndpointStatus::Paused;
+        assert_eq!(endpoint_gate(Some(&e)), Some(Outcome::EndpointPaused));
+        e.status = EndpointStatus::Disabled(crate::endpoint::DisabledReason::Gone);
+        assert_eq!(endpoint_gate(Some(&e)), Some(Outcome::EndpointDisabled));
+    }
+}
