@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use super::handler::{DedupCache, Handler, HandlerOptions};
 use super::report::Observer;
-use super::webhook::EndpointCache;
 use super::{
     Dispatcher, DispatcherConfig, LiteralRecipients, MailChannel, MailComposer, PayloadComposer,
     RecipientResolver, Registered, Shared, WebhookChannel,
@@ -237,7 +236,6 @@ impl DispatcherBuilder {
                 webhooks,
                 mail,
                 observer: self.observer,
-                endpoints: EndpointCache::default(),
                 registered: tokio::sync::OnceCell::new(),
             }),
         })

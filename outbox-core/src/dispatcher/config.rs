@@ -43,8 +43,6 @@ pub struct DispatcherConfig {
     pub dormant_topics: Vec<Topic>,
     /// How long the report waits for queue statistics. Default 500 ms.
     pub stats_deadline: Duration,
-    /// How long an endpoint read is reused across deliveries. Default 1 s.
-    pub endpoint_cache_ttl: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -65,7 +63,6 @@ impl Default for DispatcherConfig {
             header_prefix: crate::signing::DEFAULT_HEADER_PREFIX.to_owned(),
             dormant_topics: Vec::new(),
             stats_deadline: Duration::from_millis(500),
-            endpoint_cache_ttl: Duration::from_secs(1),
         }
     }
 }
@@ -158,12 +155,6 @@ impl DispatcherConfig {
             self.stats_deadline,
             Duration::ZERO,
             Duration::from_secs(60),
-        )?;
-        between(
-            "endpoint_cache_ttl",
-            self.endpoint_cache_ttl,
-            Duration::ZERO,
-            Duration::from_secs(3600),
         )?;
         Ok(())
     }

@@ -10,7 +10,7 @@ use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{Context, HandlerResult, Seen};
-use super::webhook::{endpoint_gate, open_secrets, signed_request};
+use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
 use super::Shared;
 use crate::claim::{Claimed, Completion, Lease};
 use crate::ids::{ConsumerName, EndpointId, Recipient};
@@ -91,7 +91,6 @@ pub(crate) struct Meta {
     pub(crate) kind: DestinationKind,
     pub(crate) attempt: u32,
     pub(crate) duration: Duration,
-    pub(crate) endpoint: Option<EndpointId>,
 }
 
 enum Gate {
@@ -99,7 +98,12 @@ enum Gate {
     Release(Duration),
 }
 
-pub(crate) async fn deliver(shared: Arc<Shared>, run: Arc<RunState>, claimed: Claimed) -> Done {
+pub(crate) async fn deliver(
+    shared: Arc<Shared>,
+    run: Arc<RunState>,
+    endpoints: Arc<EndpointCache>,
+    claimed: Claimed,
+) -> Done {
     let Claimed {
         lease,
         delivery,
@@ -127,7 +131,7 @@ pub(crate) async fn deliver(shared: Arc<Shared>, run: Arc<RunState>, claimed: Cl
     let done = match &delivery.destination {
         Destination::Handler(c) => handler_path(&shared, &run, lease, &delivery, message, c).await,
         Destination::Webhook(e) => {
-            webhook_path(&shared, &run, lease, &delivery, &message, *e).await
+            webhook_path(&shared, &run, &endpoints, lease, &delivery, &message, *e).await
         }
         Destination::Email(r) => email_path(&shared, &run, lease, &delivery, &message, r).await,
     };
@@ -205,7 +209,6 @@ fn completed(
         kind: delivery.destination.kind(),
         attempt: lease.attempts,
         duration: finished.duration_since(started),
-        endpoint: delivery.endpoint(),
     };
     Done::Completed {
         lease,
@@ -245,15 +248,17 @@ async fn handler_path(
             duplicate: false,
         };
     };
-    let _permit = match reg.semaphore.clone().acquire_owned().await {
-        Ok(p) => p,
-        Err(_) => {
-            return Done::Release {
-                lease,
-                delay: Duration::ZERO,
-                duplicate: false,
-            }
-        }
+    // Wait for a permit, unless the run stops first: unstarted work goes back at once.
+    let permit = tokio::select! {
+        p = reg.semaphore.clone().acquire_owned() => p.ok(),
+        () = run.stopping.cancelled() => None,
+    };
+    let Some(_permit) = permit else {
+        return Done::Release {
+            lease,
+            delay: Duration::ZERO,
+            duplicate: false,
+        };
     };
     if let Gate::Release(delay) = gate(shared, run, reg.options.timeout, Some(consumer)) {
         return Done::Release {
@@ -362,6 +367,7 @@ async fn handler_path(
 async fn webhook_path(
     shared: &Shared,
     run: &RunState,
+    endpoints: &EndpointCache,
     lease: Lease,
     delivery: &Delivery,
     message: &Message,
@@ -376,15 +382,8 @@ async fn webhook_path(
     };
     let now = shared.clock.now();
     let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), false);
-    let endpoint = match shared
-        .endpoints
-        .get(
-            &*shared.store,
-            &delivery.tenant,
-            endpoint_id,
-            now,
-            shared.config.endpoint_cache_ttl,
-        )
+    let endpoint = match endpoints
+        .get(&*shared.store, &delivery.tenant, endpoint_id)
         .await
     {
         Ok(e) => e,

@@ -45,7 +45,6 @@ use crate::store::DynStore;
 use crate::time::{ClockExt, DynClock, DynEntropy, Timestamp};
 use crate::transport::DynWebhookTransport;
 use crate::vault::DynSecretVault;
-use crate::verdict::Verdict;
 
 pub(crate) struct Registered {
     pub(crate) consumer: Consumer,
@@ -80,7 +79,6 @@ pub(crate) struct Shared {
     pub(crate) webhooks: Option<WebhookChannel>,
     pub(crate) mail: Option<MailChannel>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
-    pub(crate) endpoints: EndpointCache,
     pub(crate) registered: tokio::sync::OnceCell<()>,
 }
 
@@ -157,6 +155,15 @@ impl Dispatcher {
         .await
     }
 
+    /// The least time any delivery needs reserved before it starts.
+    fn min_reservation(&self) -> Duration {
+        let s = &self.shared;
+        let handler = s.handlers.values().map(|r| r.options.timeout).min();
+        let channel =
+            (s.webhooks.is_some() || s.mail.is_some()).then_some(s.config.webhook_timeout);
+        handler.into_iter().chain(channel).min().unwrap_or_default() + s.config.reservation_margin
+    }
+
     fn claim_request(&self, run: &RunState, size: usize, now: Timestamp) -> Option<ClaimRequest> {
         let s = &self.shared;
         let size = u32::try_from(size)
@@ -202,7 +209,10 @@ impl Dispatcher {
             }
             self.settle(&mut finished, &mut report).await;
             let now = s.clock.now();
-            if run.stopping.is_cancelled() || run.deadline.is_some_and(|d| now >= d) {
+            let spent = run
+                .deadline
+                .is_some_and(|d| now.saturating_add(self.min_reservation()) > d);
+            if run.stopping.is_cancelled() || spent {
                 break;
             }
             let free = s.config.concurrency.saturating_sub(tasks.len());
@@ -215,6 +225,7 @@ impl Dispatcher {
                             if let Some(o) = &s.observer {
                                 observe(|| o.on_batch(batch.len()));
                             }
+                            let endpoints = Arc::new(EndpointCache::default());
                             for claimed in batch {
                                 report.record_claim(&claimed.delivery.topic);
                                 let span = tracing::info_span!(
@@ -226,7 +237,8 @@ impl Dispatcher {
                                 );
                                 let lease = claimed.lease.clone();
                                 let h = tasks.spawn(
-                                    deliver(s.clone(), run.clone(), claimed).instrument(span),
+                                    deliver(s.clone(), run.clone(), endpoints.clone(), claimed)
+                                        .instrument(span),
                                 );
                                 leases.insert(h.id(), lease);
                             }
@@ -382,15 +394,6 @@ impl Dispatcher {
 
     fn completed(&self, report: &mut Report, lease: &Lease, completion: &Completion, meta: &Meta) {
         report.record_verdict(&meta.topic, lease.delivery_id, &completion.verdict);
-        if let (
-            Verdict::Dead {
-                reason: crate::model::DeadReason::Gone,
-            },
-            Some(e),
-        ) = (&completion.verdict, meta.endpoint)
-        {
-            self.shared.endpoints.forget(&lease.tenant, e);
-        }
         tracing::debug!(delivery_id = %lease.delivery_id, verdict = completion.verdict.name(), "delivery completed");
         if let Some(o) = &self.shared.observer {
             let event = DeliveryEvent {

@@ -78,13 +78,11 @@ pub fn endpoint_gate(endpoint: Option<&Endpoint>) -> Option<Outcome> {
     }
 }
 
-/// When an endpoint was read, and what was found.
-type CachedEndpoint = (Timestamp, Option<Endpoint>);
-
-/// Endpoint reads reused for a short time across deliveries.
+/// Endpoint reads shared by the deliveries of one claim batch: a batch claimed after a
+/// secret rotation or URL change always reads the endpoint afresh.
 #[derive(Debug, Default)]
 pub(crate) struct EndpointCache {
-    entries: Mutex<HashMap<(TenantId, EndpointId), CachedEndpoint>>,
+    entries: Mutex<HashMap<(TenantId, EndpointId), Option<Endpoint>>>,
 }
 
 impl EndpointCache {
@@ -93,39 +91,26 @@ impl EndpointCache {
         store: &DynStore,
         tenant: &TenantId,
         id: EndpointId,
-        now: Timestamp,
-        ttl: Duration,
     ) -> Result<Option<Endpoint>> {
         let key = (tenant.clone(), id);
-        if let Some((at, e)) = self
+        if let Some(e) = self
             .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
         {
-            if now < at.saturating_add(ttl) {
-                return Ok(e.clone());
-            }
+            return Ok(e.clone());
         }
         let fresh = match store.get_endpoint(tenant, id).await {
             Ok(e) => Some(e),
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(e),
         };
-        let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() > 10_000 {
-            map.clear();
-        }
-        map.insert(key, (now, fresh.clone()));
-        Ok(fresh)
-    }
-
-    /// Forget an endpoint (after a verdict changed it, e.g. disabled on 410).
-    pub(crate) fn forget(&self, tenant: &TenantId, id: EndpointId) {
         self.entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&(tenant.clone(), id));
+            .insert(key, fresh.clone());
+        Ok(fresh)
     }
 }
 
