@@ -27,7 +27,10 @@ impl ManualClock {
 
     /// A clock at `t`.
     pub fn at(t: Timestamp) -> Arc<Self> {
-        Arc::new(ManualClock { now: Mutex::new(t), tick: watch::channel(t.as_unix_millis()).0 })
+        Arc::new(ManualClock {
+            now: Mutex::new(t),
+            tick: watch::channel(t.as_unix_millis()).0,
+        })
     }
 
     /// Move to `t` (never backwards: an earlier `t` is ignored).
@@ -76,7 +79,10 @@ impl SeededEntropy {
     }
 
     fn next(&self) -> u64 {
-        let mut z = self.0.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self
+            .0
+            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
+            .wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
@@ -107,7 +113,10 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!sleeper.is_finished());
         clock.advance(Duration::from_secs(30));
-        tokio::time::timeout(Duration::from_secs(5), sleeper).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), sleeper)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     #[test]

@@ -1,1 +1,27 @@
-//! placeholder
+//! # outbox-testing
+//!
+//! Everything needed to test code that uses outbox, and to prove a store correct:
+//!
+//! - [`ManualClock`] and [`SeededEntropy`]: deterministic time and randomness;
+//! - `InMemoryStore`: a complete store for your own tests;
+//! - stand-ins: `ScriptedTransport`, `WebhookReceiver` (a real loopback HTTP server),
+//!   `MailStandIn`, and fault-injecting wrappers;
+//! - [`conformance`]: the suite every store passes, run with [`conformance_tests!`].
+
+pub mod clock;
+pub mod conformance;
+pub mod faults;
+pub mod mail;
+pub mod memory;
+pub mod receiver;
+pub mod strategies;
+pub mod transport;
+
+pub use clock::{ManualClock, SeededEntropy};
+// --- re-exports of memory / faults (in-memory store helper) ---
+pub use faults::FaultyStore;
+pub use memory::InMemoryStore;
+// --- re-exports of receiver / mail / transport (stand-ins helper) ---
+pub use mail::MailStandIn;
+pub use receiver::{ReceivedRequest, Reply, WebhookReceiver};
+pub use transport::{FaultyTransport, ScriptedTransport};

@@ -4,12 +4,18 @@
 //! isolated store driven by a [`ManualClock`]. An adapter runs the whole suite with one
 //! line in `tests/conformance.rs`:
 //!
-//! ```ignore
-//! async fn setup(clock: std::sync::Arc<outbox_testing::ManualClock>) -> Option<outbox_testing::conformance::Fixture> {
-//!     let store = MyStore::open_isolated(clock.clone()).await.ok()?; // a fresh schema / file / prefix
-//!     Some(outbox_testing::conformance::Fixture::new(std::sync::Arc::new(store), clock))
+//! ```
+//! use std::sync::Arc;
+//! use outbox_testing::{conformance::Fixture, InMemoryStore, ManualClock};
+//!
+//! // Your store here: a fresh, isolated one per call (new schema, temp file, key prefix).
+//! async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
+//!     let store = InMemoryStore::new(clock.clone());
+//!     Some(Fixture::new(Arc::new(store), clock))
 //! }
+//!
 //! outbox_testing::conformance_tests!(setup);
+//! # fn main() {}
 //! ```
 //!
 //! When a backend is unreachable, `setup` calls [`backend_unavailable`], which fails the test
@@ -42,14 +48,21 @@ pub struct Fixture(Arc<Inner>);
 
 impl std::fmt::Debug for Fixture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fixture").field("store", &self.0.store).finish_non_exhaustive()
+        f.debug_struct("Fixture")
+            .field("store", &self.0.store)
+            .finish_non_exhaustive()
     }
 }
 
 impl Fixture {
     /// A fixture over `store`, which must read time from `clock`.
     pub fn new(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Self {
-        Fixture(Arc::new(Inner { store, clock, reopen: None, cleanup: Mutex::new(None) }))
+        Fixture(Arc::new(Inner {
+            store,
+            clock,
+            reopen: None,
+            cleanup: Mutex::new(None),
+        }))
     }
 
     /// How to open a second, independent handle (its own connections) to the same data.
@@ -59,7 +72,8 @@ impl Fixture {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Arc<dyn Store>> + Send + 'static,
     {
-        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|_| panic!("configure a fixture before cloning it"));
+        let inner = Arc::try_unwrap(self.0)
+            .unwrap_or_else(|_| panic!("configure a fixture before cloning it"));
         Fixture(Arc::new(Inner {
             reopen: Some(Arc::new(move || Box::pin(reopen()))),
             ..inner
@@ -92,7 +106,12 @@ impl Fixture {
     }
 
     async fn cleanup(&self) {
-        let c = self.0.cleanup.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let c = self
+            .0
+            .cleanup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(c) = c {
             c.await;
         }
@@ -129,7 +148,9 @@ where
         .build()
         .expect("a tokio runtime for the conformance case");
     rt.block_on(async move {
-        let Some(fx) = setup(ManualClock::new()).await else { return };
+        let Some(fx) = setup(ManualClock::new()).await else {
+            return;
+        };
         let result = AssertUnwindSafe(tokio::spawn(case(fx.clone()))).await;
         fx.cleanup().await;
         if let Err(e) = result {

@@ -1,0 +1,223 @@
+//! [`HttpMailer`]: a [`Mailer`] for JSON mail APIs.
+
+use async_trait::async_trait;
+use outbox_core::{
+    Accepted, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage, MailOutcome,
+    Mailer,
+};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+
+use crate::config::{HttpMailerConfig, DEFAULT_MAX_BODY, DEFAULT_USER_AGENT};
+use crate::error::{mail_failure, HttpError};
+
+/// Sends e-mail through a JSON mail API: one `POST` of
+/// `{"to", "subject", "text", "html", "reply_to", "from_name"}` with
+/// `Authorization: Bearer <key>` and `Idempotency-Key: <key>` (the same key on every
+/// attempt of one delivery).
+///
+/// | answer | result |
+/// | --- | --- |
+/// | 2xx | accepted; `provider_id` from a JSON `id` field when present |
+/// | 401, 403 | `configuration-refused`, not sent |
+/// | 408 | `timeout`, not sent |
+/// | 429 | `rate-limited`, not sent |
+/// | other 4xx | `message-refused`, not sent |
+/// | 3xx (never followed) | `configuration-refused`, not sent |
+/// | 5xx | `unavailable`, maybe sent |
+/// | deadline after sending | `timeout`, maybe sent |
+/// | connection refused, name not resolved | `unavailable`, not sent |
+///
+/// The URL is operator configuration: the egress policy does not apply to it. No proxy
+/// from the environment is used.
+///
+/// ```no_run
+/// use outbox_http::{HttpMailer, HttpMailerConfig};
+///
+/// let mailer = HttpMailer::new(HttpMailerConfig {
+///     url: "https://mail.example.com/v1/send".into(),
+///     api_key: std::env::var("MAIL_API_KEY").unwrap_or_default(),
+///     idempotent: true,
+///     ..HttpMailerConfig::default()
+/// })?;
+/// # Ok::<(), outbox_core::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct HttpMailer {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    config: HttpMailerConfig,
+}
+
+impl HttpMailer {
+    /// A mailer with these settings (validated here: a bad one is `Misconfigured`).
+    pub fn new(config: HttpMailerConfig) -> outbox_core::Result<Self> {
+        let url = config.validate()?;
+        let client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .user_agent(DEFAULT_USER_AGENT)
+            .timeout(config.timeout)
+            .build()
+            .map_err(HttpError::Client)?;
+        Ok(HttpMailer {
+            client,
+            url,
+            config,
+        })
+    }
+
+    /// Whether the service deduplicates by idempotency key (from the configuration).
+    pub fn is_idempotent(&self) -> bool {
+        self.config.idempotent
+    }
+}
+
+fn refused(code: MailErrorCode, outcome: MailOutcome, detail: &str) -> MailError {
+    MailError::new(code, outcome, detail)
+}
+
+/// The mail error for a non-2xx status.
+fn from_status(status: u16) -> MailError {
+    use MailErrorCode as C;
+    use MailOutcome as O;
+    match status {
+        401 | 403 => refused(
+            C::ConfigurationRefused,
+            O::NotSent,
+            "the mail service refused the credentials",
+        ),
+        408 => refused(
+            C::Timeout,
+            O::NotSent,
+            "the mail service timed out reading the request",
+        ),
+        429 => refused(
+            C::RateLimited,
+            O::NotSent,
+            "the mail service is rate limiting",
+        ),
+        300..=399 => refused(
+            C::ConfigurationRefused,
+            O::NotSent,
+            "the mail service redirected (check the configured url)",
+        ),
+        400..=499 => refused(
+            C::MessageRefused,
+            O::NotSent,
+            "the mail service refused the message",
+        ),
+        500..=599 => refused(C::Unavailable, O::Unknown, "the mail service failed (5xx)"),
+        _ => refused(
+            C::Other,
+            O::Unknown,
+            "the mail service gave an unexpected status",
+        ),
+    }
+}
+
+/// A JSON `id` field (a string or a number) of at most 200 characters.
+fn provider_id(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let id = match value.get("id")? {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    (!id.is_empty() && id.len() <= 200 && !id.chars().any(char::is_control)).then_some(id)
+}
+
+#[async_trait]
+impl Mailer for HttpMailer {
+    async fn send(
+        &self,
+        message: &MailMessage,
+        key: &IdempotencyKey,
+    ) -> Result<Accepted, MailError> {
+        let body = serde_json::json!({
+            "to": message.to,
+            "subject": message.subject,
+            "text": message.text,
+            "html": message.html,
+            "reply_to": message.reply_to,
+            "from_name": message.from_name.as_ref().or(self.config.from_name.as_ref()),
+        });
+        let body = serde_json::to_vec(&body).map_err(|_| {
+            refused(
+                MailErrorCode::Other,
+                MailOutcome::NotSent,
+                "the message could not be encoded",
+            )
+        })?;
+        let mut response = self
+            .client
+            .post(self.url.clone())
+            .header(AUTHORIZATION, format!("Bearer {}", self.config.api_key))
+            .header("idempotency-key", key.as_str())
+            .header(CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| mail_failure(&e))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(from_status(status));
+        }
+        // Accepted whatever the body says; read a bounded amount of it for the id.
+        let mut read = Vec::new();
+        while read.len() < DEFAULT_MAX_BODY {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read.extend_from_slice(&chunk),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        Ok(Accepted {
+            provider_id: provider_id(&read),
+        })
+    }
+
+    fn capabilities(&self) -> MailCapabilities {
+        MailCapabilities {
+            idempotent: self.config.idempotent,
+        }
+    }
+
+    fn available(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_mail_errors() {
+        use MailErrorCode as C;
+        use MailOutcome as O;
+        let rows = [
+            (401, C::ConfigurationRefused, O::NotSent),
+            (403, C::ConfigurationRefused, O::NotSent),
+            (400, C::MessageRefused, O::NotSent),
+            (422, C::MessageRefused, O::NotSent),
+            (408, C::Timeout, O::NotSent),
+            (429, C::RateLimited, O::NotSent),
+            (302, C::ConfigurationRefused, O::NotSent),
+            (500, C::Unavailable, O::Unknown),
+            (503, C::Unavailable, O::Unknown),
+        ];
+        for (status, code, outcome) in rows {
+            let e = from_status(status);
+            assert_eq!((e.code, e.outcome), (code, outcome), "{status}");
+        }
+    }
+
+    #[test]
+    fn provider_ids_come_from_a_json_id() {
+        assert_eq!(provider_id(br#"{"id":"msg_1"}"#).as_deref(), Some("msg_1"));
+        assert_eq!(provider_id(br#"{"id":42}"#).as_deref(), Some("42"));
+        assert_eq!(provider_id(br#"{"id":null}"#), None);
+        assert_eq!(provider_id(b"queued"), None);
+        assert_eq!(provider_id(b""), None);
+    }
+}

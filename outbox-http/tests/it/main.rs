@@ -1,0 +1,6 @@
+//! outbox-http against loopback stand-ins only: no traffic leaves the machine.
+
+mod egress;
+mod mailer;
+mod support;
+mod transport;

@@ -1,0 +1,92 @@
+//! The conformance cases: one `pub async fn` per behaviour, each taking a fresh [`Fixture`].
+//! Every case listed in `__conformance_cases!` at the bottom runs against every store.
+//!
+//! Cases use only the public store traits, take time from the fixture's `ManualClock`, and
+//! never depend on each other. They are grouped by subject in the modules below and
+//! re-exported here, so each is `outbox_testing::conformance::cases::<name>`.
+
+mod claim;
+mod enqueue;
+mod held;
+mod helpers;
+mod ledger;
+mod operator;
+mod retention;
+mod verdicts;
+
+pub use claim::*;
+pub use enqueue::*;
+pub use held::*;
+pub use ledger::*;
+pub use operator::*;
+pub use retention::*;
+pub use verdicts::*;
+
+#[allow(unused_imports)]
+use super::Fixture;
+
+/// The list of cases that `conformance_tests!` generates tests for. Add every new case here.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($setup:path) => {
+        $crate::__conformance_case!($setup;
+            empty_allowlist_is_refused,
+            enqueue_claim_complete_round_trip,
+            idempotent_enqueue,
+            invalid_message_writes_nothing,
+            batch_enqueue_is_all_or_nothing,
+            fan_out_at_enqueue,
+            wake_listener_wakes_on_enqueue,
+            caused_by_round_trips,
+            wake_listener_wakes_on_operator_calls,
+            idempotent_enqueue_under_concurrency,
+            claim_takes_due_oldest_first_up_to_batch,
+            delayed_message_appears_when_due,
+            claim_is_exclusive,
+            stranded_claim_is_claimable_after_lease,
+            stale_token_is_fenced,
+            late_completion_with_matching_token_is_accepted,
+            extend_keeps_lease_alive,
+            exhausted_rows_die_at_claim,
+            release_refunds_and_delays,
+            ordering_key_is_fifo_per_destination,
+            dormant_topic_does_not_block,
+            claim_serves_only_named_sources,
+            claim_budget_is_per_source,
+            verdict_succeeded,
+            verdict_retry_uses_policy_delay,
+            verdict_gone_disables_endpoint,
+            verdict_dead_on_exhausted_budget,
+            verdict_dead_permanent,
+            snooze_refunds_attempt,
+            snooze_cap_counts_as_retry,
+            paused_endpoint_parks_without_spending,
+            removed_and_disabled_endpoint_dead,
+            verdict_redirect_and_4xx_retry,
+            verdict_mail_refused_dead,
+            verdict_held_then_probe_is_free,
+            held_probe_spends_no_attempt,
+            release_held_makes_due_now,
+            held_probe_2xx_succeeds,
+            held_probe_410_is_gone,
+            replay_only_dead,
+            replay_across_tenants_is_not_found,
+            retry_now_makes_due,
+            tenant_isolation_of_ledger,
+            tenant_isolation_of_endpoints,
+            secret_rotation_releases_held,
+            url_change_releases_held,
+            endpoint_crud_round_trip,
+            consumers_upsert_and_list,
+            ledger_records_attempts,
+            ledger_lists_newest_first_with_stable_cursor,
+            ledger_filters,
+            mark_sending_then_stranded_send_is_flagged,
+            complete_many_mixed_results,
+            purge_removes_only_finished_before_cutoff,
+            purge_rotates_over_tenants,
+            stats_counts_and_oldest_due_age,
+        );
+    };
+}

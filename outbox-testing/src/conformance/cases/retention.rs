@@ -1,0 +1,197 @@
+//! Retention (purge with tenant rotation) and stats.
+
+use outbox_core::{
+    DeadReason, Delivery, DeliveryFilter, DeliveryStatus, ErrorKind, HandlerOutcome, Outcome,
+    Stats, Verdict,
+};
+
+use super::helpers::*;
+use crate::conformance::Fixture;
+
+async fn finish(fx: &Fixture, c: &outbox_core::ConsumerName, verdict: Verdict) -> Delivery {
+    let got = claim_one(fx, &for_consumer(c)).await;
+    complete_with(
+        fx,
+        &got,
+        verdict,
+        Some(Outcome::Handler(HandlerOutcome::Ok)),
+    )
+    .await;
+    delivery(fx, &got.delivery.tenant, got.delivery.id).await
+}
+
+/// Retention removes only `succeeded`/`dead` deliveries completed before the cutoff (with
+/// their attempts), and messages created before it that have no deliveries left.
+pub async fn purge_removes_only_finished_before_cutoff(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "order.*").await;
+    let t = outbox_core::TenantId::default();
+    let empty = enqueue(&fx, msg("nothing.matches")).await;
+    let m_ok = enqueue(&fx, msg("order.created")).await;
+    let ok = finish(&fx, &c, Verdict::Succeeded).await;
+    let m_dead = enqueue(&fx, msg("order.created")).await;
+    let dead = finish(
+        &fx,
+        &c,
+        Verdict::Dead {
+            reason: DeadReason::Permanent,
+        },
+    )
+    .await;
+    let m_late = enqueue(&fx, msg("order.created")).await;
+    let m_pending = enqueue(&fx, msg("order.created").delay(secs(86_400))).await;
+    fx.clock().advance(secs(3600));
+    let cutoff = now(&fx);
+    fx.clock().advance(secs(3600));
+    let late = finish(&fx, &c, Verdict::Succeeded).await;
+    assert_eq!(late.message_id, m_late.message_id);
+    let young = enqueue(&fx, msg("nothing.matches")).await;
+
+    let r = fx
+        .store()
+        .purge_completed(cutoff, 100)
+        .await
+        .expect("purge");
+    assert_eq!(
+        (r.deliveries, r.messages, r.tenant.clone()),
+        (2, 3, Some(t.clone()))
+    );
+    for id in [ok.id, dead.id] {
+        assert_kind(
+            fx.store().get_delivery(&t, id).await,
+            ErrorKind::NotFound,
+            "purged delivery",
+        );
+        assert_kind(
+            fx.store().attempts(&t, id).await,
+            ErrorKind::NotFound,
+            "purged attempts",
+        );
+    }
+    for m in [empty.message_id, m_ok.message_id, m_dead.message_id] {
+        assert_kind(
+            fx.store().get_message(&t, m).await,
+            ErrorKind::NotFound,
+            "purged message",
+        );
+    }
+    for m in [m_late.message_id, m_pending.message_id, young.message_id] {
+        fx.store().get_message(&t, m).await.expect("a kept message");
+    }
+    assert_eq!(
+        delivery(&fx, &t, late.id).await.status,
+        DeliveryStatus::Succeeded
+    );
+    assert_eq!(
+        fx.store()
+            .attempts(&t, late.id)
+            .await
+            .expect("attempts")
+            .len(),
+        1
+    );
+    assert_eq!(list_all(&fx, &t, &DeliveryFilter::default()).await.len(), 2);
+    let again = fx
+        .store()
+        .purge_completed(cutoff, 100)
+        .await
+        .expect("purge again");
+    assert_eq!(
+        (again.deliveries, again.messages, again.tenant),
+        (0, 0, None)
+    );
+    assert_kind(
+        fx.store().purge_completed(cutoff, 0).await,
+        ErrorKind::InvalidInput,
+        "limit 0",
+    );
+}
+
+/// Each purge call serves one tenant, taking them in turn, at most `limit` rows each.
+pub async fn purge_rotates_over_tenants(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "*").await;
+    for (name, n) in [("t-a", 5), ("t-b", 1), ("t-c", 1)] {
+        for _ in 0..n {
+            enqueue(&fx, msg("order.created").tenant(name)).await;
+        }
+    }
+    for got in claim(&fx, &for_consumer(&c)).await {
+        complete_with(&fx, &got, Verdict::Succeeded, None).await;
+    }
+    fx.clock().advance(secs(60));
+    let cutoff = now(&fx);
+    let mut visits = Vec::new();
+    for _ in 0..5 {
+        let r = fx.store().purge_completed(cutoff, 2).await.expect("purge");
+        assert_eq!(
+            r.messages, r.deliveries,
+            "each message loses its only delivery"
+        );
+        visits.push((
+            r.tenant.expect("a tenant with work").as_str().to_owned(),
+            r.deliveries,
+        ));
+    }
+    let want = [("t-a", 2), ("t-b", 1), ("t-c", 1), ("t-a", 2), ("t-a", 1)];
+    assert_eq!(visits, want.map(|(t, n)| (t.to_owned(), n)).to_vec());
+    let done = fx.store().purge_completed(cutoff, 2).await.expect("purge");
+    assert_eq!((done.tenant, done.deliveries, done.messages), (None, 0, 0));
+    assert_eq!(fx.store().stats().await.expect("stats").total(), 0);
+}
+
+/// Stats count deliveries per status over every tenant, and the oldest due delivery.
+pub async fn stats_counts_and_oldest_due_age(fx: Fixture) {
+    assert_eq!(fx.store().stats().await.expect("stats"), Stats::default());
+    let c = add_consumer(&fx, "worker", "*").await;
+    let t0 = now(&fx);
+    for name in ["alpha", "beta", "gamma", "delta"] {
+        enqueue(&fx, msg("order.created").tenant(name)).await;
+    }
+    enqueue(&fx, msg("order.created").delay(secs(3600))).await;
+    fx.clock().advance(secs(10));
+    let s = fx.store().stats().await.expect("stats");
+    assert_eq!((s.pending, s.total()), (5, 5));
+    assert_eq!(s.oldest_due_at, Some(t0));
+    assert_eq!(s.oldest_due_age, Some(secs(10)));
+    let one = |n| outbox_core::ClaimRequest::new(n, LEASE).handler(c.clone(), 10);
+    let got = claim(&fx, &one(3)).await;
+    assert_eq!(got.len(), 3);
+    complete_with(&fx, &got[0], Verdict::Succeeded, None).await;
+    complete_with(
+        &fx,
+        &got[1],
+        Verdict::Dead {
+            reason: DeadReason::Permanent,
+        },
+        None,
+    )
+    .await;
+    fx.store()
+        .mark_sending(&got[2].lease)
+        .await
+        .expect("mark_sending");
+    let _processing = claim_one(&fx, &one(1)).await;
+    let s = fx.store().stats().await.expect("stats");
+    let counts = (
+        s.pending,
+        s.processing,
+        s.sending,
+        s.succeeded,
+        s.held,
+        s.dead,
+    );
+    assert_eq!(counts, (1, 1, 1, 1, 0, 1));
+    assert_eq!(
+        (s.oldest_due_at, s.oldest_due_age),
+        (None, None),
+        "the delayed one is not due yet"
+    );
+    fx.clock().advance(secs(3600));
+    let s = fx.store().stats().await.expect("stats");
+    assert_eq!(
+        s.oldest_due_at,
+        Some(t0.saturating_add(LEASE + secs(10))),
+        "expired leases are due"
+    );
+    assert_eq!(s.oldest_due_age, Some(secs(3600) - LEASE));
+    assert_eq!(s.count(DeliveryStatus::Sending), 1);
+}

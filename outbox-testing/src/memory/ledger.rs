@@ -1,0 +1,199 @@
+//! The endpoint, consumer and ledger side of [`State`]: tenant-scoped reads, endpoint
+//! updates that release held deliveries, listings and retention.
+
+use std::collections::{BTreeSet, HashSet};
+
+use outbox_core::endpoint::check_description;
+use outbox_core::store::check_purge_limit;
+use outbox_core::{
+    Attempt, ConsumerName, Cursor, Delivery, DeliveryFilter, DeliveryId, Endpoint, EndpointId,
+    EndpointUpdate, Error, ErrorKind, Message, MessageId, Page, PageRequest, PurgeReport, Result,
+    TenantId, Timestamp,
+};
+
+use super::state::{not_found, Row, State};
+
+impl State {
+    // ----- endpoints and consumers ---------------------------------------------------
+
+    pub(super) fn create_endpoint(&mut self, e: &Endpoint) -> Result<()> {
+        check_description(&e.description)?;
+        if e.rate_limit == Some(0) {
+            return Err(Error::invalid_input(
+                "rate_limit",
+                "must be at least 1 per second",
+            ));
+        }
+        if self.endpoints.contains_key(&e.id) {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                "an endpoint with this id exists",
+            ));
+        }
+        self.endpoints.insert(e.id, e.clone());
+        Ok(())
+    }
+
+    pub(super) fn endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<&Endpoint> {
+        self.endpoints
+            .get(&id)
+            .filter(|e| &e.tenant == tenant)
+            .ok_or_else(|| not_found("endpoint"))
+    }
+
+    pub(super) fn list_endpoints(&self, tenant: &TenantId) -> Vec<Endpoint> {
+        let mut v: Vec<Endpoint> = self
+            .endpoints
+            .values()
+            .filter(|e| &e.tenant == tenant)
+            .cloned()
+            .collect();
+        v.sort_by_key(|e| (e.created_at, e.id));
+        v
+    }
+
+    /// Apply an update; returns the endpoint and whether held deliveries were released.
+    pub(super) fn update_endpoint(
+        &mut self,
+        tenant: &TenantId,
+        id: EndpointId,
+        update: &EndpointUpdate,
+        now: Timestamp,
+    ) -> Result<(Endpoint, u64)> {
+        update.validate()?;
+        self.endpoint(tenant, id)?;
+        let e = self
+            .endpoints
+            .get_mut(&id)
+            .ok_or_else(|| not_found("endpoint"))?;
+        update.apply(e, now);
+        let e = e.clone();
+        let released = if update.releases_held() {
+            self.release_held(tenant, id, now)
+        } else {
+            0
+        };
+        Ok((e, released))
+    }
+
+    pub(super) fn delete_endpoint(&mut self, tenant: &TenantId, id: EndpointId) -> Result<()> {
+        self.endpoint(tenant, id)?;
+        self.endpoints.remove(&id);
+        Ok(())
+    }
+
+    pub(super) fn delete_consumer(&mut self, name: &ConsumerName) -> Result<()> {
+        self.consumers
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| not_found("consumer"))
+    }
+
+    // ----- ledger --------------------------------------------------------------------
+
+    pub(super) fn list(
+        &self,
+        tenant: &TenantId,
+        f: &DeliveryFilter,
+        page: PageRequest,
+    ) -> Result<Page<Delivery>> {
+        page.validate()?;
+        let mut v: Vec<&Delivery> = self
+            .rows
+            .values()
+            .map(|r| &r.d)
+            .filter(|d| &d.tenant == tenant && f.matches(d))
+            .filter(|d| page.cursor.as_ref().is_none_or(|c| c.precedes(d)))
+            .collect();
+        v.sort_by_key(|d| std::cmp::Reverse((d.created_at, d.id)));
+        let limit = page.limit as usize;
+        let more = v.len() > limit;
+        let items: Vec<Delivery> = v.into_iter().take(limit).cloned().collect();
+        let next = if more {
+            items.last().map(Cursor::after)
+        } else {
+            None
+        };
+        Ok(Page { items, next })
+    }
+
+    pub(super) fn delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
+        self.row_of(tenant, id).map(|r| r.d.clone())
+    }
+
+    pub(super) fn message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
+        self.messages
+            .get(&id)
+            .filter(|m| &m.tenant == tenant)
+            .cloned()
+            .ok_or_else(|| not_found("message"))
+    }
+
+    pub(super) fn attempts(&self, tenant: &TenantId, id: DeliveryId) -> Result<Vec<Attempt>> {
+        self.row_of(tenant, id)?;
+        Ok(self.attempts.get(&id).cloned().unwrap_or_default())
+    }
+
+    /// One tenant per call, in rotation (ARCHITECTURE "Retention").
+    pub(super) fn purge(&mut self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        let finished =
+            |r: &Row| r.d.status.is_finished() && r.d.completed_at.is_some_and(|c| c < before);
+        let referenced: HashSet<MessageId> = self.rows.values().map(|r| r.d.message_id).collect();
+        let orphan = |m: &Message| m.created_at < before && !referenced.contains(&m.id);
+        let tenants: BTreeSet<&TenantId> = self
+            .rows
+            .values()
+            .filter(|r| finished(r))
+            .map(|r| &r.d.tenant)
+            .chain(
+                self.messages
+                    .values()
+                    .filter(|m| orphan(m))
+                    .map(|m| &m.tenant),
+            )
+            .collect();
+        let pick = tenants
+            .iter()
+            .find(|t| self.purge_cursor.as_ref().is_none_or(|c| **t > c))
+            .or_else(|| tenants.first())
+            .map(|t| (*t).clone());
+        let Some(tenant) = pick else {
+            return Ok(PurgeReport::default());
+        };
+
+        let mut gone: Vec<(Timestamp, u64, DeliveryId)> = self
+            .rows
+            .values()
+            .filter(|r| r.d.tenant == tenant && finished(r))
+            .map(|r| (r.d.completed_at.unwrap_or(before), r.seq, r.d.id))
+            .collect();
+        gone.sort();
+        gone.truncate(limit as usize);
+        for (_, _, id) in &gone {
+            self.remove_row(*id);
+        }
+        let referenced: HashSet<MessageId> = self.rows.values().map(|r| r.d.message_id).collect();
+        let mut orphans: Vec<(Timestamp, MessageId)> = self
+            .messages
+            .values()
+            .filter(|m| m.tenant == tenant && m.created_at < before && !referenced.contains(&m.id))
+            .map(|m| (m.created_at, m.id))
+            .collect();
+        orphans.sort();
+        orphans.truncate(limit as usize);
+        for (_, id) in &orphans {
+            if let Some(m) = self.messages.remove(id) {
+                if let Some(k) = m.idempotency_key {
+                    self.idempotency.remove(&(m.tenant, m.topic, k));
+                }
+            }
+        }
+        self.purge_cursor = Some(tenant.clone());
+        Ok(PurgeReport {
+            deliveries: gone.len() as u64,
+            messages: orphans.len() as u64,
+            tenant: Some(tenant),
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! Proptest strategies for outbox values: topics, tenants, keys, payloads and whole
+//! [`NewMessage`]s, valid by construction (and a few deliberately invalid ones).
+//!
+//! ```
+//! use proptest::prelude::*;
+//! use outbox_core::{Limits, Timestamp};
+//!
+//! proptest!(|(m in outbox_testing::strategies::new_message())| {
+//!     let now = Timestamp::from_unix_millis(1_767_225_600_000).unwrap();
+//!     prop_assert!(m.validate(&Limits::default(), now).is_ok());
+//! });
+//! ```
+
+use std::time::Duration;
+
+use outbox_core::{NewMessage, TenantId, Topic};
+use proptest::collection::{btree_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+
+/// A valid topic text: one to four dot-separated lowercase parts (`order.created`).
+pub fn topic_str() -> impl Strategy<Value = String> {
+    "[a-z0-9][a-z0-9_-]{0,8}(\\.[a-z0-9][a-z0-9_-]{0,8}){0,3}"
+}
+
+/// A valid [`Topic`].
+pub fn topic() -> impl Strategy<Value = Topic> {
+    topic_str().prop_map(|s| Topic::new(s).expect("the pattern only yields valid topics"))
+}
+
+/// A topic text that validation refuses (empty, uppercase, spaces, empty parts, too long).
+pub fn invalid_topic_str() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[A-Z][a-z]{0,8}",
+        "[a-z]{1,5} [a-z]{1,5}",
+        "[a-z]{1,5}\\.\\.[a-z]{1,5}",
+        "\\.[a-z]{1,5}",
+        "[a-z]{129,140}",
+    ]
+}
+
+/// A valid tenant text.
+pub fn tenant_str() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9_.:@-]{1,24}"
+}
+
+/// A valid [`TenantId`].
+pub fn tenant() -> impl Strategy<Value = TenantId> {
+    tenant_str().prop_map(|s| TenantId::new(s).expect("the pattern only yields valid tenants"))
+}
+
+/// A valid ordering or idempotency key (visible ASCII, no spaces).
+pub fn key_str() -> impl Strategy<Value = String> {
+    "[!-~]{1,32}"
+}
+
+/// Any payload bytes, up to `max` long.
+pub fn payload(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..=max)
+}
+
+/// A small JSON value (nested objects, arrays, strings, numbers, booleans, null).
+pub fn json() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        "[ -~]{0,16}".prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            btree_map("[a-z]{1,6}", inner, 0..4)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Headers with valid names and values.
+pub fn headers() -> impl Strategy<Value = Vec<(String, String)>> {
+    vec(("[a-z][a-z0-9_.-]{0,15}", "[ -~]{0,32}"), 0..4)
+}
+
+/// A valid [`NewMessage`]: a topic, a JSON or raw payload, and optionally a tenant, an
+/// ordering key, an idempotency key, a delay of up to a day, headers and recipients.
+pub fn new_message() -> impl Strategy<Value = NewMessage> {
+    let body = prop_oneof![
+        json().prop_map(|j| serde_json::to_vec(&j).unwrap_or_default()),
+        payload(256),
+    ];
+    (
+        topic_str(),
+        body,
+        option::of(tenant_str()),
+        option::of(key_str()),
+        option::of(key_str()),
+        option::of(0u64..86_400_000),
+        headers(),
+        vec("[a-z]{1,8}@example\\.com", 0..3),
+    )
+        .prop_map(
+            |(topic, body, tenant, ordering, idem, delay, headers, emails)| {
+                let mut m = NewMessage::raw(topic, body);
+                if let Some(t) = tenant {
+                    m = m.tenant(t);
+                }
+                if let Some(k) = ordering {
+                    m = m.ordering_key(k);
+                }
+                if let Some(k) = idem {
+                    m = m.idempotency_key(k);
+                }
+                if let Some(ms) = delay {
+                    m = m.delay(Duration::from_millis(ms));
+                }
+                for (name, value) in headers {
+                    m = m.header(name, value);
+                }
+                for e in emails {
+                    m = m.email(e);
+                }
+                m
+            },
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::{Limits, Timestamp};
+
+    fn now() -> Timestamp {
+        Timestamp::from_unix_millis(1_767_225_600_000).expect("a valid time")
+    }
+
+    proptest! {
+        #[test]
+        fn generated_messages_validate(m in new_message()) {
+            prop_assert!(m.validate(&Limits::default(), now()).is_ok());
+        }
+
+        #[test]
+        fn invalid_topics_are_refused(t in invalid_topic_str()) {
+            prop_assert!(Topic::new(t).is_err());
+        }
+
+        #[test]
+        fn tenants_and_topics_round_trip(t in tenant(), p in topic()) {
+            prop_assert_eq!(TenantId::new(t.as_str()).ok(), Some(t.clone()));
+            prop_assert_eq!(Topic::new(p.as_str()).ok(), Some(p.clone()));
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! Budgets, shutdown, crashes, duplicates and observers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_core::{
+    ClaimRequest, Claimed, Completion, Context, DeliveryEvent, DeliveryId, DeliveryStatus,
+    HandlerOptions, HandlerResult, Lease, Message, NewMessage, Observer, ReleaseReport, Stats,
+};
+
+use crate::{world, BUDGET};
+
+#[tokio::test]
+async fn a_budget_releases_what_cannot_finish_in_time() {
+    let w = world();
+    let clock = w.clock.clone();
+    let d = w
+        .builder()
+        .handler_with(
+            "work",
+            "*",
+            move |_c: Context, _m: Message| {
+                let clock = clock.clone();
+                async move {
+                    clock.advance(Duration::from_secs(10)); // ten seconds of work
+                    HandlerResult::Ok
+                }
+            },
+            HandlerOptions {
+                timeout: Duration::from_secs(20),
+                concurrency: Some(1),
+                ..HandlerOptions::default()
+            },
+        )
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    for i in 0..5 {
+        w.store
+            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
+            .await
+            .unwrap();
+    }
+    // 45 s: 20 s timeout + 2 s margin fits at 0, 10 and 20 s, not at 30 s.
+    let r = d.run_once(Duration::from_secs(45)).await.unwrap();
+    assert_eq!((r.succeeded, r.released), (3, 2), "{r}");
+    assert_eq!(w.count(DeliveryStatus::Pending).await, 2);
+    assert!(w
+        .deliveries()
+        .await
+        .iter()
+        .filter(|d| d.status == DeliveryStatus::Pending)
+        .all(|d| d.attempts == 0));
+}
+
+#[tokio::test]
+async fn shutdown_releases_what_is_still_claimed() {
+    let w = world();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let s = started.clone();
+    let d = w
+        .builder()
+        .handler_with(
+            "stuck",
+            "*",
+            move |ctx: Context, _m: Message| {
+                let s = s.clone();
+                async move {
+                    s.notify_one();
+                    ctx.cancellation().cancelled().await;
+                    HandlerResult::Ok
+                }
+            },
+            HandlerOptions {
+                concurrency: Some(1),
+                ..HandlerOptions::default()
+            },
+        )
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    for i in 0..5 {
+        w.store
+            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
+            .await
+            .unwrap();
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn({
+        let d = d.clone();
+        async move {
+            d.run(async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap()
+        }
+    });
+    started.notified().await;
+    tx.send(()).unwrap();
+    // The in-flight one gets the grace period; the four waiting go back at once.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    w.advance(Duration::from_secs(11));
+    let r = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.released, 5, "{r}");
+    for del in w.deliveries().await {
+        assert_eq!((del.status, del.attempts), (DeliveryStatus::Pending, 0));
+    }
+}
+
+#[tokio::test]
+async fn after_a_crash_every_unfinished_delivery_runs_exactly_once_more() {
+    let w = world();
+    let gate = Arc::new(tokio::sync::Semaphore::new(3));
+    let g = gate.clone();
+    let first = w
+        .builder()
+        .handler("h", "*", move |_c: Context, _m: Message| {
+            let g = g.clone();
+            async move {
+                // The first three finish; the rest hang until the process "dies".
+                match g.try_acquire() {
+                    Ok(p) => {
+                        p.forget();
+                        HandlerResult::Ok
+                    }
+                    Err(_) => std::future::pending().await,
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    first.register().await.unwrap();
+    for i in 0..10 {
+        w.store
+            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
+            .await
+            .unwrap();
+    }
+    let crashed = tokio::spawn({
+        let d = first.clone();
+        async move { d.run(std::future::pending()).await }
+    });
+    while w.count(DeliveryStatus::Succeeded).await < 3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    crashed.abort(); // kill -9: nothing is released
+    let _ = crashed.await;
+    drop(first);
+    assert_eq!(w.count(DeliveryStatus::Processing).await, 7);
+
+    let runs: Arc<Mutex<HashMap<DeliveryId, u32>>> = Arc::default();
+    let r2 = runs.clone();
+    let second = w
+        .builder()
+        .handler("h", "*", move |ctx: Context, _m: Message| {
+            let r2 = r2.clone();
+            async move {
+                *r2.lock().unwrap().entry(ctx.delivery_id()).or_default() += 1;
+                HandlerResult::Ok
+            }
+        })
+        .build()
+        .unwrap();
+    assert_eq!(
+        second.run_once(BUDGET).await.unwrap().claimed,
+        0,
+        "leases are live"
+    );
+    w.advance(Duration::from_secs(41));
+    let r = second.run_once(BUDGET).await.unwrap();
+    assert_eq!(r.succeeded, 7);
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), 7);
+    assert!(runs.values().all(|n| *n == 1));
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 10);
+}
+
+/// A store that hands the first claimed delivery out twice in one batch.
+#[derive(Debug)]
+struct Doubling(Arc<dyn outbox_core::Store>);
+
+#[async_trait::async_trait]
+impl outbox_core::DeliveryStore for Doubling {
+    async fn claim(&self, r: &ClaimRequest) -> outbox_core::Result<Vec<Claimed>> {
+        let mut v = self.0.claim(r).await?;
+        if let Some(first) = v.first().cloned() {
+            v.push(first);
+        }
+        Ok(v)
+    }
+    async fn complete(&self, l: &Lease, c: &Completion) -> outbox_core::Result<()> {
+        self.0.complete(l, c).await
+    }
+    async fn release(&self, l: &[Lease], d: Duration) -> outbox_core::Result<ReleaseReport> {
+        self.0.release(l, d).await
+    }
+    async fn extend(&self, l: &Lease, by: Duration) -> outbox_core::Result<Lease> {
+        self.0.extend(l, by).await
+    }
+    async fn mark_sending(&self, l: &Lease) -> outbox_core::Result<()> {
+        self.0.mark_sending(l).await
+    }
+    async fn release_held(
+        &self,
+        t: &outbox_core::TenantId,
+        e: outbox_core::EndpointId,
+    ) -> outbox_core::Result<u64> {
+        self.0.release_held(t, e).await
+    }
+    async fn replay(&self, t: &outbox_core::TenantId, d: DeliveryId) -> outbox_core::Result<()> {
+        self.0.replay(t, d).await
+    }
+    async fn retry_now(&self, t: &outbox_core::TenantId, d: DeliveryId) -> outbox_core::Result<()> {
+        self.0.retry_now(t, d).await
+    }
+    async fn stats(&self) -> outbox_core::Result<Stats> {
+        self.0.stats().await
+    }
+}
+
+macro_rules! delegate_rest {
+    () => {
+        #[async_trait::async_trait]
+        impl outbox_core::MessageStore for Doubling {
+            async fn enqueue(&self, m: NewMessage) -> outbox_core::Result<outbox_core::Enqueued> {
+                self.0.enqueue(m).await
+            }
+            async fn enqueue_batch(
+                &self,
+                m: Vec<NewMessage>,
+            ) -> outbox_core::Result<Vec<outbox_core::Enqueued>> {
+                self.0.enqueue_batch(m).await
+            }
+        }
+        #[async_trait::async_trait]
+        impl outbox_core::EndpointStore for Doubling {
+            async fn create_endpoint(&self, e: &outbox_core::Endpoint) -> outbox_core::Result<()> {
+                self.0.create_endpoint(e).await
+            }
+            async fn get_endpoint(
+                &self,
+                t: &outbox_core::TenantId,
+                id: outbox_core::EndpointId,
+            ) -> outbox_core::Result<outbox_core::Endpoint> {
+                self.0.get_endpoint(t, id).await
+            }
+            async fn list_endpoints(
+                &self,
+                t: &outbox_core::TenantId,
+            ) -> outbox_core::Result<Vec<outbox_core::Endpoint>> {
+                self.0.list_endpoints(t).await
+            }
+            async fn update_endpoint(
+                &self,
+                t: &outbox_core::TenantId,
+                id: outbox_core::EndpointId,
+                u: &outbox_core::EndpointUpdate,
+            ) -> outbox_core::Result<outbox_core::Endpoint> {
+                self.0.update_endpoint(t, id, u).await
+            }
+            async fn delete_endpoint(
+                &self,
+                t: &outbox_core::TenantId,
+                id: outbox_core::EndpointId,
+            ) -> outbox_core::Result<()> {
+                self.0.delete_endpoint(t, id).await
+            }
+            async fn put_consumer(&self, c: &outbox_core::Consumer) -> outbox_core::Result<()> {
+                self.0.put_consumer(c).await
+            }
+            async fn list_consumers(&self) -> outbox_core::Result<Vec<outbox_core::Consumer>> {
+                self.0.list_consumers().await
+            }
+            async fn delete_consumer(
+                &self,
+                n: &outbox_core::ConsumerName,
+            ) -> outbox_core::Result<()> {
+                self.0.delete_consumer(n).await
+            }
+        }
+        #[async_trait::async_trait]
+        impl outbox_core::Ledger for Doubling {
+            async fn list_deliveries(
+                &self,
+                t: &outbox_core::TenantId,
+                f: &outbox_core::DeliveryFilter,
+                p: outbox_core::PageRequest,
+            ) -> outbox_core::Result<outbox_core::Page<outbox_core::Delivery>> {
+                self.0.list_deliveries(t, f, p).await
+            }
+            async fn get_delivery(
+                &self,
+                t: &outbox_core::TenantId,
+                id: DeliveryId,
+            ) -> outbox_core::Result<outbox_core::Delivery> {
+                self.0.get_delivery(t, id).await
+            }
+            async fn get_message(
+                &self,
+                t: &outbox_core::TenantId,
+                id: outbox_core::MessageId,
+            ) -> outbox_core::Result<Message> {
+                self.0.get_message(t, id).await
+            }
+            async fn attempts(
+                &self,
+                t: &outbox_core::TenantId,
+                d: DeliveryId,
+            ) -> outbox_core::Result<Vec<outbox_core::Attempt>> {
+                self.0.attempts(t, d).await
+            }
+            async fn purge_completed(
+                &self,
+                b: outbox_core::Timestamp,
+                l: u32,
+            ) -> outbox_core::Result<outbox_core::PurgeReport> {
+                self.0.purge_completed(b, l).await
+            }
+        }
+    };
+}
+delegate_rest!();
+
+#[tokio::test]
+async fn a_delivery_handed_out_twice_runs_once() {
+    let w = world();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let store: Arc<dyn outbox_core::Store> = Arc::new(Doubling(w.store.clone()));
+    let d = outbox_core::Dispatcher::builder(store)
+        .clock(w.clock.clone())
+        .handler("h", "*", move |_c: Context, _m: Message| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                HandlerResult::Ok
+            }
+        })
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    w.store
+        .enqueue(NewMessage::new("a.b", serde_json::json!({})))
+        .await
+        .unwrap();
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!(r.duplicate_in_run, 1, "{r}");
+    assert_eq!(r.succeeded, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[derive(Debug, Default)]
+struct Panicky(AtomicU32);
+
+impl Observer for Panicky {
+    fn on_delivery(&self, _e: &DeliveryEvent<'_>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("metrics backend down");
+    }
+}
+
+#[tokio::test]
+async fn a_failing_observer_changes_no_outcome_and_the_report_has_stats() {
+    let w = world();
+    let obs = Arc::new(Panicky::default());
+    let d = w
+        .builder()
+        .observer(obs.clone())
+        .handler("h", "*", |_c: Context, _m: Message| async {
+            HandlerResult::Ok
+        })
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    for _ in 0..3 {
+        w.store
+            .enqueue(NewMessage::new("a.b", serde_json::json!({})))
+            .await
+            .unwrap();
+    }
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!(r.succeeded, 3);
+    assert_eq!(obs.0.load(Ordering::SeqCst), 3);
+    assert_eq!(r.per_topic.values().map(|t| t.succeeded).sum::<u64>(), 3);
+    assert_eq!(r.stats.as_ref().map(|s| s.succeeded), Some(3));
+}
+
+#[test]
+fn bad_dispatcher_configuration_is_an_error() {
+    let w = world();
+    assert!(w.builder().build().is_err(), "nothing to deliver");
+    let e = w
+        .builder()
+        .handler("Bad Name", "*", |_c: Context, _m: Message| async {
+            HandlerResult::Ok
+        })
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), Some("handler"));
+    let e = w
+        .builder()
+        .handler("ok", "not a filter!", |_c: Context, _m: Message| async {
+            HandlerResult::Ok
+        })
+        .build()
+        .unwrap_err();
+    assert_eq!(e.field(), Some("handler.filter"));
+}

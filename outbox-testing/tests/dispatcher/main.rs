@@ -1,0 +1,124 @@
+//! The dispatcher driven on `InMemoryStore` with `ManualClock`, `ScriptedTransport`,
+//! `WebhookReceiver` (through the real `HttpTransport`) and `MailStandIn`.
+
+mod handlers;
+mod lifecycle;
+mod mail;
+mod webhooks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{
+    Clock, Delivery, DeliveryFilter, DeliveryStatus, Dispatcher, DispatcherBuilder,
+    DispatcherConfig, EndpointAdmin, EndpointId, NewEndpoint, PageRequest, PlaintextVault, Store,
+    TenantId, WebhookSecret, WebhookTransport,
+};
+use outbox_testing::memory::InMemoryStore;
+use outbox_testing::{ManualClock, SeededEntropy};
+
+/// A store, a manual clock and endpoint administration.
+#[derive(Debug)]
+pub struct World {
+    pub clock: Arc<ManualClock>,
+    pub store: Arc<dyn Store>,
+    pub admin: EndpointAdmin,
+    pub tenant: TenantId,
+}
+
+pub fn world() -> World {
+    let clock = ManualClock::new();
+    let entropy = SeededEntropy::new(42);
+    let store: Arc<dyn Store> =
+        Arc::new(InMemoryStore::new(clock.clone()).with_entropy(entropy.clone()));
+    let admin = EndpointAdmin::new(
+        store.clone(),
+        Arc::new(PlaintextVault),
+        clock.clone(),
+        entropy,
+    );
+    World {
+        clock,
+        store,
+        admin,
+        tenant: TenantId::default(),
+    }
+}
+
+impl World {
+    /// A dispatcher builder on this world's store and clock.
+    pub fn builder(&self) -> DispatcherBuilder {
+        Dispatcher::builder(self.store.clone())
+            .clock(self.clock.clone() as Arc<dyn Clock>)
+            .entropy(SeededEntropy::new(7))
+            .config(DispatcherConfig {
+                poll_interval: Duration::from_millis(50),
+                ..DispatcherConfig::default()
+            })
+    }
+
+    /// A dispatcher delivering webhooks through `transport`.
+    pub fn webhook_dispatcher(&self, transport: Arc<dyn WebhookTransport>) -> Dispatcher {
+        self.builder()
+            .webhooks(transport, Arc::new(PlaintextVault))
+            .build()
+            .unwrap()
+    }
+
+    /// An endpoint for every topic at `url`, with its secret.
+    pub async fn endpoint(&self, url: &str) -> (EndpointId, WebhookSecret) {
+        let (e, s) = self
+            .admin
+            .create(
+                &self.tenant,
+                NewEndpoint {
+                    url: url.into(),
+                    filter: "*".into(),
+                    ..NewEndpoint::default()
+                },
+            )
+            .await
+            .unwrap();
+        (e.id, s)
+    }
+
+    /// Every delivery of the default tenant, newest first.
+    pub async fn deliveries(&self) -> Vec<Delivery> {
+        self.store
+            .list_deliveries(
+                &self.tenant,
+                &DeliveryFilter::default(),
+                PageRequest::first(1000),
+            )
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// The only delivery.
+    pub async fn one(&self) -> Delivery {
+        let all = self.deliveries().await;
+        assert_eq!(all.len(), 1, "{all:#?}");
+        all.into_iter().next().unwrap()
+    }
+
+    /// Deliveries in a status.
+    pub async fn count(&self, status: DeliveryStatus) -> usize {
+        self.deliveries()
+            .await
+            .iter()
+            .filter(|d| d.status == status)
+            .count()
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+}
+
+pub fn mins(n: u64) -> Duration {
+    Duration::from_secs(60 * n)
+}
+
+/// A budget long enough for any delivery to be reserved.
+pub const BUDGET: Duration = Duration::from_secs(120);

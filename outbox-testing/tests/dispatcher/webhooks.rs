@@ -1,0 +1,243 @@
+//! The webhook channel end to end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::Clock;
+use outbox_core::{
+    AttemptOutcome, DeadReason, DeliveryStatus, DisabledReason, EndpointStatus, ErrorClass,
+    NewMessage, WebhookResponse,
+};
+use outbox_http::{EgressPolicy, HttpTransport};
+use outbox_testing::{Reply, ScriptedTransport, WebhookReceiver};
+
+use crate::{mins, world, BUDGET};
+
+fn loopback() -> Arc<HttpTransport> {
+    Arc::new(
+        HttpTransport::new(
+            EgressPolicy::default()
+                .allow_http(true)
+                .allow_cidr("127.0.0.0/8")
+                .unwrap(),
+        )
+        .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_whole_retry_schedule_is_walked_by_the_clock() {
+    let w = world();
+    let transport = ScriptedTransport::new();
+    transport.set_default(WebhookResponse::answered(503, None, "down"));
+    let d = w.webhook_dispatcher(Arc::new(transport.clone()));
+    w.endpoint("https://hooks.example/x").await;
+    w.store
+        .enqueue(NewMessage::new(
+            "order.created",
+            serde_json::json!({"id": 1}),
+        ))
+        .await
+        .unwrap();
+
+    let schedule = [mins(1), mins(5), mins(30), mins(120), mins(720)];
+    for (i, step) in schedule.iter().enumerate() {
+        let r = d.run_once(BUDGET).await.unwrap();
+        assert_eq!((r.claimed, r.retried), (1, 1), "attempt {}", i + 1);
+        let del = w.one().await;
+        assert_eq!(del.status, DeliveryStatus::Pending);
+        assert_eq!(del.attempts, i as u32 + 1);
+        assert_eq!(del.next_attempt_at, w.clock.now().saturating_add(*step));
+        // Not due a second early.
+        w.advance(*step - Duration::from_secs(1));
+        assert_eq!(d.run_once(BUDGET).await.unwrap().claimed, 0);
+        w.advance(Duration::from_secs(1));
+    }
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!(r.dead, 1);
+    let del = w.one().await;
+    assert_eq!(
+        (del.status, del.dead_reason, del.attempts),
+        (DeliveryStatus::Dead, Some(DeadReason::MaxAttempts), 6)
+    );
+    assert_eq!(transport.count(), 6);
+    let ledger = w.store.attempts(&w.tenant, del.id).await.unwrap();
+    assert_eq!(ledger.len(), 6);
+    assert!(ledger.iter().all(|a| a.record.outcome
+        == AttemptOutcome::Failed(ErrorClass::Response5xx)
+        && a.record.status_code == Some(503)));
+    // The same webhook-id on every attempt.
+    let ids: std::collections::HashSet<_> = transport
+        .requests()
+        .iter()
+        .map(|r| r.header("webhook-id").unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(ids.into_iter().next().unwrap(), del.id.to_string());
+}
+
+#[tokio::test]
+async fn a_401_is_held_probed_for_free_and_released_by_rotating_the_secret() {
+    let w = world();
+    let receiver = WebhookReceiver::start()
+        .await
+        .unwrap()
+        .with_clock(w.clock.clone());
+    let (ep, secret) = w.endpoint(&receiver.url()).await;
+    receiver.set_secrets(vec![secret.clone()]);
+    receiver.refuse(401);
+    let d = w.webhook_dispatcher(loopback());
+    w.store
+        .enqueue(NewMessage::new(
+            "order.created",
+            serde_json::json!({"id": 1}),
+        ))
+        .await
+        .unwrap();
+
+    assert_eq!(d.run_once(BUDGET).await.unwrap().held, 1);
+    let del = w.one().await;
+    assert_eq!((del.status, del.attempts), (DeliveryStatus::Held, 1));
+    assert_eq!(
+        del.next_attempt_at,
+        w.clock.now().saturating_add(Duration::from_secs(3600))
+    );
+    assert!(
+        receiver.requests()[0].verified(),
+        "the receiver verified our signature"
+    );
+
+    // An hour later: a probe, still 401, spends nothing.
+    w.advance(Duration::from_secs(3600));
+    assert_eq!(d.run_once(BUDGET).await.unwrap().held, 1);
+    let del = w.one().await;
+    assert_eq!((del.status, del.attempts), (DeliveryStatus::Held, 1));
+    let ledger = w.store.attempts(&w.tenant, del.id).await.unwrap();
+    assert_eq!(
+        ledger.iter().map(|a| a.probe).collect::<Vec<_>>(),
+        vec![false, true]
+    );
+
+    // Rotating the secret releases it at once; the receiver learns the new secret.
+    let new = w.admin.rotate_secret(&w.tenant, ep, None).await.unwrap();
+    assert_eq!(w.one().await.status, DeliveryStatus::Pending);
+    receiver.set_secrets(vec![new.clone()]);
+    receiver.heal();
+    assert_eq!(d.run_once(BUDGET).await.unwrap().succeeded, 1);
+    let last = receiver.requests().pop().unwrap();
+    assert!(last.verified());
+    let sig = last.header("webhook-signature").unwrap();
+    assert_eq!(
+        sig.split(' ').count(),
+        2,
+        "during rotation both secrets sign"
+    );
+    // A receiver that knows only the old secret, or only the new one, accepts it.
+    let names = outbox_core::HeaderNames::default();
+    for s in [&secret, &new] {
+        let r = outbox_core::verify(
+            &[s],
+            &names,
+            |n| last.header(n),
+            &last.body,
+            w.clock.now(),
+            Duration::from_secs(300),
+        );
+        assert_eq!(r, Ok(()));
+    }
+}
+
+#[tokio::test]
+async fn a_410_kills_the_delivery_and_disables_the_endpoint() {
+    let w = world();
+    let transport = ScriptedTransport::new();
+    transport.push(WebhookResponse::answered(410, None, "gone"));
+    let d = w.webhook_dispatcher(Arc::new(transport));
+    let (ep, _) = w.endpoint("https://hooks.example/gone").await;
+    w.store
+        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_eq!(d.run_once(BUDGET).await.unwrap().dead, 1);
+    let del = w.one().await;
+    assert_eq!(del.dead_reason, Some(DeadReason::Gone));
+    let e = w.store.get_endpoint(&w.tenant, ep).await.unwrap();
+    assert_eq!(e.status, EndpointStatus::Disabled(DisabledReason::Gone));
+    // A disabled endpoint gets no new deliveries.
+    let r = w
+        .store
+        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
+        .await
+        .unwrap();
+    assert_eq!(r.deliveries, 0);
+}
+
+#[tokio::test]
+async fn a_receiver_that_stalls_after_its_headers_times_out_and_is_retried() {
+    let w = world();
+    let receiver = WebhookReceiver::start().await.unwrap();
+    receiver.script([Reply::StallAfterHeaders(200)]);
+    w.endpoint(&receiver.url()).await;
+    let config = outbox_core::DispatcherConfig {
+        webhook_timeout: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let d = w
+        .builder()
+        .config(config)
+        .webhooks(loopback(), Arc::new(outbox_core::PlaintextVault))
+        .build()
+        .unwrap();
+    w.store
+        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
+        .await
+        .unwrap();
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!(r.retried, 1);
+    let del = w.one().await;
+    let ledger = w.store.attempts(&w.tenant, del.id).await.unwrap();
+    assert_eq!(
+        ledger[0].record.outcome,
+        AttemptOutcome::Failed(ErrorClass::Timeout)
+    );
+}
+
+#[tokio::test]
+async fn paused_endpoints_park_without_spending_and_retry_after_is_honoured() {
+    let w = world();
+    let transport = ScriptedTransport::new();
+    transport.push(WebhookResponse::answered(
+        429,
+        Some("900".into()),
+        "slow down",
+    ));
+    let d = w.webhook_dispatcher(Arc::new(transport));
+    let (ep, _) = w.endpoint("https://hooks.example/x").await;
+    w.store
+        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
+        .await
+        .unwrap();
+    w.admin
+        .set_status(&w.tenant, ep, EndpointStatus::Paused)
+        .await
+        .unwrap();
+    assert_eq!(d.run_once(BUDGET).await.unwrap().parked, 1);
+    let del = w.one().await;
+    assert_eq!((del.status, del.attempts), (DeliveryStatus::Pending, 0));
+    assert_eq!(
+        del.next_attempt_at,
+        w.clock.now().saturating_add(Duration::from_secs(60))
+    );
+    w.admin
+        .set_status(&w.tenant, ep, EndpointStatus::Active)
+        .await
+        .unwrap();
+    w.advance(Duration::from_secs(61));
+    assert_eq!(d.run_once(BUDGET).await.unwrap().retried, 1);
+    let del = w.one().await;
+    assert_eq!(
+        del.next_attempt_at,
+        w.clock.now().saturating_add(Duration::from_secs(900)),
+        "Retry-After: 900 beats the 60 s step"
+    );
+}
