@@ -1,6 +1,17 @@
-//! # outbox-postgres
-//!
-//! The production store of the outbox on PostgreSQL through `sqlx`: `PostgresStore` will
-//! implement every store trait of `outbox-core`, ship its migrations, claim with
-//! `FOR UPDATE SKIP LOCKED`, complete in batches with `unnest` and wake dispatchers with
-//! LISTEN/NOTIFY. This crate currently holds no code beyond these docs (see issue 5).
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod delivery;
+mod endpoints;
+pub mod error;
+mod ledger;
+mod listen;
+mod rows;
+mod sql;
+mod store;
+
+pub use config::PostgresConfig;
+pub use store::PostgresStore;
+
+/// The `sqlx` this crate is built on, for the pool and transaction types in its API.
+pub use sqlx;

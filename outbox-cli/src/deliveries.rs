@@ -1,0 +1,192 @@
+//! `outbox deliveries list|show`.
+
+use clap::{Args, Subcommand};
+use outbox_core::{
+    Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, PageRequest, Topic,
+};
+
+use crate::error::CliResult;
+use crate::store::StoreArgs;
+use crate::util::{parse_duration, table};
+
+/// `outbox deliveries`.
+#[derive(Debug, Subcommand)]
+pub enum DeliveriesCmd {
+    /// List a tenant's deliveries, newest first.
+    List(ListArgs),
+    /// Show one delivery and its attempt ledger.
+    Show(ShowArgs),
+}
+
+/// `deliveries list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// pending, processing, sending, succeeded, held or dead.
+    #[arg(long)]
+    status: Option<String>,
+    /// Only deliveries to this endpoint.
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Only this topic.
+    #[arg(long)]
+    topic: Option<String>,
+    /// Only deliveries created within this long (e.g. 1h, 7d).
+    #[arg(long)]
+    since: Option<String>,
+    /// At most this many (1-1000).
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Continue after this cursor (printed at the end of a page).
+    #[arg(long)]
+    cursor: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `deliveries show`.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The delivery id.
+    id: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One delivery as a table row.
+pub fn row(d: &Delivery) -> Vec<String> {
+    let last = d
+        .last_outcome
+        .as_ref()
+        .map_or(String::new(), |l| match l.status_code {
+            Some(s) => format!("{} {s}", l.outcome.as_str()),
+            None => l.outcome.as_str().to_owned(),
+        });
+    vec![
+        d.id.to_string(),
+        d.status.as_str().to_owned(),
+        d.topic.to_string(),
+        format!("{}:{}", d.destination.kind().as_str(), short_target(d)),
+        d.attempts.to_string(),
+        last,
+        d.dead_reason
+            .map_or(String::new(), |r| r.as_str().to_owned()),
+    ]
+}
+
+fn short_target(d: &Delivery) -> String {
+    match &d.destination {
+        outbox_core::Destination::Email(_) => "(recipient)".to_owned(),
+        other => other.target(),
+    }
+}
+
+/// The header of [`row`].
+pub const HEADER: [&str; 7] = [
+    "id",
+    "status",
+    "topic",
+    "destination",
+    "attempts",
+    "last",
+    "dead",
+];
+
+/// Run a `deliveries` command.
+pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
+    match cmd {
+        DeliveriesCmd::List(a) => {
+            let mut filter = DeliveryFilter {
+                status: a.status.as_deref().map(DeliveryStatus::parse).transpose()?,
+                endpoint: a.endpoint.as_deref().map(EndpointId::parse).transpose()?,
+                topic: a.topic.as_deref().map(Topic::new).transpose()?,
+                ..DeliveryFilter::default()
+            };
+            let since = a.since.as_deref().map(parse_duration).transpose()?;
+            let page = PageRequest {
+                limit: a.limit,
+                cursor: a.cursor.as_deref().map(Cursor::decode).transpose()?,
+            };
+            page.validate()?;
+            let env = a.store.open().await?;
+            if let Some(d) = since {
+                filter.since = Some(env.clock.now().saturating_sub(d));
+            }
+            let page = env
+                .store
+                .list_deliveries(&env.tenant, &filter, page)
+                .await?;
+            if a.json {
+                let v = serde_json::json!({
+                    "deliveries": page.items,
+                    "next_cursor": page.next.map(|c| c.encode()),
+                });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                let rows: Vec<Vec<String>> = page.items.iter().map(row).collect();
+                print!("{}", table(&HEADER, &rows));
+                if let Some(c) = page.next {
+                    println!("more: --cursor {}", c.encode());
+                }
+            }
+        }
+        DeliveriesCmd::Show(a) => {
+            let id = DeliveryId::parse(&a.id)?;
+            let env = a.store.open().await?;
+            let d = env.store.get_delivery(&env.tenant, id).await?;
+            let attempts = env.store.attempts(&env.tenant, id).await?;
+            if a.json {
+                let v = serde_json::json!({ "delivery": d, "attempts": attempts });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                return Ok(());
+            }
+            print!("{}", table(&HEADER, &[row(&d)]));
+            println!(
+                "\nnext attempt: {}   created: {}   completed: {}",
+                d.next_attempt_at,
+                d.created_at,
+                d.completed_at.map_or("-".to_owned(), |t| t.to_string())
+            );
+            println!("\nattempts:");
+            print!("{}", attempts_table(&attempts));
+        }
+    }
+    Ok(())
+}
+
+/// The attempt ledger as a table.
+pub fn attempts_table(attempts: &[outbox_core::Attempt]) -> String {
+    let rows: Vec<Vec<String>> = attempts
+        .iter()
+        .map(|a| {
+            vec![
+                a.number.to_string(),
+                a.record.started_at.to_string(),
+                format!("{} ms", a.duration().as_millis()),
+                a.record.outcome.as_str().to_owned(),
+                a.record
+                    .status_code
+                    .map_or(String::new(), |s| s.to_string()),
+                if a.probe {
+                    "probe".into()
+                } else {
+                    String::new()
+                },
+                a.record
+                    .excerpt
+                    .clone()
+                    .unwrap_or_default()
+                    .replace('\n', " "),
+            ]
+        })
+        .collect();
+    table(
+        &["#", "started", "took", "outcome", "status", "", "excerpt"],
+        &rows,
+    )
+}

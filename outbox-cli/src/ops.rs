@@ -1,0 +1,170 @@
+//! `outbox enqueue | replay | release-held | retry | purge | stats`.
+
+use clap::Args;
+use outbox_core::{DeliveryId, EndpointId, NewMessage, Operator};
+
+use crate::error::{CliError, CliResult};
+use crate::store::StoreArgs;
+use crate::util::parse_duration;
+
+/// `enqueue`.
+#[derive(Debug, Args)]
+pub struct EnqueueArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The topic (lowercase dotted, e.g. order.created).
+    #[arg(long)]
+    topic: String,
+    /// The payload, as JSON.
+    #[arg(long)]
+    data: String,
+    /// An idempotency key: a second enqueue with the same tenant, topic and key does nothing.
+    #[arg(long)]
+    key: Option<String>,
+    /// An ordering key: deliveries with the same key are delivered in order.
+    #[arg(long)]
+    ordering_key: Option<String>,
+    /// Also send an e-mail to this recipient (repeatable).
+    #[arg(long)]
+    email: Vec<String>,
+}
+
+/// One delivery by id.
+#[derive(Debug, Args)]
+pub struct DeliveryArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The delivery id.
+    id: String,
+}
+
+/// `release-held`.
+#[derive(Debug, Args)]
+pub struct ReleaseHeldArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The endpoint whose held deliveries are released.
+    #[arg(long)]
+    endpoint: String,
+}
+
+/// `purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Remove finished deliveries completed longer ago than this (e.g. 30d).
+    #[arg(long)]
+    older_than: String,
+    /// Rows per batch (1-10000).
+    #[arg(long, default_value_t = 1000)]
+    batch: u32,
+}
+
+/// `stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `enqueue`.
+pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
+    let data: serde_json::Value = serde_json::from_str(&a.data)
+        .map_err(|e| CliError::usage(format!("invalid input: data: not JSON ({e})")))?;
+    let mut m = NewMessage::new(a.topic, data).tenant(a.store.tenant.clone());
+    if let Some(k) = a.key {
+        m = m.idempotency_key(k);
+    }
+    if let Some(k) = a.ordering_key {
+        m = m.ordering_key(k);
+    }
+    for e in a.email {
+        m = m.email(e);
+    }
+    // Validate before opening the store: bad input never touches it.
+    m.clone().validate(
+        &outbox_core::Limits::default(),
+        outbox_core::Timestamp::EPOCH.saturating_add(std::time::Duration::from_secs(1)),
+    )?;
+    let env = a.store.open().await?;
+    let r = env.store.enqueue(m).await?;
+    if r.duplicate {
+        println!("duplicate of message {} (nothing written)", r.message_id);
+    } else {
+        println!(
+            "enqueued message {} with {} deliveries",
+            r.message_id, r.deliveries
+        );
+    }
+    Ok(())
+}
+
+/// `replay`.
+pub async fn replay(a: DeliveryArgs) -> CliResult<()> {
+    let id = DeliveryId::parse(&a.id)?;
+    let env = a.store.open().await?;
+    Operator::new(env.store.clone(), env.clock.clone())
+        .replay(&env.tenant, id)
+        .await?;
+    println!("replayed delivery {id}: due now with a fresh budget");
+    Ok(())
+}
+
+/// `retry`.
+pub async fn retry(a: DeliveryArgs) -> CliResult<()> {
+    let id = DeliveryId::parse(&a.id)?;
+    let env = a.store.open().await?;
+    Operator::new(env.store.clone(), env.clock.clone())
+        .retry_now(&env.tenant, id)
+        .await?;
+    println!("delivery {id} is due now");
+    Ok(())
+}
+
+/// `release-held`.
+pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
+    let id = EndpointId::parse(&a.endpoint)?;
+    let env = a.store.open().await?;
+    let n = Operator::new(env.store.clone(), env.clock.clone())
+        .release_held(&env.tenant, id)
+        .await?;
+    println!("released {n} held deliveries");
+    Ok(())
+}
+
+/// `purge`.
+pub async fn purge(a: PurgeArgs) -> CliResult<()> {
+    let older = parse_duration(&a.older_than)?;
+    outbox_core::store::check_purge_limit(a.batch)?;
+    let env = a.store.open().await?;
+    let r = Operator::new(env.store.clone(), env.clock.clone())
+        .purge(older, a.batch)
+        .await?;
+    println!(
+        "purged {} deliveries and {} messages",
+        r.deliveries, r.messages
+    );
+    Ok(())
+}
+
+/// `stats`.
+pub async fn stats(a: StatsArgs) -> CliResult<()> {
+    let env = a.store.open().await?;
+    let s = env.store.stats().await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+        return Ok(());
+    }
+    for st in outbox_core::DeliveryStatus::ALL {
+        println!("{:<11} {}", st.as_str(), s.count(st));
+    }
+    match s.oldest_due_age {
+        Some(age) => println!("oldest due  {} ms ago", age.as_millis()),
+        None => println!("oldest due  -"),
+    }
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! Opening a store from `--store`: `sqlite:PATH`, `postgres://…`, `redis://…`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use outbox_core::{
+    AeadVault, Clock, DynSecretVault, Entropy, OsEntropy, Store, SystemClock, TenantId,
+};
+use outbox_postgres::{PostgresConfig, PostgresStore};
+use outbox_redis::{RedisConfig, RedisStore};
+use outbox_sqlite::{SqliteConfig, SqliteStore};
+
+use crate::error::{CliError, CliResult};
+
+/// Where the outbox lives, and whose part of it.
+#[derive(Debug, Args, Clone)]
+pub struct StoreArgs {
+    /// The store: `sqlite:PATH`, `postgres://user@host/db` or `redis://host:port`.
+    #[arg(long, env = "OUTBOX_STORE")]
+    pub store: String,
+    /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
+    #[arg(long, env = "OUTBOX_NAMESPACE", default_value = "outbox")]
+    pub namespace: String,
+    /// The tenant.
+    #[arg(long, default_value = "default")]
+    pub tenant: String,
+    /// The key sealing endpoint secrets: 64 hex digits (`outbox keygen` makes one).
+    #[arg(long, env = "OUTBOX_VAULT_KEY", hide_env_values = true)]
+    pub vault_key: Option<String>,
+}
+
+impl StoreArgs {
+    /// Open the store (it must exist: `outbox migrate` creates it).
+    pub async fn open(&self) -> CliResult<Env> {
+        open_url(
+            &self.store,
+            &self.namespace,
+            &self.tenant,
+            self.vault_key.clone(),
+            false,
+        )
+        .await
+    }
+}
+
+/// Which backend a store is on.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// SQLite.
+    Sqlite(SqliteStore),
+    /// PostgreSQL.
+    Postgres(PostgresStore),
+    /// Redis.
+    Redis(RedisStore),
+}
+
+/// An open store with its clock, randomness, tenant and vault key.
+#[derive(Clone, Debug)]
+pub struct Env {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The backend behind it.
+    pub backend: Backend,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// The random source.
+    pub entropy: Arc<dyn Entropy>,
+    /// The tenant of the command.
+    pub tenant: TenantId,
+    /// The vault key, when given.
+    pub vault_key: Option<String>,
+}
+
+enum Url {
+    Sqlite(PathBuf),
+    Postgres(String),
+    Redis(String),
+}
+
+fn parse(url: &str) -> CliResult<Url> {
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    {
+        if path.is_empty() {
+            return Err(CliError::usage(
+                "invalid store: sqlite needs a path (sqlite:PATH)",
+            ));
+        }
+        return Ok(Url::Sqlite(PathBuf::from(path)));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Url::Postgres(url.to_owned()));
+    }
+    if url.starts_with("redis://") {
+        return Ok(Url::Redis(url.to_owned()));
+    }
+    Err(CliError::usage(
+        "invalid store: use sqlite:PATH, postgres://… or redis://…",
+    ))
+}
+
+/// Open `url`; `create` allows a new SQLite file (migrate, demo).
+pub async fn open_url(
+    url: &str,
+    namespace: &str,
+    tenant: &str,
+    vault_key: Option<String>,
+    create: bool,
+) -> CliResult<Env> {
+    let tenant = TenantId::new(tenant)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let entropy: Arc<dyn Entropy> = Arc::new(OsEntropy);
+    let unavailable =
+        |e: outbox_core::Error| CliError::failed(format!("cannot open the store: {e}"));
+    let backend = match parse(url)? {
+        Url::Sqlite(path) => {
+            if !create && !path.exists() {
+                return Err(CliError::usage(format!(
+                    "no database at {}: create it with `outbox migrate --store sqlite:{}`",
+                    path.display(),
+                    path.display()
+                )));
+            }
+            let s = SqliteStore::open(SqliteConfig::new(path), clock.clone(), entropy.clone())
+                .await
+                .map_err(|e| match e.kind() {
+                    outbox_core::ErrorKind::Misconfigured
+                    | outbox_core::ErrorKind::InvalidInput => CliError::usage(e.to_string()),
+                    _ => unavailable(e),
+                })?;
+            Backend::Sqlite(s)
+        }
+        Url::Postgres(u) => {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(std::time::Duration::from_secs(10))
+                .connect(&u)
+                .await
+                .map_err(|_| {
+                    CliError::failed(
+                        "cannot connect to postgres (check the URL and that the server is up)",
+                    )
+                })?;
+            let s = PostgresStore::new(
+                pool,
+                PostgresConfig::new(namespace),
+                clock.clone(),
+                entropy.clone(),
+            )?;
+            Backend::Postgres(s)
+        }
+        Url::Redis(u) => {
+            let s =
+                RedisStore::connect_with(&u, RedisConfig::with_prefix(format!("{{{namespace}}}")))
+                    .await
+                    .map_err(unavailable)?;
+            Backend::Redis(s)
+        }
+    };
+    let store: Arc<dyn Store> = match &backend {
+        Backend::Sqlite(s) => Arc::new(s.clone()),
+        Backend::Postgres(s) => Arc::new(s.clone()),
+        Backend::Redis(s) => Arc::new(s.clone()),
+    };
+    Ok(Env {
+        store,
+        backend,
+        clock,
+        entropy,
+        tenant,
+        vault_key,
+    })
+}
+
+/// `outbox migrate`.
+pub async fn migrate(a: StoreArgs) -> CliResult<()> {
+    let env = open_url(&a.store, &a.namespace, &a.tenant, None, true).await?;
+    match &env.backend {
+        Backend::Sqlite(s) => println!("sqlite database ready at {}", s.path().display()),
+        Backend::Postgres(s) => {
+            let n = s.migrate().await?;
+            println!(
+                "postgres schema {} ready ({n} migrations applied)",
+                a.namespace
+            );
+        }
+        Backend::Redis(s) => println!(
+            "redis outbox ready under prefix {} (nothing to migrate)",
+            s.prefix()
+        ),
+    }
+    Ok(())
+}
+
+/// The vault for endpoint secrets, from `--vault-key` / `OUTBOX_VAULT_KEY`.
+pub fn vault_from(env: &Env) -> CliResult<Arc<DynSecretVault>> {
+    let key = env.vault_key.as_deref().ok_or_else(|| {
+        CliError::usage("endpoint secrets are sealed with a key: set OUTBOX_VAULT_KEY (or --vault-key) to 64 hex digits; `outbox keygen` makes one")
+    })?;
+    Ok(Arc::new(AeadVault::from_hex(key, env.entropy.clone())?))
+}
+
+impl Env {
+    /// A short description for humans (no credentials).
+    pub fn describe(&self) -> String {
+        match &self.backend {
+            Backend::Sqlite(s) => format!("sqlite:{}", s.path().display()),
+            Backend::Postgres(s) => format!("postgres (schema {})", s.config().schema),
+            Backend::Redis(s) => format!("redis (prefix {})", s.prefix()),
+        }
+    }
+
+    /// Enqueue the demo's events, each in the same transaction as the "order" row it
+    /// describes; returns how many deliveries were written.
+    pub async fn enqueue_demo_events(&self, n: u32) -> CliResult<u64> {
+        let before = self.store.stats().await?.total();
+        match &self.backend {
+            Backend::Sqlite(s) => {
+                let s = s.clone();
+                tokio::task::spawn_blocking(move || -> CliResult<()> {
+                    let mut conn = rusqlite::Connection::open(s.path()).map_err(sqlite_err)?;
+                    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(sqlite_err)?;
+                    conn.execute_batch("create table if not exists demo_orders (id text primary key, created_at integer not null)")
+                        .map_err(sqlite_err)?;
+                    for i in 0..n {
+                        let (order, message) = crate::demo::demo_event(i);
+                        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
+                        tx.execute("insert or ignore into demo_orders (id, created_at) values (?1, ?2)", rusqlite::params![order, i64::from(i)])
+                            .map_err(sqlite_err)?;
+                        s.enqueue_in(&tx, message)?;
+                        tx.commit().map_err(sqlite_err)?;
+                    }
+                    s.notify();
+                    Ok(())
+                })
+                .await
+                .map_err(|e| CliError::failed(format!("the enqueue task failed: {e}")))??;
+            }
+            Backend::Postgres(s) => {
+                let table = format!("{}.demo_orders", s.config().schema);
+                sqlx::query(&format!("create table if not exists {table} (id text primary key, created_at bigint not null)"))
+                    .execute(s.pool())
+                    .await
+                    .map_err(pg_err)?;
+                for i in 0..n {
+                    let (order, message) = crate::demo::demo_event(i);
+                    let mut tx = s.pool().begin().await.map_err(pg_err)?;
+                    sqlx::query(&format!("insert into {table} (id, created_at) values ($1, $2) on conflict do nothing"))
+                        .bind(order)
+                        .bind(i64::from(i))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(pg_err)?;
+                    s.enqueue_in(&mut tx, message).await?;
+                    tx.commit().await.map_err(pg_err)?;
+                }
+            }
+            Backend::Redis(s) => {
+                let mut conn = s.connection();
+                for i in 0..n {
+                    let (order, message) = crate::demo::demo_event(i);
+                    let mut pipe = redis::pipe();
+                    pipe.atomic();
+                    pipe.cmd("SET")
+                        .arg(format!("{}:demo_order:{order}", s.prefix()))
+                        .arg(i)
+                        .ignore();
+                    s.enqueue_in(&mut pipe, message)?;
+                    let _: redis::Value = pipe
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| CliError::failed(format!("redis: {e}")))?;
+                }
+            }
+        }
+        Ok(self.store.stats().await?.total() - before)
+    }
+}
+
+fn sqlite_err(e: rusqlite::Error) -> CliError {
+    CliError::failed(format!("sqlite: {e}"))
+}
+
+fn pg_err(e: sqlx::Error) -> CliError {
+    CliError::failed(format!(
+        "postgres: {}",
+        e.as_database_error().map_or_else(
+            || "connection failed".to_owned(),
+            |d| d.message().to_owned()
+        )
+    ))
+}

@@ -1,0 +1,73 @@
+//! The `outbox` binary end to end: the demo, operator commands on SQLite, bad input, and the
+//! relay on PostgreSQL.
+
+mod bad_input;
+mod demo;
+mod operator;
+mod relay;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub const VAULT_KEY: &str = "6f75746278746573742d7661756c742d6b65792d3030303030303030303030ff";
+
+/// What a run of `outbox` printed and returned.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(o: Output) -> Self {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    /// Assert success and return stdout.
+    #[track_caller]
+    pub fn ok(self) -> String {
+        assert_eq!(
+            self.code, 0,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        self.stdout
+    }
+}
+
+pub fn outbox_cmd() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    c.env("OUTBOX_VAULT_KEY", VAULT_KEY)
+        .env_remove("OUTBOX_STORE")
+        .env_remove("OUTBOX_NAMESPACE");
+    c
+}
+
+/// Run `outbox` with `args`.
+pub fn outbox(args: &[&str]) -> Run {
+    Run::from(
+        outbox_cmd()
+            .args(args)
+            .output()
+            .expect("the outbox binary runs"),
+    )
+}
+
+/// `sqlite:PATH` for a database in `dir`.
+pub fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite:{}", dir.join("outbox.sqlite").display())
+}
+
+/// The first UUID-looking word after `prefix` in `text`.
+pub fn id_after(text: &str, prefix: &str) -> String {
+    let at = text
+        .find(prefix)
+        .unwrap_or_else(|| panic!("{prefix:?} not in {text:?}"))
+        + prefix.len();
+    text[at..].split_whitespace().next().unwrap().to_owned()
+}

@@ -1,0 +1,140 @@
+//! [`PostgresConfig`]: where the outbox lives in the database, and its limits.
+
+use std::time::Duration;
+
+use outbox_core::{Error, Limits, Result};
+
+/// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`).
+const MAX_IDENT: usize = 63;
+
+/// How a [`crate::PostgresStore`] is set up. Validated once by
+/// [`crate::PostgresStore::new`]; bad values are [`outbox_core::ErrorKind::Misconfigured`].
+///
+/// ```
+/// use outbox_postgres::PostgresConfig;
+///
+/// let config = PostgresConfig { schema: "billing_outbox".into(), ..PostgresConfig::default() };
+/// assert_eq!(config.channel(), "outbox_wake_billing_outbox");
+/// assert!(config.validate().is_ok());
+/// assert!(PostgresConfig::new("Robert'); DROP TABLE x;--").validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresConfig {
+    /// The schema holding the outbox tables: lowercase ASCII letters, digits and `_`,
+    /// starting with a letter or `_`, at most 63 bytes. Several outboxes (and every test)
+    /// can live in one database under different schemas. Default `outbox`.
+    pub schema: String,
+    /// Limits applied to every enqueue. Default [`Limits::default`].
+    pub limits: Limits,
+    /// The prefix of the LISTEN/NOTIFY channel; the schema name is appended
+    /// (`{notify_channel}_{schema}`), so outboxes in other schemas do not wake each other.
+    /// Same character rules as the schema; the whole channel name must fit in 63 bytes.
+    /// Default `outbox_wake`.
+    pub notify_channel: String,
+    /// How long the wake-up listener waits before reconnecting after an error (doubled per
+    /// failure up to [`PostgresConfig::listener_max_backoff`]). Default 100 ms.
+    pub listener_backoff: Duration,
+    /// The longest wait between reconnection attempts of the wake-up listener. Default 5 s.
+    pub listener_max_backoff: Duration,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            schema: "outbox".to_owned(),
+            limits: Limits::default(),
+            notify_channel: "outbox_wake".to_owned(),
+            listener_backoff: Duration::from_millis(100),
+            listener_max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PostgresConfig {
+    /// The defaults with another schema.
+    pub fn new(schema: impl Into<String>) -> Self {
+        PostgresConfig {
+            schema: schema.into(),
+            ..PostgresConfig::default()
+        }
+    }
+
+    /// The LISTEN/NOTIFY channel: `{notify_channel}_{schema}`.
+    pub fn channel(&self) -> String {
+        format!("{}_{}", self.notify_channel, self.schema)
+    }
+
+    /// Check every setting.
+    pub fn validate(&self) -> Result<()> {
+        check_ident("schema", &self.schema)?;
+        check_ident("notify_channel", &self.notify_channel)?;
+        if self.channel().len() > MAX_IDENT {
+            return Err(Error::misconfigured(
+                "notify_channel",
+                "the channel name (prefix, '_', schema) must be at most 63 bytes",
+            ));
+        }
+        if self.listener_backoff.is_zero() || self.listener_max_backoff < self.listener_backoff {
+            return Err(Error::misconfigured(
+                "listener_backoff",
+                "must be positive and at most listener_max_backoff",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A safe unquoted identifier: `[a-z_][a-z0-9_]*`, at most 63 bytes.
+fn check_ident(field: &'static str, s: &str) -> Result<()> {
+    let mut chars = s.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !first_ok || !rest_ok || s.len() > MAX_IDENT {
+        return Err(Error::misconfigured(
+            field,
+            "must be 1-63 lowercase ASCII letters, digits or '_', not starting with a digit",
+        ));
+    }
+    if s.starts_with("pg_") {
+        return Err(Error::misconfigured(field, "must not start with 'pg_'"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_table() {
+        let cases = [
+            ("outbox", true),
+            ("_x1", true),
+            ("outbox_test_0123abcd", true),
+            ("", false),
+            ("1abc", false),
+            ("Outbox", false),
+            ("a-b", false),
+            ("a b", false),
+            ("a\"b", false),
+            ("pg_temp", false),
+            (&"a".repeat(64), false),
+        ];
+        for (s, ok) in cases {
+            assert_eq!(PostgresConfig::new(s).validate().is_ok(), ok, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn channel_includes_schema_and_fits() {
+        let c = PostgresConfig::new("s1");
+        assert_eq!(c.channel(), "outbox_wake_s1");
+        let long = PostgresConfig::new("a".repeat(60));
+        assert!(
+            long.validate().is_err(),
+            "the channel name would be too long"
+        );
+    }
+}

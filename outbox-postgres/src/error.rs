@@ -1,0 +1,177 @@
+//! Driver errors → [`outbox_core::Error`]: the classification table.
+//!
+//! | driver error | kind |
+//! | --- | --- |
+//! | I/O, TLS, pool timed out, pool closed, worker crashed | `Unavailable` |
+//! | SQLSTATE class 08 (connection), 57P01-57P05 (shutdown, crash, cannot connect now), 53 (insufficient resources), 40001 / 40P01 (serialization, deadlock), 55P03 / 55006 (lock or object in use) | `Unavailable` |
+//! | 57014 (statement timeout or cancel) | `Timeout` |
+//! | 23505 (unique violation), class 25 (transaction state: the caller's transaction is aborted or read-only) | `Conflict` |
+//! | class 22 (data exception), other class 23 (integrity), `Encode`, `InvalidArgument` | `InvalidInput` |
+//! | class 42 (undefined table, syntax: not migrated), 3F000 (no such schema), class 28 (authentication), `Configuration`, `TypeNotFound` | `Misconfigured` |
+//! | `RowNotFound` | `NotFound` |
+//! | anything else (protocol, decode, unknown codes) | `Unexpected` |
+//!
+//! Messages are fixed lowercase text naming the SQLSTATE at most; the driver error is kept
+//! as the source.
+
+use outbox_core::{Error, ErrorKind};
+
+/// Errors of this crate that are not driver errors.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    /// A stored value could not be read back.
+    #[error("a stored value of column `{0}` is not valid")]
+    Corrupt(&'static str),
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        Error::new(ErrorKind::Unexpected, "a stored row is not valid").with_source(e)
+    }
+}
+
+/// The kind of a SQLSTATE code.
+pub fn classify_sqlstate(code: &str) -> ErrorKind {
+    match code {
+        "23505" => ErrorKind::Conflict,
+        "57014" => ErrorKind::Timeout,
+        "40001" | "40P01" | "55P03" | "55006" => ErrorKind::Unavailable,
+        "57P01" | "57P02" | "57P03" | "57P04" | "57P05" => ErrorKind::Unavailable,
+        "3F000" | "3D000" => ErrorKind::Misconfigured,
+        _ => match code.get(..2) {
+            Some("08" | "53") => ErrorKind::Unavailable,
+            Some("22" | "23") => ErrorKind::InvalidInput,
+            Some("25") => ErrorKind::Conflict,
+            Some("42" | "28") => ErrorKind::Misconfigured,
+            _ => ErrorKind::Unexpected,
+        },
+    }
+}
+
+/// The kind of a driver error.
+pub fn classify(e: &sqlx::Error) -> ErrorKind {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => ErrorKind::Unavailable,
+        sqlx::Error::Database(db) => db
+            .code()
+            .map_or(ErrorKind::Unexpected, |c| classify_sqlstate(&c)),
+        sqlx::Error::Configuration(_) | sqlx::Error::TypeNotFound { .. } => {
+            ErrorKind::Misconfigured
+        }
+        sqlx::Error::RowNotFound => ErrorKind::NotFound,
+        sqlx::Error::Encode(_) | sqlx::Error::InvalidArgument(_) => ErrorKind::InvalidInput,
+        sqlx::Error::Protocol(msg) if is_connection_loss(msg) => ErrorKind::Unavailable,
+        _ => ErrorKind::Unexpected,
+    }
+}
+
+/// sqlx reports a few connection losses as protocol errors.
+fn is_connection_loss(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    m.contains("connection closed") || m.contains("connection reset") || m.contains("eof")
+}
+
+/// Map a driver error to the library's error, keeping it as the source.
+pub fn map_err(e: sqlx::Error) -> Error {
+    let kind = classify(&e);
+    let message: String = match &e {
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("postgres error {code}"),
+            None => "postgres error".to_owned(),
+        },
+        sqlx::Error::Io(_) => "postgres connection failed".to_owned(),
+        sqlx::Error::Tls(_) => "postgres tls failed".to_owned(),
+        sqlx::Error::PoolTimedOut => "timed out waiting for a postgres connection".to_owned(),
+        sqlx::Error::PoolClosed => "the postgres pool is closed".to_owned(),
+        sqlx::Error::RowNotFound => "no such row".to_owned(),
+        _ => format!("postgres driver error ({kind})"),
+    };
+    Error::new(kind, message).with_source(e)
+}
+
+/// `.db()` on driver results.
+pub(crate) trait DbResult<T> {
+    /// Map the error with [`map_err`].
+    fn db(self) -> outbox_core::Result<T>;
+}
+
+impl<T> DbResult<T> for std::result::Result<T, sqlx::Error> {
+    fn db(self) -> outbox_core::Result<T> {
+        self.map_err(map_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlstate_table() {
+        let rows = [
+            ("23505", ErrorKind::Conflict),
+            ("23503", ErrorKind::InvalidInput),
+            ("23514", ErrorKind::InvalidInput),
+            ("22P02", ErrorKind::InvalidInput),
+            ("22001", ErrorKind::InvalidInput),
+            ("57P01", ErrorKind::Unavailable),
+            ("57P03", ErrorKind::Unavailable),
+            ("08006", ErrorKind::Unavailable),
+            ("08001", ErrorKind::Unavailable),
+            ("53300", ErrorKind::Unavailable),
+            ("40001", ErrorKind::Unavailable),
+            ("40P01", ErrorKind::Unavailable),
+            ("55P03", ErrorKind::Unavailable),
+            ("57014", ErrorKind::Timeout),
+            ("25P02", ErrorKind::Conflict),
+            ("25006", ErrorKind::Conflict),
+            ("42P01", ErrorKind::Misconfigured),
+            ("42601", ErrorKind::Misconfigured),
+            ("3F000", ErrorKind::Misconfigured),
+            ("28P01", ErrorKind::Misconfigured),
+            ("XX000", ErrorKind::Unexpected),
+            ("P0001", ErrorKind::Unexpected),
+        ];
+        for (code, kind) in rows {
+            assert_eq!(classify_sqlstate(code), kind, "{code}");
+        }
+    }
+
+    #[test]
+    fn driver_error_table() {
+        let io = || std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let rows = [
+            (sqlx::Error::Io(io()), ErrorKind::Unavailable),
+            (sqlx::Error::PoolTimedOut, ErrorKind::Unavailable),
+            (sqlx::Error::PoolClosed, ErrorKind::Unavailable),
+            (sqlx::Error::WorkerCrashed, ErrorKind::Unavailable),
+            (sqlx::Error::RowNotFound, ErrorKind::NotFound),
+            (
+                sqlx::Error::Protocol("unexpected eof".into()),
+                ErrorKind::Unavailable,
+            ),
+            (
+                sqlx::Error::Protocol("unknown message".into()),
+                ErrorKind::Unexpected,
+            ),
+            (
+                sqlx::Error::ColumnNotFound("x".into()),
+                ErrorKind::Unexpected,
+            ),
+            (
+                sqlx::Error::InvalidArgument("x".into()),
+                ErrorKind::InvalidInput,
+            ),
+        ];
+        for (e, kind) in rows {
+            let label = format!("{e:?}");
+            let mapped = map_err(e);
+            assert_eq!(mapped.kind(), kind, "{label}");
+            assert!(std::error::Error::source(&mapped).is_some());
+        }
+        assert!(map_err(sqlx::Error::PoolTimedOut).is_retryable());
+    }
+}

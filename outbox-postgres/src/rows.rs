@@ -1,0 +1,275 @@
+//! Reading rows back into domain values, and writing the few values that need encoding.
+
+use std::collections::BTreeMap;
+
+use outbox_core::{
+    Attempt, AttemptOutcome, AttemptRecord, BodyFormat, Cause, ConsumerName, DeadReason, Delivery,
+    DeliveryId, DeliveryStatus, Destination, EndpointId, EndpointStatus, EndpointUrl,
+    IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey, Result, SealedSecret, TenantId,
+    Timestamp, Topic, TopicFilter, TopicPattern,
+};
+use outbox_core::{Consumer, Endpoint};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::error::{DbResult, StoreError};
+
+fn corrupt(column: &'static str) -> impl FnOnce(outbox_core::Error) -> outbox_core::Error {
+    move |e| outbox_core::Error::from(StoreError::Corrupt(column)).with_source(e)
+}
+
+/// A column as `T`.
+pub(crate) fn get<'r, T>(row: &'r PgRow, column: &'static str) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(column).db()
+}
+
+/// A bigint millisecond column as a timestamp.
+pub(crate) fn ts(row: &PgRow, column: &'static str) -> Result<Timestamp> {
+    let ms: i64 = get(row, column)?;
+    Timestamp::from_unix_millis(ms).map_err(corrupt(column))
+}
+
+fn ts_opt(row: &PgRow, column: &'static str) -> Result<Option<Timestamp>> {
+    let ms: Option<i64> = get(row, column)?;
+    ms.map(Timestamp::from_unix_millis)
+        .transpose()
+        .map_err(corrupt(column))
+}
+
+fn count(row: &PgRow, column: &'static str) -> Result<u32> {
+    let n: i32 = get(row, column)?;
+    u32::try_from(n).map_err(|_| StoreError::Corrupt(column).into())
+}
+
+fn status_code(v: Option<i32>, column: &'static str) -> Result<Option<u16>> {
+    v.map(|c| u16::try_from(c).map_err(|_| StoreError::Corrupt(column).into()))
+        .transpose()
+}
+
+/// A stored delivery status.
+pub(crate) fn status(s: &str) -> Result<DeliveryStatus> {
+    DeliveryStatus::parse(s).map_err(corrupt("status"))
+}
+
+/// A delivery from the columns of `sql::DELIVERY_COLS`.
+pub(crate) fn delivery(row: &PgRow) -> Result<Delivery> {
+    let kind: String = get(row, "kind")?;
+    let target: String = get(row, "target")?;
+    let last_outcome = match get::<Option<String>>(row, "last_outcome")? {
+        Some(o) => Some(LastOutcome {
+            outcome: AttemptOutcome::parse(&o).map_err(corrupt("last_outcome"))?,
+            status_code: status_code(get(row, "last_status_code")?, "last_status_code")?,
+            excerpt: get(row, "last_excerpt")?,
+            at: ts(row, "last_at")?,
+        }),
+        None => None,
+    };
+    let dead_reason = get::<Option<String>>(row, "dead_reason")?
+        .map(|r| DeadReason::parse(&r))
+        .transpose()
+        .map_err(corrupt("dead_reason"))?;
+    Ok(Delivery {
+        id: DeliveryId::from_uuid(get(row, "id")?).map_err(corrupt("id"))?,
+        message_id: MessageId::from_uuid(get(row, "message_id")?).map_err(corrupt("message_id"))?,
+        tenant: TenantId::new(get::<String>(row, "tenant")?).map_err(corrupt("tenant"))?,
+        topic: Topic::new(get::<String>(row, "topic")?).map_err(corrupt("topic"))?,
+        ordering_key: get::<Option<String>>(row, "ordering_key")?
+            .map(OrderingKey::new)
+            .transpose()
+            .map_err(corrupt("ordering_key"))?,
+        destination: Destination::from_parts(&kind, &target).map_err(corrupt("target"))?,
+        status: status(&get::<String>(row, "status")?)?,
+        attempts: count(row, "attempts")?,
+        snoozes: count(row, "snoozes")?,
+        next_attempt_at: ts(row, "next_attempt_at")?,
+        lease_until: ts_opt(row, "lease_until")?,
+        last_outcome,
+        dead_reason,
+        created_at: ts(row, "created_at")?,
+        updated_at: ts(row, "updated_at")?,
+        completed_at: ts_opt(row, "completed_at")?,
+    })
+}
+
+/// A row of `messages`.
+pub(crate) fn message(row: &PgRow) -> Result<Message> {
+    Ok(Message {
+        id: MessageId::from_uuid(get(row, "id")?).map_err(corrupt("id"))?,
+        topic: Topic::new(get::<String>(row, "topic")?).map_err(corrupt("topic"))?,
+        payload: get(row, "payload")?,
+        tenant: TenantId::new(get::<String>(row, "tenant")?).map_err(corrupt("tenant"))?,
+        ordering_key: get::<Option<String>>(row, "ordering_key")?
+            .map(OrderingKey::new)
+            .transpose()
+            .map_err(corrupt("ordering_key"))?,
+        idempotency_key: idempotency_key(get(row, "idempotency_key")?)?,
+        available_at: ts(row, "available_at")?,
+        headers: headers_from(get(row, "headers")?)?,
+        cause: cause_from(get(row, "cause")?)?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+/// The message of a claimed delivery: the delivery's own fields plus the `m_` columns.
+pub(crate) fn claimed_message(row: &PgRow, d: &Delivery) -> Result<Message> {
+    Ok(Message {
+        id: d.message_id,
+        topic: d.topic.clone(),
+        payload: get(row, "m_payload")?,
+        tenant: d.tenant.clone(),
+        ordering_key: d.ordering_key.clone(),
+        idempotency_key: idempotency_key(get(row, "m_idempotency_key")?)?,
+        available_at: ts(row, "m_available_at")?,
+        headers: headers_from(get(row, "m_headers")?)?,
+        cause: cause_from(get(row, "m_cause")?)?,
+        created_at: ts(row, "m_created_at")?,
+    })
+}
+
+fn idempotency_key(v: Option<String>) -> Result<Option<IdempotencyKey>> {
+    v.map(IdempotencyKey::new)
+        .transpose()
+        .map_err(corrupt("idempotency_key"))
+}
+
+/// Headers as stored: JSON text, `None` when there are none.
+pub(crate) fn headers_to(headers: &BTreeMap<String, String>) -> Option<String> {
+    if headers.is_empty() {
+        None
+    } else {
+        serde_json::to_string(headers).ok()
+    }
+}
+
+fn headers_from(v: Option<String>) -> Result<BTreeMap<String, String>> {
+    match v {
+        None => Ok(BTreeMap::new()),
+        Some(s) => serde_json::from_str(&s).map_err(|_| StoreError::Corrupt("headers").into()),
+    }
+}
+
+/// A cause as stored: JSON text.
+pub(crate) fn cause_to(cause: Option<&Cause>) -> Option<String> {
+    cause.and_then(|c| serde_json::to_string(c).ok())
+}
+
+fn cause_from(v: Option<String>) -> Result<Option<Cause>> {
+    v.map(|s| serde_json::from_str(&s).map_err(|_| StoreError::Corrupt("cause").into()))
+        .transpose()
+}
+
+/// An attempt row of a delivery.
+pub(crate) fn attempt(row: &PgRow, delivery_id: DeliveryId) -> Result<Attempt> {
+    let outcome: String = get(row, "outcome")?;
+    Ok(Attempt {
+        delivery_id,
+        number: count(row, "number")?,
+        probe: get(row, "probe")?,
+        record: AttemptRecord {
+            started_at: ts(row, "started_at")?,
+            finished_at: ts(row, "finished_at")?,
+            outcome: AttemptOutcome::parse(&outcome).map_err(corrupt("outcome"))?,
+            status_code: status_code(get(row, "status_code")?, "status_code")?,
+            excerpt: get(row, "excerpt")?,
+        },
+    })
+}
+
+/// A topic filter as stored: its patterns' text forms.
+pub(crate) fn filter_to(filter: &TopicFilter) -> Vec<String> {
+    filter.patterns().iter().map(ToString::to_string).collect()
+}
+
+fn filter_from(patterns: Vec<String>) -> Result<TopicFilter> {
+    let patterns = patterns
+        .iter()
+        .map(|p| TopicPattern::parse(p))
+        .collect::<Result<Vec<_>>>()
+        .map_err(corrupt("filter"))?;
+    TopicFilter::new(patterns).map_err(corrupt("filter"))
+}
+
+/// An endpoint row.
+pub(crate) fn endpoint(row: &PgRow) -> Result<Endpoint> {
+    let status: String = get(row, "status")?;
+    let reason: Option<String> = get(row, "disabled_reason")?;
+    let rate_limit: Option<i32> = get(row, "rate_limit")?;
+    Ok(Endpoint {
+        id: EndpointId::from_uuid(get(row, "id")?).map_err(corrupt("id"))?,
+        tenant: TenantId::new(get::<String>(row, "tenant")?).map_err(corrupt("tenant"))?,
+        url: EndpointUrl::parse(&get::<String>(row, "url")?).map_err(corrupt("url"))?,
+        description: get(row, "description")?,
+        filter: filter_from(get(row, "filter")?)?,
+        status: EndpointStatus::from_parts(&status, reason.as_deref())
+            .map_err(corrupt("status"))?,
+        secret: SealedSecret(get(row, "secret")?),
+        previous_secret: get::<Option<Vec<u8>>>(row, "previous_secret")?.map(SealedSecret),
+        body_format: BodyFormat::parse(&get::<String>(row, "body_format")?)
+            .map_err(corrupt("body_format"))?,
+        rate_limit: rate_limit
+            .map(|r| u32::try_from(r).map_err(|_| StoreError::Corrupt("rate_limit")))
+            .transpose()?,
+        created_at: ts(row, "created_at")?,
+        updated_at: ts(row, "updated_at")?,
+    })
+}
+
+/// A consumer row.
+pub(crate) fn consumer(row: &PgRow) -> Result<Consumer> {
+    Ok(Consumer {
+        name: ConsumerName::new(get::<String>(row, "name")?).map_err(corrupt("name"))?,
+        filter: filter_from(get(row, "filter")?)?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+/// A UUIDv7 split for `sql::derive_id`: the first 8 bytes, and the last 8 as a bigint.
+pub(crate) fn split_base(id: Uuid) -> (Vec<u8>, i64) {
+    let b = id.as_bytes();
+    let mut lo = [0u8; 8];
+    lo.copy_from_slice(&b[8..]);
+    (b[..8].to_vec(), i64::from_be_bytes(lo))
+}
+
+/// Milliseconds of a timestamp, as bound to a statement.
+pub(crate) fn ms(t: Timestamp) -> i64 {
+    t.as_unix_millis()
+}
+
+/// A count or code that fits in an `integer` column.
+pub(crate) fn int4(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_ids_stay_v7() {
+        // The derivation XORs the low bits with a small number; version and variant stay.
+        let base = Uuid::from_u128(0x0190_0000_0000_7abc_8def_0123_4567_89ab);
+        let (hi, lo) = split_base(base);
+        for n in [1i64, 2, 255, 65_536] {
+            let mut bytes = [0u8; 16];
+            bytes[..8].copy_from_slice(&hi);
+            bytes[8..].copy_from_slice(&(lo ^ n).to_be_bytes());
+            let id = Uuid::from_bytes(bytes);
+            assert_eq!(id.get_version_num(), 7);
+            assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+            assert_ne!(id, base);
+        }
+    }
+
+    #[test]
+    fn headers_round_trip() {
+        let mut h = BTreeMap::new();
+        assert_eq!(headers_to(&h), None);
+        h.insert("trace".to_owned(), "a\"b".to_owned());
+        assert_eq!(headers_from(headers_to(&h)).unwrap(), h);
+    }
+}

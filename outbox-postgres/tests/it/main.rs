@@ -1,0 +1,9 @@
+//! Integration tests of `outbox-postgres` against a real PostgreSQL
+//! (`OUTBOX_TEST_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`). Each test
+//! works in a fresh schema with a random name, dropped afterwards.
+
+mod claims;
+mod enqueue;
+mod faults;
+mod notify;
+mod support;

@@ -1,0 +1,96 @@
+//! LISTEN/NOTIFY: a wake listener is woken by an enqueue from another pool, and still after
+//! its listener connection is terminated.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Clock, DeliveryStore, MessageStore, Stopwatch, SystemClock, WakeListener};
+use outbox_postgres::sqlx;
+
+use crate::support::{order, with_db, TestDb};
+
+/// Far below any poll interval a dispatcher would use (30 s), and generous for a slow CI.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+async fn woken(listener: &mut WakeListener) -> bool {
+    tokio::time::timeout(DEADLINE, listener.woken())
+        .await
+        .is_ok()
+}
+
+/// The pid of the backend listening for `app`, once it is listening (and is not `old`).
+async fn listening_backend(db: &TestDb, app: &str, old: Option<i32>) -> i32 {
+    let watch = Stopwatch::start();
+    loop {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity \
+              WHERE application_name = $1 AND query LIKE 'LISTEN%' AND pid <> $2",
+        )
+        .bind(app)
+        .bind(old.unwrap_or(0))
+        .fetch_optional(&db.admin)
+        .await
+        .unwrap();
+        if let Some(pid) = pid {
+            return pid;
+        }
+        assert!(watch.elapsed() < DEADLINE, "no listening backend appeared");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Swallow a wake-up that may already be pending (none is fine).
+async fn drain(listener: &mut WakeListener) {
+    let _ = tokio::time::timeout(Duration::ZERO, listener.woken()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_from_another_pool_wakes_the_listener_even_after_a_cut() {
+    with_db(|db| async move {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let app = db.app("listen");
+        let listening = db.ready_store(db.pool(&app, 2).await, clock.clone()).await;
+        let writer = db.store(db.pool(&db.app("writer"), 2).await, clock);
+
+        let mut listener = listening
+            .wake_listener()
+            .expect("postgres has a wake listener");
+        // The listener wakes once when it (re)connects: nothing sent before was seen.
+        assert!(woken(&mut listener).await, "no wake-up after connecting");
+        let pid = listening_backend(&db, &app, None).await;
+
+        writer.enqueue(order(1)).await.unwrap();
+        assert!(
+            woken(&mut listener).await,
+            "an enqueue did not wake the listener"
+        );
+
+        // Cut the listener's connection; it reconnects and listens again.
+        let cut: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+        assert!(cut);
+        listening_backend(&db, &app, Some(pid)).await;
+        assert!(woken(&mut listener).await, "no wake-up after reconnecting");
+        drain(&mut listener).await;
+
+        writer.enqueue(order(2)).await.unwrap();
+        assert!(
+            woken(&mut listener).await,
+            "an enqueue after the cut did not wake the listener"
+        );
+
+        // Enqueue inside a transaction wakes once it commits.
+        let mut tx = writer.pool().begin().await.unwrap();
+        writer.enqueue_in(&mut tx, order(3)).await.unwrap();
+        tx.commit().await.unwrap();
+        assert!(
+            woken(&mut listener).await,
+            "a committed enqueue_in did not wake"
+        );
+        assert_eq!(listening.stats().await.unwrap().pending, 3);
+    })
+    .await;
+}

@@ -1,0 +1,127 @@
+//! [`RedisConfig`]: the key prefix, limits and timeouts of a [`crate::RedisStore`].
+
+use std::time::Duration;
+
+use outbox_core::{Error, Limits, Result};
+
+/// How a [`crate::RedisStore`] stores and talks to Redis. Validated once by
+/// [`crate::RedisStore::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Every key starts with this prefix. It must contain a Redis Cluster hash tag
+    /// (`{…}` with something inside), so that one outbox lives in one cluster slot and
+    /// every script is cluster-safe. Default `{outbox}`. Two stores with different
+    /// prefixes share nothing.
+    pub prefix: String,
+    /// Limits applied to every enqueue. Default [`Limits::default`].
+    pub limits: Limits,
+    /// The most attempts kept in one delivery's ledger (1–10000, default 100): older
+    /// entries are dropped, and the attempt numbers of the kept ones stay as they were.
+    pub attempts_cap: u32,
+    /// How long one command may wait for its reply before failing with `Unavailable`.
+    /// Default 10 s.
+    pub response_timeout: Duration,
+    /// How long one connection attempt may take. Default 5 s.
+    pub connection_timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            prefix: "{outbox}".to_owned(),
+            limits: Limits::default(),
+            attempts_cap: 100,
+            response_timeout: Duration::from_secs(10),
+            connection_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// The default configuration under another prefix.
+    pub fn with_prefix(prefix: impl Into<String>) -> Self {
+        RedisConfig {
+            prefix: prefix.into(),
+            ..RedisConfig::default()
+        }
+    }
+
+    /// Check every setting.
+    pub fn validate(&self) -> Result<()> {
+        check_prefix(&self.prefix)?;
+        if !(1..=10_000).contains(&self.attempts_cap) {
+            return Err(Error::misconfigured(
+                "attempts_cap",
+                "must be from 1 to 10000",
+            ));
+        }
+        if self.response_timeout.is_zero() || self.connection_timeout.is_zero() {
+            return Err(Error::misconfigured(
+                "timeout",
+                "timeouts must be longer than zero",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A prefix is valid when it is at most 200 bytes of visible ASCII and contains a hash tag:
+/// a `{` followed later by a `}` with at least one character between the first `{` and the
+/// first `}` after it (the part Redis Cluster hashes).
+fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.len() > 200 || !prefix.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Error::misconfigured(
+            "prefix",
+            "must be 1-200 visible ASCII characters",
+        ));
+    }
+    let tagged = prefix
+        .find('{')
+        .and_then(|open| prefix[open + 1..].find('}'))
+        .is_some_and(|len| len > 0);
+    if !tagged {
+        return Err(Error::misconfigured(
+            "prefix",
+            "must contain a non-empty hash tag such as `{outbox}`",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_need_a_hash_tag() {
+        let cases = [
+            ("{outbox}", true),
+            ("app:{outbox}:", true),
+            ("{a}", true),
+            ("{outbox-test-1f2e}", true),
+            ("outbox", false),
+            ("{}", false),
+            ("{}{x}", false),
+            ("}{", false),
+            ("{outbox", false),
+            ("", false),
+            ("{out box}", false),
+        ];
+        for (prefix, ok) in cases {
+            let r = RedisConfig::with_prefix(prefix).validate();
+            assert_eq!(r.is_ok(), ok, "{prefix:?}");
+            if let Err(e) = r {
+                assert_eq!(e.kind(), outbox_core::ErrorKind::Misconfigured);
+                assert_eq!(e.field(), Some("prefix"));
+            }
+        }
+    }
+
+    #[test]
+    fn attempts_cap_is_bounded() {
+        let mut c = RedisConfig::default();
+        assert!(c.validate().is_ok());
+        c.attempts_cap = 0;
+        assert_eq!(c.validate().unwrap_err().field(), Some("attempts_cap"));
+    }
+}

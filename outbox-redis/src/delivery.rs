@@ -1,0 +1,314 @@
+//! [`DeliveryStore`] for [`RedisStore`]: claim, complete, release, extend and the operator
+//! calls, each one script call.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::{
+    ClaimRequest, ClaimSource, ClaimToken, Claimed, Completion, DeliveryId, DeliveryStatus,
+    DeliveryStore, EndpointId, Entropy, Error, Lease, ReleaseReport, Result, Stats, TenantId,
+    WakeListener,
+};
+use redis::Value;
+
+use crate::codec::{delivery, int, items, message, text, token_arg, Args};
+use crate::error::corrupt;
+use crate::store::RedisStore;
+
+/// Random bytes drawn from the injected entropy in one read, handed out in order (so a
+/// claim of 1000 tokens reads the random source once).
+#[derive(Debug)]
+struct Drawn(Vec<u8>, AtomicUsize);
+
+impl Entropy for Drawn {
+    fn fill(&self, buf: &mut [u8]) {
+        for b in buf {
+            let i = self.1.fetch_add(1, Ordering::Relaxed);
+            *b = self.0[i % self.0.len()];
+        }
+    }
+}
+
+impl RedisStore {
+    fn tokens(&self, n: usize) -> Vec<ClaimToken> {
+        let mut bytes = vec![0u8; n.max(1) * 16];
+        self.inner.entropy.fill(&mut bytes);
+        let drawn = Drawn(bytes, AtomicUsize::new(0));
+        (0..n).map(|_| ClaimToken::generate(&drawn)).collect()
+    }
+
+    async fn operator(&self, op: &str, tenant: &TenantId, id: String) -> Result<Value> {
+        let mut a = Args::new();
+        a.s(op).s(tenant.as_str()).s(id).t(self.now());
+        let v = self.run(&self.inner.scripts.operator, &a).await?;
+        self.wake_local();
+        Ok(v)
+    }
+
+    async fn lease_op(&self, op: &str, lease: &Lease, until: Option<i64>) -> Result<()> {
+        let mut a = Args::new();
+        a.s(op)
+            .s(lease.delivery_id.to_string())
+            .s(lease.tenant.as_str())
+            .s(token_arg(&lease.token))
+            .t(self.now());
+        if let Some(u) = until {
+            a.n(u);
+        }
+        let ok: i64 = self.run(&self.inner.scripts.lease, &a).await?;
+        if ok == 1 {
+            Ok(())
+        } else {
+            Err(Error::lease_lost())
+        }
+    }
+
+    fn complete_args(&self, items: &[(Lease, Completion)]) -> Args {
+        let now = self.now();
+        let mut a = Args::new();
+        a.t(now).n(self.inner.config.attempts_cap);
+        for (lease, c) in items {
+            let u = lease.settle(&c.verdict, c.attempt.as_ref(), now);
+            let last = u
+                .last_outcome
+                .as_ref()
+                .and_then(|l| serde_json::to_vec(l).ok())
+                .unwrap_or_default();
+            let attempt = c
+                .attempt
+                .as_ref()
+                .and_then(|r| serde_json::to_vec(r).ok())
+                .unwrap_or_default();
+            a.s(lease.delivery_id.to_string())
+                .s(lease.tenant.as_str())
+                .s(token_arg(&lease.token))
+                .s(u.status.as_str())
+                .n(u.attempts)
+                .n(u.snoozes)
+                .t(u.next_attempt_at);
+            match u.completed_at {
+                Some(t) => a.t(t),
+                None => a.s(""),
+            };
+            a.opt(u.dead_reason.map(|r| r.as_str()))
+                .b(last)
+                .s(if u.disable_endpoint { "1" } else { "0" })
+                .b(attempt)
+                .s(if lease.is_probe() { "1" } else { "0" });
+        }
+        a
+    }
+}
+
+/// The served sources as (kind, target, budget), first occurrence of each destination
+/// winning as in [`ClaimRequest::budget_for`].
+fn sources(request: &ClaimRequest) -> Vec<(&'static str, String, u32)> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for s in request.sources() {
+        let (kind, target, budget) = match s {
+            ClaimSource::Handler {
+                consumer,
+                max_attempts,
+            } => ("handler", consumer.to_string(), *max_attempts),
+            ClaimSource::Webhooks { max_attempts } => ("webhook", String::new(), *max_attempts),
+            ClaimSource::Email { max_attempts } => ("email", String::new(), *max_attempts),
+            #[allow(unreachable_patterns)]
+            _ => continue,
+        };
+        if seen.insert((kind, target.clone())) {
+            out.push((kind, target, budget));
+        }
+    }
+    out
+}
+
+fn claimed(v: Value) -> Result<Claimed> {
+    let parts = items(v)?;
+    let [from, token, d, m] = parts.as_slice() else {
+        return Err(corrupt("reply"));
+    };
+    let claimed_from = text(from)
+        .and_then(|s| DeliveryStatus::parse(&s).ok())
+        .ok_or_else(|| corrupt("reply"))?;
+    let token = text(token)
+        .and_then(|s| ClaimToken::parse(&s).ok())
+        .ok_or_else(|| corrupt("reply"))?;
+    let delivery = delivery(&items(d.clone())?)?;
+    let message = message(&items(m.clone())?)?;
+    let lease = Lease {
+        delivery_id: delivery.id,
+        tenant: delivery.tenant.clone(),
+        token,
+        until: delivery.lease_until.ok_or_else(|| corrupt("delivery"))?,
+        attempts: delivery.attempts,
+        snoozes: delivery.snoozes,
+        claimed_from,
+    };
+    Ok(Claimed {
+        lease,
+        delivery,
+        message,
+    })
+}
+
+#[async_trait]
+impl DeliveryStore for RedisStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
+        request.validate()?;
+        let now = self.now();
+        let until = now.saturating_add(request.lease());
+        let batch = request.batch_size() as usize;
+        let mut a = Args::new();
+        a.t(now).t(until).n(request.batch_size());
+        let srcs = sources(request);
+        a.n(srcs.len() as i64);
+        for (kind, target, budget) in srcs {
+            a.s(kind).s(target).n(budget);
+        }
+        a.n(request.excluded_topics().len() as i64);
+        for t in request.excluded_topics() {
+            a.s(t.as_str());
+        }
+        a.n(request.dormant().len() as i64);
+        for t in request.dormant() {
+            a.s(t.as_str());
+        }
+        for t in self.tokens(batch) {
+            a.s(token_arg(&t));
+        }
+        let reply: Value = self.run(&self.inner.scripts.claim, &a).await?;
+        items(reply)?.into_iter().map(claimed).collect()
+    }
+
+    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
+        let items = [(lease.clone(), completion.clone())];
+        self.complete_many(&items)
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(corrupt("reply")))
+    }
+
+    async fn complete_many(&self, items_in: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
+        if items_in.is_empty() {
+            return Ok(Vec::new());
+        }
+        let a = self.complete_args(items_in);
+        let reply: Value = self.run(&self.inner.scripts.complete, &a).await?;
+        let out: Vec<Result<()>> = items(reply)?
+            .iter()
+            .map(|v| match int(v) {
+                Some(1) => Ok(()),
+                _ => Err(Error::lease_lost()),
+            })
+            .collect();
+        if out.len() != items_in.len() {
+            return Err(corrupt("reply"));
+        }
+        Ok(out)
+    }
+
+    async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport> {
+        if leases.is_empty() {
+            return Ok(ReleaseReport::default());
+        }
+        let now = self.now();
+        let mut a = Args::new();
+        a.t(now);
+        for lease in leases {
+            let u = lease.release(delay, now);
+            a.s(lease.delivery_id.to_string())
+                .s(lease.tenant.as_str())
+                .s(token_arg(&lease.token))
+                .s(u.status.as_str())
+                .n(u.attempts)
+                .n(u.snoozes)
+                .t(u.next_attempt_at);
+        }
+        let reply: Value = self.run(&self.inner.scripts.release, &a).await?;
+        let v = items(reply)?;
+        let n = |i: usize| {
+            v.get(i)
+                .and_then(int)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| corrupt("reply"))
+        };
+        let report = ReleaseReport {
+            released: n(0)?,
+            lost: n(1)?,
+        };
+        if report.released > 0 {
+            self.wake_local();
+        }
+        Ok(report)
+    }
+
+    async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease> {
+        let until = self.now().saturating_add(by);
+        self.lease_op("extend", lease, Some(until.as_unix_millis()))
+            .await?;
+        Ok(Lease {
+            until,
+            ..lease.clone()
+        })
+    }
+
+    async fn mark_sending(&self, lease: &Lease) -> Result<()> {
+        self.lease_op("sending", lease, None).await
+    }
+
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
+        let v = self
+            .operator("release_held", tenant, endpoint.to_string())
+            .await?;
+        int(&v)
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or_else(|| corrupt("reply"))
+    }
+
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("replay", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("retry", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let now = self.now();
+        let mut a = Args::new();
+        a.t(now);
+        let reply: Value = self.run(&self.inner.scripts.stats, &a).await?;
+        let v = items(reply)?;
+        let [counts, oldest] = v.as_slice() else {
+            return Err(corrupt("reply"));
+        };
+        let mut stats = Stats::default();
+        for pair in items(counts.clone())?.chunks(2) {
+            let (Some(name), Some(n)) = (pair.first().and_then(text), pair.get(1).and_then(int))
+            else {
+                return Err(corrupt("reply"));
+            };
+            if let Ok(status) = DeliveryStatus::parse(&name) {
+                stats.add(status, u64::try_from(n).unwrap_or(0));
+            }
+        }
+        if let Some(ms) = int(oldest) {
+            let at = outbox_core::Timestamp::from_unix_millis(ms).map_err(|_| corrupt("reply"))?;
+            stats.oldest_due_at = Some(at);
+            stats.oldest_due_age = Some(now.duration_since(at));
+        }
+        Ok(stats)
+    }
+
+    fn wake_listener(&self) -> Option<WakeListener> {
+        self.start_listener();
+        Some(self.inner.wakeups.listener())
+    }
+}

@@ -1,0 +1,182 @@
+//! [`EndpointStore`] for [`RedisStore`]: endpoints (a hash each, indexed per tenant by
+//! creation) and consumers (one hash of `name → created_at|filter`).
+
+use async_trait::async_trait;
+use outbox_core::endpoint::check_description;
+use outbox_core::{
+    Consumer, ConsumerName, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Error, ErrorKind,
+    Result, TenantId,
+};
+use redis::Value;
+
+use crate::codec::{
+    consumer, consumer_value, endpoint, endpoint_fields, int, items, text, Args, ENDPOINT_OPTIONAL,
+};
+use crate::error::redis_err;
+use crate::store::RedisStore;
+
+/// How often an update retries when another writer changed the endpoint in between.
+const UPDATE_TRIES: usize = 32;
+
+impl RedisStore {
+    fn consumers_key(&self) -> String {
+        format!("{}:consumers", self.inner.config.prefix)
+    }
+
+    async fn read_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<(Endpoint, String)> {
+        let mut conn = self.inner.conn.clone();
+        let v: Value = redis::cmd("HGETALL")
+            .arg(self.key("e", id))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        let v = match v {
+            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            other => items(other)?,
+        };
+        if v.is_empty() {
+            return Err(Error::not_found("endpoint"));
+        }
+        let (e, ver) = endpoint(&v)?;
+        if &e.tenant != tenant {
+            return Err(Error::not_found("endpoint"));
+        }
+        Ok((e, ver))
+    }
+}
+
+#[async_trait]
+impl EndpointStore for RedisStore {
+    async fn create_endpoint(&self, e: &Endpoint) -> Result<()> {
+        check_description(&e.description)?;
+        if e.rate_limit == Some(0) {
+            return Err(Error::invalid_input(
+                "rate_limit",
+                "must be at least 1 per second",
+            ));
+        }
+        let mut a = Args::new();
+        a.s("create")
+            .s(e.id.to_string())
+            .s(e.tenant.as_str())
+            .t(e.created_at);
+        for (k, v) in endpoint_fields(e) {
+            a.s(k).b(v);
+        }
+        let _: i64 = self.run(&self.inner.scripts.endpoint, &a).await?;
+        Ok(())
+    }
+
+    async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint> {
+        Ok(self.read_endpoint(tenant, id).await?.0)
+    }
+
+    async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>> {
+        let mut a = Args::new();
+        a.s("list").s(tenant.as_str());
+        let reply: Value = self.run(&self.inner.scripts.endpoint, &a).await?;
+        items(reply)?
+            .into_iter()
+            .map(|v| Ok(endpoint(&items(v)?)?.0))
+            .collect()
+    }
+
+    async fn update_endpoint(
+        &self,
+        tenant: &TenantId,
+        id: EndpointId,
+        update: &EndpointUpdate,
+    ) -> Result<Endpoint> {
+        update.validate()?;
+        for _ in 0..UPDATE_TRIES {
+            let (mut e, ver) = self.read_endpoint(tenant, id).await?;
+            update.apply(&mut e, self.now());
+            let fields = endpoint_fields(&e);
+            let mut a = Args::new();
+            a.s("update")
+                .s(id.to_string())
+                .s(tenant.as_str())
+                .s(&ver)
+                .s(if update.releases_held() { "1" } else { "0" })
+                .t(self.now())
+                .n(fields.len() as i64);
+            for (k, v) in &fields {
+                a.s(k).b(v.clone());
+            }
+            for k in ENDPOINT_OPTIONAL {
+                if !fields.iter().any(|(f, _)| *f == k) {
+                    a.s(k);
+                }
+            }
+            let reply: Value = self.run(&self.inner.scripts.endpoint, &a).await?;
+            let v = items(reply)?;
+            if v.first().and_then(int) == Some(1) {
+                if v.get(1).and_then(int).unwrap_or(0) > 0 {
+                    self.wake_local();
+                }
+                return Ok(e);
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Conflict,
+            "the endpoint kept changing during the update; try again",
+        ))
+    }
+
+    async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
+        let mut a = Args::new();
+        a.s("delete").s(id.to_string()).s(tenant.as_str());
+        let _: i64 = self.run(&self.inner.scripts.endpoint, &a).await?;
+        Ok(())
+    }
+
+    async fn put_consumer(&self, c: &Consumer) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let _: i64 = redis::cmd("HSET")
+            .arg(self.consumers_key())
+            .arg(c.name.as_str())
+            .arg(consumer_value(c))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        Ok(())
+    }
+
+    async fn list_consumers(&self) -> Result<Vec<Consumer>> {
+        let mut conn = self.inner.conn.clone();
+        let v: Value = redis::cmd("HGETALL")
+            .arg(self.consumers_key())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        let v = match v {
+            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            other => items(other)?,
+        };
+        let mut out = v
+            .chunks(2)
+            .map(
+                |p| match (p.first().and_then(text), p.get(1).and_then(text)) {
+                    (Some(name), Some(value)) => consumer(&name, &value),
+                    _ => Err(crate::error::corrupt("consumer")),
+                },
+            )
+            .collect::<Result<Vec<_>>>()?;
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
+        let mut conn = self.inner.conn.clone();
+        let removed: i64 = redis::cmd("HDEL")
+            .arg(self.consumers_key())
+            .arg(name.as_str())
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        if removed == 0 {
+            return Err(Error::not_found("consumer"));
+        }
+        Ok(())
+    }
+}

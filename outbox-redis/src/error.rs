@@ -1,0 +1,167 @@
+//! Mapping `redis` errors and script replies to [`outbox_core::Error`].
+//!
+//! - I/O failures (refused, reset, dropped, timed out), `TRYAGAIN`, `CLUSTERDOWN`,
+//!   `LOADING`, `MASTERDOWN`, `READONLY` (a failover in progress) and `OOM` →
+//!   `Unavailable`: retryable.
+//! - Script replies carrying a marker (`OUTBOX_NOT_FOUND`, `OUTBOX_CONFLICT`,
+//!   `OUTBOX_LEASE_LOST`) → the matching kind.
+//! - Authentication and configuration failures (`NOAUTH`, `NOPERM`, `CROSSSLOT`, a bad
+//!   client configuration) → `Misconfigured`.
+//! - Everything else (wrong types, unreadable replies, unknown codes) → `Unexpected`.
+
+use outbox_core::{Error, ErrorKind};
+use redis::{ErrorKind as RedisKind, RedisError};
+
+/// What went wrong below the store's API, before it becomes an [`outbox_core::Error`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    /// The driver or the server failed.
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    /// A stored value could not be read back.
+    #[error("a stored {0} could not be decoded")]
+    Corrupt(&'static str),
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Redis(r) => map_redis(r),
+            StoreError::Corrupt(what) => {
+                Error::new(ErrorKind::Unexpected, format!("a stored {what} is corrupt"))
+                    .with_source(StoreError::Corrupt(what))
+            }
+        }
+    }
+}
+
+/// The error for a stored value that cannot be decoded.
+pub(crate) fn corrupt(what: &'static str) -> Error {
+    StoreError::Corrupt(what).into()
+}
+
+/// Shorthand for `map_redis` in `map_err`.
+pub(crate) fn redis_err(e: RedisError) -> Error {
+    StoreError::Redis(e).into()
+}
+
+/// The kind an error of the driver or server maps to.
+pub(crate) fn kind_of(e: &RedisError) -> ErrorKind {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        return ErrorKind::Unavailable;
+    }
+    match e.kind() {
+        RedisKind::TryAgain
+        | RedisKind::ClusterDown
+        | RedisKind::BusyLoadingError
+        | RedisKind::MasterDown
+        | RedisKind::ReadOnly
+        | RedisKind::ClusterConnectionNotFound => ErrorKind::Unavailable,
+        RedisKind::AuthenticationFailed | RedisKind::InvalidClientConfig | RedisKind::CrossSlot => {
+            ErrorKind::Misconfigured
+        }
+        _ => match e.code() {
+            Some("OUTBOX_NOT_FOUND") => ErrorKind::NotFound,
+            Some("OUTBOX_CONFLICT") => ErrorKind::Conflict,
+            Some("OUTBOX_LEASE_LOST") => ErrorKind::LeaseLost,
+            Some("OOM") => ErrorKind::Unavailable,
+            Some("NOAUTH" | "NOPERM" | "WRONGPASS") => ErrorKind::Misconfigured,
+            _ => ErrorKind::Unexpected,
+        },
+    }
+}
+
+fn map_redis(e: RedisError) -> Error {
+    match kind_of(&e) {
+        ErrorKind::Unavailable => {
+            Error::new(ErrorKind::Unavailable, "redis is unavailable").with_source(e)
+        }
+        ErrorKind::NotFound => {
+            let what = match e.detail() {
+                Some("endpoint") => "endpoint",
+                Some("message") => "message",
+                _ => "delivery",
+            };
+            Error::not_found(what).with_source(e)
+        }
+        ErrorKind::Conflict => {
+            // The scripts' conflict details are fixed lowercase sentences of ours.
+            let message = e
+                .detail()
+                .map(str::to_owned)
+                .unwrap_or_else(|| "the request conflicts with the current state".to_owned());
+            Error::new(ErrorKind::Conflict, message).with_source(e)
+        }
+        ErrorKind::LeaseLost => Error::lease_lost().with_source(e),
+        ErrorKind::Misconfigured => Error::new(
+            ErrorKind::Misconfigured,
+            "redis refused the connection's configuration or credentials",
+        )
+        .with_source(e),
+        kind => Error::new(kind, "redis failed unexpectedly").with_source(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        std::io::Error::new(kind, "x").into()
+    }
+
+    fn reply(code: &str, detail: &str) -> RedisError {
+        redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+    }
+
+    #[test]
+    fn errors_map_to_distinct_kinds() {
+        use std::io::ErrorKind as Io;
+        let rows: Vec<(RedisError, ErrorKind)> = vec![
+            (io(Io::ConnectionRefused), ErrorKind::Unavailable),
+            (io(Io::ConnectionReset), ErrorKind::Unavailable),
+            (io(Io::UnexpectedEof), ErrorKind::Unavailable),
+            (io(Io::TimedOut), ErrorKind::Unavailable),
+            ((RedisKind::TryAgain, "x").into(), ErrorKind::Unavailable),
+            ((RedisKind::ClusterDown, "x").into(), ErrorKind::Unavailable),
+            (
+                (RedisKind::BusyLoadingError, "x").into(),
+                ErrorKind::Unavailable,
+            ),
+            (
+                (RedisKind::AuthenticationFailed, "x").into(),
+                ErrorKind::Misconfigured,
+            ),
+            ((RedisKind::TypeError, "x").into(), ErrorKind::Unexpected),
+            (
+                (RedisKind::ResponseError, "x").into(),
+                ErrorKind::Unexpected,
+            ),
+            (reply("OUTBOX_NOT_FOUND", "endpoint"), ErrorKind::NotFound),
+            (
+                reply("OUTBOX_CONFLICT", "only a dead delivery can be replayed"),
+                ErrorKind::Conflict,
+            ),
+            (reply("OUTBOX_LEASE_LOST", "token"), ErrorKind::LeaseLost),
+            (reply("OOM", "command not allowed"), ErrorKind::Unavailable),
+            (reply("NOPERM", "no"), ErrorKind::Misconfigured),
+            (reply("WRONGTYPE", "x"), ErrorKind::Unexpected),
+        ];
+        for (e, want) in rows {
+            let code = format!("{e:?}");
+            assert_eq!(Error::from(StoreError::Redis(e)).kind(), want, "{code}");
+        }
+        assert_eq!(corrupt("delivery").kind(), ErrorKind::Unexpected);
+    }
+
+    #[test]
+    fn markers_keep_their_details() {
+        let e = Error::from(StoreError::Redis(reply("OUTBOX_NOT_FOUND", "endpoint")));
+        assert_eq!(e.field(), Some("endpoint"));
+        let e = Error::from(StoreError::Redis(reply(
+            "OUTBOX_CONFLICT",
+            "only a dead delivery can be replayed",
+        )));
+        assert_eq!(e.message(), "only a dead delivery can be replayed");
+    }
+}

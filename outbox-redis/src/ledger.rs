@@ -1,0 +1,175 @@
+//! [`Ledger`] for [`RedisStore`]: listings, single reads, attempts and retention.
+
+use async_trait::async_trait;
+use outbox_core::store::check_purge_limit;
+use outbox_core::{
+    Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Ledger, Message, MessageId, Page,
+    PageRequest, PurgeReport, Result, TenantId, Timestamp,
+};
+use redis::Value;
+
+use crate::codec::{attempt, delivery, exists, int, items, message, text, Args};
+use crate::error::{corrupt, redis_err};
+use crate::store::RedisStore;
+
+/// The delivery hash's fields in decoding order (`DF` in `scripts/common.lua`).
+const DF: [&str; 20] = [
+    "id",
+    "mid",
+    "tenant",
+    "topic",
+    "okey",
+    "kind",
+    "target",
+    "status",
+    "attempts",
+    "snoozes",
+    "next",
+    "lease",
+    "token",
+    "last",
+    "dead",
+    "created",
+    "updated",
+    "completed",
+    "seq",
+    "na",
+];
+
+/// The message hash's fields in decoding order (`MF` in `scripts/common.lua`).
+const MF: [&str; 10] = [
+    "id", "topic", "payload", "tenant", "okey", "ikey", "avail", "headers", "cause", "created",
+];
+
+impl RedisStore {
+    pub(crate) fn key(&self, kind: &str, id: impl std::fmt::Display) -> String {
+        format!("{}:{kind}:{id}", self.inner.config.prefix)
+    }
+
+    async fn hmget(&self, key: String, fields: &[&str]) -> Result<Vec<Value>> {
+        let mut conn = self.inner.conn.clone();
+        let v: Value = redis::cmd("HMGET")
+            .arg(key)
+            .arg(fields)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        items(v)
+    }
+}
+
+/// The score bounds of a newest-first page: `(max, min, cursor)` where the cursor is
+/// passed on only when items at its exact time must be cut by id.
+fn bounds(filter: &DeliveryFilter, cursor: Option<Cursor>) -> (String, String, Option<Cursor>) {
+    let min = filter
+        .since
+        .map_or_else(|| "-inf".to_owned(), |s| s.as_unix_millis().to_string());
+    let exclusive = |t: Timestamp| format!("({}", t.as_unix_millis());
+    let (max, cursor) = match (cursor, filter.until) {
+        (Some(c), Some(u)) if u <= c.created_at => (exclusive(u), None),
+        (Some(c), _) => (c.created_at.as_unix_millis().to_string(), Some(c)),
+        (None, Some(u)) => (exclusive(u), None),
+        (None, None) => ("+inf".to_owned(), None),
+    };
+    (max, min, cursor)
+}
+
+#[async_trait]
+impl Ledger for RedisStore {
+    async fn list_deliveries(
+        &self,
+        tenant: &TenantId,
+        filter: &DeliveryFilter,
+        page: PageRequest,
+    ) -> Result<Page<Delivery>> {
+        page.validate()?;
+        let (max, min, cursor) = bounds(filter, page.cursor);
+        let limit = page.limit as usize;
+        let mut a = Args::new();
+        a.s(tenant.as_str()).s(max).s(min);
+        match cursor {
+            Some(c) => a.t(c.created_at).s(c.id.to_string()),
+            None => a.s("").s(""),
+        };
+        a.n(page.limit + 1)
+            .opt(filter.status.map(|s| s.as_str()))
+            .opt(filter.endpoint.map(|e| e.to_string()))
+            .opt(filter.consumer.as_ref())
+            .opt(filter.kind.map(|k| k.as_str()))
+            .opt(filter.topic.as_ref());
+        let reply: Value = self.run(&self.inner.scripts.list, &a).await?;
+        let mut out = items(reply)?
+            .into_iter()
+            .map(|v| delivery(&items(v)?))
+            .collect::<Result<Vec<_>>>()?;
+        let next = if out.len() > limit {
+            out.truncate(limit);
+            out.last().map(Cursor::after)
+        } else {
+            None
+        };
+        Ok(Page { items: out, next })
+    }
+
+    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
+        let v = self.hmget(self.key("d", id), &DF).await?;
+        if !exists(&v) {
+            return Err(Error::not_found("delivery"));
+        }
+        let d = delivery(&v)?;
+        if &d.tenant != tenant {
+            return Err(Error::not_found("delivery"));
+        }
+        Ok(d)
+    }
+
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
+        let v = self.hmget(self.key("m", id), &MF).await?;
+        if !exists(&v) {
+            return Err(Error::not_found("message"));
+        }
+        let m = message(&v)?;
+        if &m.tenant != tenant {
+            return Err(Error::not_found("message"));
+        }
+        Ok(m)
+    }
+
+    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
+        let mut conn = self.inner.conn.clone();
+        let (owner, list): (Option<String>, Vec<Value>) = redis::pipe()
+            .atomic()
+            .hget(self.key("d", delivery), "tenant")
+            .lrange(self.key("a", delivery), 0, -1)
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        if owner.as_deref() != Some(tenant.as_str()) {
+            return Err(Error::not_found("delivery"));
+        }
+        list.iter().map(|v| attempt(delivery, v)).collect()
+    }
+
+    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        let mut a = Args::new();
+        a.t(before).n(limit);
+        let reply: Value = self.run(&self.inner.scripts.purge, &a).await?;
+        let v = items(reply)?;
+        let [tenant, nd, nm] = v.as_slice() else {
+            return Err(corrupt("reply"));
+        };
+        let n = |v: &Value| {
+            int(v)
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| corrupt("reply"))
+        };
+        Ok(PurgeReport {
+            deliveries: n(nd)?,
+            messages: n(nm)?,
+            tenant: text(tenant)
+                .map(|t| TenantId::new(t).map_err(|_| corrupt("reply")))
+                .transpose()?,
+        })
+    }
+}

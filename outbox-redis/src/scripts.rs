@@ -1,0 +1,60 @@
+//! The Lua scripts, each the shared prelude (`scripts/common.lua`) plus its body. They are
+//! called by SHA (`EVALSHA`); `redis::Script` loads a script again when the server answers
+//! `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+
+use redis::Script;
+
+macro_rules! source {
+    ($file:literal) => {
+        concat!(include_str!("scripts/common.lua"), include_str!($file))
+    };
+}
+
+/// The enqueue script's full text: sent with `EVAL` inside a caller's `MULTI`, where an
+/// `EVALSHA` that meets `NOSCRIPT` could not be retried.
+pub(crate) const ENQUEUE: &str = source!("scripts/enqueue.lua");
+
+pub(crate) struct Scripts {
+    pub(crate) enqueue: Script,
+    pub(crate) claim: Script,
+    pub(crate) complete: Script,
+    pub(crate) release: Script,
+    pub(crate) lease: Script,
+    pub(crate) operator: Script,
+    pub(crate) list: Script,
+    pub(crate) purge: Script,
+    pub(crate) stats: Script,
+    pub(crate) endpoint: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            enqueue: Script::new(ENQUEUE),
+            claim: Script::new(source!("scripts/claim.lua")),
+            complete: Script::new(source!("scripts/complete.lua")),
+            release: Script::new(source!("scripts/release.lua")),
+            lease: Script::new(source!("scripts/lease.lua")),
+            operator: Script::new(source!("scripts/operator.lua")),
+            list: Script::new(source!("scripts/list.lua")),
+            purge: Script::new(source!("scripts/purge.lua")),
+            stats: Script::new(source!("scripts/stats.lua")),
+            endpoint: Script::new(source!("scripts/endpoint.lua")),
+        }
+    }
+
+    pub(crate) fn all(&self) -> [&Script; 10] {
+        [
+            &self.enqueue,
+            &self.claim,
+            &self.complete,
+            &self.release,
+            &self.lease,
+            &self.operator,
+            &self.list,
+            &self.purge,
+            &self.stats,
+            &self.endpoint,
+        ]
+    }
+}

@@ -1,0 +1,53 @@
+-- Endpoint writes and listing.
+-- ARGV: op, then
+--   create: id, tenant, created, field/value pairs...
+--   update: id, tenant, version, releases held (0/1), now, nset, pairs..., fields to delete...
+--   delete: id, tenant
+--   list:   tenant
+local op = ARGV[1]
+if op == 'list' then
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGE', k_te(ARGV[2]), 0, -1)) do
+    local r = redis.call('HGETALL', k_e(id))
+    if #r > 0 then out[#out + 1] = r end
+  end
+  return out
+end
+local id, tenant = ARGV[2], ARGV[3]
+local ek = k_e(id)
+if op == 'create' then
+  if redis.call('EXISTS', ek) == 1 then
+    return redis.error_reply('OUTBOX_CONFLICT an endpoint with this id exists')
+  end
+  local created = ARGV[4]
+  local args = {}
+  for j = 5, #ARGV do args[#args + 1] = ARGV[j] end
+  redis.call('HSET', ek, unpack(args))
+  redis.call('HSET', ek, 'ver', '1')
+  redis.call('ZADD', k_te(tenant), created, id)
+  return 1
+end
+if redis.call('HGET', ek, 'tenant') ~= tenant then
+  return redis.error_reply('OUTBOX_NOT_FOUND endpoint')
+end
+if op == 'delete' then
+  redis.call('DEL', ek)
+  redis.call('ZREM', k_te(tenant), id)
+  return 1
+end
+-- update: compare-and-set on the version read by the caller.
+if redis.call('HGET', ek, 'ver') ~= ARGV[4] then return { 0, 0 } end
+local releases, now = ARGV[5], ARGV[6]
+local nset = tonumber(ARGV[7])
+local args = {}
+for j = 8, 7 + 2 * nset do args[#args + 1] = ARGV[j] end
+redis.call('HSET', ek, unpack(args))
+for j = 8 + 2 * nset, #ARGV do redis.call('HDEL', ek, ARGV[j]) end
+redis.call('HINCRBY', ek, 'ver', 1)
+local n = 0
+if releases == '1' then
+  n = release_held(tenant, id, now)
+  flush()
+  if n > 0 then wake() end
+end
+return { 1, n }

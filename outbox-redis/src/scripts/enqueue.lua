@@ -1,0 +1,119 @@
+-- Enqueue messages with their fan-out, atomically.
+-- ARGV: now, count, then per message 11 fields:
+--   id, tenant, topic, okey, ikey, available_at, headers json, cause json, payload,
+--   id base (a UUIDv7 from the injected entropy), recipients (newline-separated)
+-- Returns one {message id, deliveries, duplicate (0/1)} per message.
+local now = ARGV[1]
+local count = tonumber(ARGV[2])
+
+-- Delivery ids: the base's time part, the rest from SHA-1 of the random base and the index.
+local VARIANT = { '8', '9', 'a', 'b' }
+local function derive_id(base, i)
+  local h = redis.sha1hex(base .. ':' .. S(i))
+  return string.sub(base, 1, 13) .. '-7' .. string.sub(h, 1, 3) .. '-'
+    .. VARIANT[tonumber(string.sub(h, 4, 4), 16) % 4 + 1] .. string.sub(h, 5, 7) .. '-'
+    .. string.sub(h, 8, 19)
+end
+
+local consumers = nil
+local function all_consumers()
+  if consumers then return consumers end
+  consumers = {}
+  local r = redis.call('HGETALL', K_CONSUMERS)
+  for j = 1, #r, 2 do
+    local v = r[j + 1]
+    local bar = string.find(v, '|', 1, true)
+    consumers[#consumers + 1] = { name = r[j], filter = string.sub(v, bar + 1) }
+  end
+  table.sort(consumers, function(a, b) return lt(a.name, b.name) end)
+  return consumers
+end
+
+local endpoints = {}
+local function tenant_endpoints(t)
+  if endpoints[t] then return endpoints[t] end
+  local list = {}
+  -- Ordered by (created_at, id): the score, then the id.
+  for _, id in ipairs(redis.call('ZRANGE', k_te(t), 0, -1)) do
+    local r = redis.call('HMGET', k_e(id), 'status', 'filter')
+    if r[1] then list[#list + 1] = { id = id, status = r[1], filter = r[2] } end
+  end
+  endpoints[t] = list
+  return list
+end
+
+local out = {}
+local woke = false
+local registered = {}
+local a = 3
+for _ = 1, count do
+  local mid, tenant, topic, okey, ikey = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local avail, headers, cause, payload = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
+  local base, emails = ARGV[a + 9], ARGV[a + 10]
+  a = a + 11
+  local ik = nil
+  local existing = false
+  if ikey ~= '' then
+    ik = k_i(tenant, topic, ikey)
+    existing = redis.call('GET', ik)
+  end
+  if existing then
+    out[#out + 1] = { existing, 0, 1 }
+  else
+    local dests = {}
+    for _, c in ipairs(all_consumers()) do
+      if matches(c.filter, topic) then dests[#dests + 1] = { 'handler', c.name } end
+    end
+    for _, e in ipairs(tenant_endpoints(tenant)) do
+      if e.status == 'active' and matches(e.filter, topic) then
+        dests[#dests + 1] = { 'webhook', e.id }
+      end
+    end
+    for r in string.gmatch(emails, '[^\n]+') do dests[#dests + 1] = { 'email', r } end
+
+    local n = #dests
+    local mk = k_m(mid)
+    redis.call('HSET', mk, 'id', mid, 'topic', topic, 'payload', payload, 'tenant', tenant,
+      'avail', avail, 'created', now, 'ndel', S(n))
+    if okey ~= '' then redis.call('HSET', mk, 'okey', okey) end
+    if ikey ~= '' then
+      redis.call('HSET', mk, 'ikey', ikey)
+      redis.call('SET', ik, mid)
+    end
+    if headers ~= '' then redis.call('HSET', mk, 'headers', headers) end
+    if cause ~= '' then redis.call('HSET', mk, 'cause', cause) end
+
+    if n == 0 then
+      redis.call('ZADD', k_tm(tenant), now, mid)
+      purgeable[tenant] = true
+    else
+      local last = redis.call('INCRBY', K_SEQ, n)
+      counts.pending = (counts.pending or 0) + n
+      for i, dest in ipairs(dests) do
+        local id = derive_id(base, i)
+        local seq = S(last - n + i)
+        local kind, target = dest[1], dest[2]
+        local m = member(seq, id)
+        redis.call('HSET', k_d(id), 'id', id, 'mid', mid, 'tenant', tenant, 'topic', topic,
+          'kind', kind, 'target', target, 'status', 'pending', 'attempts', '0', 'snoozes', '0',
+          'next', avail, 'created', now, 'updated', now, 'seq', seq, 'na', '0', 'm', m)
+        local q = k_q(kind, target)
+        redis.call('ZADD', q, avail, m)
+        if not registered[q] then
+          redis.call('SADD', K_QS, q)
+          registered[q] = true
+        end
+        redis.call('ZADD', k_td(tenant), now, id)
+        if okey ~= '' then
+          redis.call('HSET', k_d(id), 'okey', okey)
+          redis.call('ZADD', k_o(tenant, kind, target, okey), seq, m)
+        end
+      end
+      woke = true
+    end
+    out[#out + 1] = { mid, n, 0 }
+  end
+end
+flush()
+if woke then wake() end
+return out

@@ -1,0 +1,11 @@
+//! Redis-specific integration tests: concurrency across connections, connection loss,
+//! script-cache loss, `MULTI` pipelines, idempotency races, wake-ups and bounded memory.
+//! Each test runs under its own random key prefix and deletes its keys afterwards.
+
+mod common;
+
+mod claim;
+mod faults;
+mod pipeline;
+mod retention;
+mod wake;

@@ -1,0 +1,125 @@
+//! Writing messages and their fan-out on any connection inside a transaction: the store's
+//! own writer (`enqueue`, `enqueue_batch`) and the caller's (`enqueue_in`).
+
+use std::collections::HashMap;
+
+use outbox_core::{
+    fanout, Consumer, Endpoint, Enqueued, Entropy, Limits, MessageId, NewMessage, TenantId,
+    Timestamp, ValidMessage,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::error::{Result, SqliteError};
+use crate::rows::{self, ms};
+use crate::sql;
+
+/// Validate every message before any is written (a batch is all or nothing).
+pub(crate) fn validate_all(
+    messages: Vec<NewMessage>,
+    limits: &Limits,
+    now: Timestamp,
+) -> outbox_core::Result<Vec<ValidMessage>> {
+    messages
+        .into_iter()
+        .map(|m| m.validate(limits, now))
+        .collect()
+}
+
+/// Write validated messages and their deliveries in the caller's open transaction, in
+/// order. A message whose `(tenant, topic, idempotency key)` exists (written earlier, or
+/// earlier in this batch) writes nothing and reports the first id.
+pub(crate) fn write(
+    conn: &Connection,
+    valid: &[ValidMessage],
+    now: Timestamp,
+    entropy: &dyn Entropy,
+) -> Result<Vec<Enqueued>> {
+    let mut out = Vec::with_capacity(valid.len());
+    let mut consumers: Option<Vec<Consumer>> = None;
+    let mut endpoints: HashMap<TenantId, Vec<Endpoint>> = HashMap::new();
+    let mut insert_message = conn.prepare_cached(sql::INSERT_MESSAGE)?;
+    let mut insert_delivery = conn.prepare_cached(sql::INSERT_DELIVERY)?;
+    for v in valid {
+        let m = fanout::message_row(v, now, entropy);
+        let inserted = insert_message.execute(params![
+            m.id.to_string(),
+            m.topic.as_str(),
+            m.payload,
+            m.tenant.as_str(),
+            m.ordering_key.as_ref().map(|k| k.as_str()),
+            m.idempotency_key.as_ref().map(|k| k.as_str()),
+            ms(m.available_at),
+            rows::headers_json(&m)?,
+            rows::cause_json(&m)?,
+            ms(m.created_at),
+        ])?;
+        if inserted == 0 {
+            out.push(duplicate(conn, v)?);
+            continue;
+        }
+        if consumers.is_none() {
+            let mut stmt = conn.prepare_cached(sql::SELECT_CONSUMERS)?;
+            consumers = Some(rows::collect(
+                &mut stmt,
+                rusqlite::params![],
+                rows::consumer,
+            )?);
+        }
+        if !endpoints.contains_key(&m.tenant) {
+            let mut stmt = conn.prepare_cached(sql::SELECT_TENANT_ENDPOINTS)?;
+            let list = rows::collect(&mut stmt, [m.tenant.as_str()], rows::endpoint)?;
+            endpoints.insert(m.tenant.clone(), list);
+        }
+        let destinations = fanout::destinations(
+            &m,
+            v,
+            consumers.as_deref().unwrap_or_default(),
+            endpoints
+                .get(&m.tenant)
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
+        );
+        let deliveries = fanout::delivery_rows(&m, destinations, entropy);
+        for d in &deliveries {
+            insert_delivery.execute(params![
+                d.id.to_string(),
+                d.message_id.to_string(),
+                d.tenant.as_str(),
+                d.topic.as_str(),
+                d.ordering_key.as_ref().map(|k| k.as_str()),
+                d.destination.kind().as_str(),
+                d.destination.target(),
+                d.status.as_str(),
+                d.attempts,
+                d.snoozes,
+                ms(d.next_attempt_at),
+                ms(d.created_at),
+                ms(d.updated_at),
+            ])?;
+        }
+        out.push(Enqueued {
+            message_id: m.id,
+            deliveries: u32::try_from(deliveries.len()).unwrap_or(u32::MAX),
+            duplicate: false,
+        });
+    }
+    Ok(out)
+}
+
+fn duplicate(conn: &Connection, v: &ValidMessage) -> Result<Enqueued> {
+    let key = v.idempotency_key.as_ref().map(|k| k.as_str());
+    let id: Option<String> = conn
+        .prepare_cached(sql::SELECT_IDEMPOTENT)?
+        .query_row(params![v.tenant.as_str(), v.topic.as_str(), key], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    // The insert was skipped, so the conflicting row exists in this transaction's view.
+    let id = id.ok_or(SqliteError::Corrupt("message"))?;
+    let message_id = MessageId::parse(&id).map_err(|_| SqliteError::Corrupt("message"))?;
+    Ok(Enqueued {
+        message_id,
+        deliveries: 0,
+        duplicate: true,
+    })
+}

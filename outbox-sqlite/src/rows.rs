@@ -1,0 +1,210 @@
+//! Reading rows into domain values and writing domain values as column values.
+//!
+//! Column orders match the lists in [`crate::sql`]. A stored value that does not decode is
+//! corrupt data ([`SqliteError::Corrupt`]), never an `InvalidInput` blamed on the caller.
+
+use std::collections::BTreeMap;
+
+use outbox_core::{
+    Attempt, AttemptOutcome, AttemptRecord, BodyFormat, ClaimToken, Consumer, ConsumerName,
+    DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId,
+    EndpointStatus, EndpointUrl, IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey,
+    SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
+};
+use rusqlite::types::FromSql;
+use rusqlite::{Params, Row, Statement};
+
+use crate::error::{Result, SqliteError};
+
+/// A timestamp as stored.
+pub(crate) fn ms(t: Timestamp) -> i64 {
+    t.as_unix_millis()
+}
+
+/// An optional timestamp as stored.
+pub(crate) fn opt_ms(t: Option<Timestamp>) -> Option<i64> {
+    t.map(ms)
+}
+
+/// Run `stmt` with `params` and read every row with `f`.
+pub(crate) fn collect<T, P: Params>(
+    stmt: &mut Statement<'_>,
+    params: P,
+    f: fn(&Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut rows = stmt.query(params)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(f(row)?);
+    }
+    Ok(out)
+}
+
+fn get<T: FromSql>(row: &Row<'_>, i: usize) -> Result<T> {
+    Ok(row.get(i)?)
+}
+
+fn parsed<T, E>(what: &'static str, r: std::result::Result<T, E>) -> Result<T> {
+    r.map_err(|_| SqliteError::Corrupt(what))
+}
+
+fn time(row: &Row<'_>, i: usize, what: &'static str) -> Result<Timestamp> {
+    parsed(what, Timestamp::from_unix_millis(get(row, i)?))
+}
+
+fn opt_time(row: &Row<'_>, i: usize, what: &'static str) -> Result<Option<Timestamp>> {
+    get::<Option<i64>>(row, i)?
+        .map(|v| parsed(what, Timestamp::from_unix_millis(v)))
+        .transpose()
+}
+
+fn count(row: &Row<'_>, i: usize, what: &'static str) -> Result<u32> {
+    parsed(what, u32::try_from(get::<i64>(row, i)?))
+}
+
+fn opt_status_code(row: &Row<'_>, i: usize, what: &'static str) -> Result<Option<u16>> {
+    get::<Option<i64>>(row, i)?
+        .map(|v| parsed(what, u16::try_from(v)))
+        .transpose()
+}
+
+/// A delivery from the columns of [`crate::sql::DELIVERY_COLS`].
+pub(crate) fn delivery(row: &Row<'_>) -> Result<Delivery> {
+    const W: &str = "delivery";
+    let last_outcome = match get::<Option<String>>(row, 12)? {
+        Some(o) => Some(LastOutcome {
+            outcome: parsed(W, AttemptOutcome::parse(&o))?,
+            status_code: opt_status_code(row, 13, W)?,
+            excerpt: get(row, 14)?,
+            at: time(row, 15, W)?,
+        }),
+        None => None,
+    };
+    Ok(Delivery {
+        id: parsed(W, DeliveryId::parse(&get::<String>(row, 0)?))?,
+        message_id: parsed(W, MessageId::parse(&get::<String>(row, 1)?))?,
+        tenant: parsed(W, TenantId::new(get::<String>(row, 2)?))?,
+        topic: parsed(W, Topic::new(get::<String>(row, 3)?))?,
+        ordering_key: get::<Option<String>>(row, 4)?
+            .map(|k| parsed(W, OrderingKey::new(k)))
+            .transpose()?,
+        destination: parsed(
+            W,
+            Destination::from_parts(&get::<String>(row, 5)?, &get::<String>(row, 6)?),
+        )?,
+        status: parsed(W, DeliveryStatus::parse(&get::<String>(row, 7)?))?,
+        attempts: count(row, 8, W)?,
+        snoozes: count(row, 9, W)?,
+        next_attempt_at: time(row, 10, W)?,
+        lease_until: opt_time(row, 11, W)?,
+        last_outcome,
+        dead_reason: get::<Option<String>>(row, 16)?
+            .map(|r| parsed(W, DeadReason::parse(&r)))
+            .transpose()?,
+        created_at: time(row, 17, W)?,
+        updated_at: time(row, 18, W)?,
+        completed_at: opt_time(row, 19, W)?,
+    })
+}
+
+/// The claim token and claimed-from status after the delivery columns (claim's RETURNING).
+pub(crate) fn claim_extra(row: &Row<'_>) -> Result<(ClaimToken, DeliveryStatus)> {
+    const W: &str = "delivery";
+    Ok((
+        parsed(W, ClaimToken::parse(&get::<String>(row, 20)?))?,
+        parsed(W, DeliveryStatus::parse(&get::<String>(row, 21)?))?,
+    ))
+}
+
+/// A message from the columns of [`crate::sql::MESSAGE_COLS`].
+pub(crate) fn message(row: &Row<'_>) -> Result<Message> {
+    const W: &str = "message";
+    let headers: BTreeMap<String, String> = match get::<Option<String>>(row, 7)? {
+        Some(h) => parsed(W, serde_json::from_str(&h))?,
+        None => BTreeMap::new(),
+    };
+    Ok(Message {
+        id: parsed(W, MessageId::parse(&get::<String>(row, 0)?))?,
+        topic: parsed(W, Topic::new(get::<String>(row, 1)?))?,
+        payload: get(row, 2)?,
+        tenant: parsed(W, TenantId::new(get::<String>(row, 3)?))?,
+        ordering_key: get::<Option<String>>(row, 4)?
+            .map(|k| parsed(W, OrderingKey::new(k)))
+            .transpose()?,
+        idempotency_key: get::<Option<String>>(row, 5)?
+            .map(|k| parsed(W, IdempotencyKey::new(k)))
+            .transpose()?,
+        available_at: time(row, 6, W)?,
+        headers,
+        cause: get::<Option<String>>(row, 8)?
+            .map(|c| parsed(W, serde_json::from_str(&c)))
+            .transpose()?,
+        created_at: time(row, 9, W)?,
+    })
+}
+
+/// A message's headers as stored (`NULL` when there are none).
+pub(crate) fn headers_json(m: &Message) -> Result<Option<String>> {
+    if m.headers.is_empty() {
+        return Ok(None);
+    }
+    parsed("message", serde_json::to_string(&m.headers)).map(Some)
+}
+
+/// A message's cause as stored.
+pub(crate) fn cause_json(m: &Message) -> Result<Option<String>> {
+    m.cause
+        .as_ref()
+        .map(|c| parsed("message", serde_json::to_string(c)))
+        .transpose()
+}
+
+/// An endpoint from the columns of [`crate::sql::ENDPOINT_COLS`].
+pub(crate) fn endpoint(row: &Row<'_>) -> Result<Endpoint> {
+    const W: &str = "endpoint";
+    let status = get::<String>(row, 5)?;
+    let reason = get::<Option<String>>(row, 6)?;
+    Ok(Endpoint {
+        id: parsed(W, EndpointId::parse(&get::<String>(row, 0)?))?,
+        tenant: parsed(W, TenantId::new(get::<String>(row, 1)?))?,
+        url: parsed(W, EndpointUrl::parse(&get::<String>(row, 2)?))?,
+        description: get(row, 3)?,
+        filter: parsed(W, TopicFilter::parse(&get::<String>(row, 4)?))?,
+        status: parsed(W, EndpointStatus::from_parts(&status, reason.as_deref()))?,
+        secret: SealedSecret(get(row, 7)?),
+        previous_secret: get::<Option<Vec<u8>>>(row, 8)?.map(SealedSecret),
+        body_format: parsed(W, BodyFormat::parse(&get::<String>(row, 9)?))?,
+        rate_limit: get::<Option<i64>>(row, 10)?
+            .map(|r| parsed(W, u32::try_from(r)))
+            .transpose()?,
+        created_at: time(row, 11, W)?,
+        updated_at: time(row, 12, W)?,
+    })
+}
+
+/// A consumer from `name, filter, created_at`.
+pub(crate) fn consumer(row: &Row<'_>) -> Result<Consumer> {
+    const W: &str = "consumer";
+    Ok(Consumer {
+        name: parsed(W, ConsumerName::new(get::<String>(row, 0)?))?,
+        filter: parsed(W, TopicFilter::parse(&get::<String>(row, 1)?))?,
+        created_at: time(row, 2, W)?,
+    })
+}
+
+/// An attempt from the columns of [`crate::sql::ATTEMPT_COLS`].
+pub(crate) fn attempt(row: &Row<'_>) -> Result<Attempt> {
+    const W: &str = "attempt";
+    Ok(Attempt {
+        delivery_id: parsed(W, DeliveryId::parse(&get::<String>(row, 0)?))?,
+        number: count(row, 1, W)?,
+        probe: get::<bool>(row, 2)?,
+        record: AttemptRecord {
+            started_at: time(row, 3, W)?,
+            finished_at: time(row, 4, W)?,
+            outcome: parsed(W, AttemptOutcome::parse(&get::<String>(row, 5)?))?,
+            status_code: opt_status_code(row, 6, W)?,
+            excerpt: get(row, 7)?,
+        },
+    })
+}

@@ -1,0 +1,269 @@
+//! Query text, one constant per statement (each prepared once per connection and cached).
+//!
+//! Lists of values (consumers with their budgets, excluded and dormant topics, ids) are
+//! bound as one JSON text and read with `json_each`, so each statement's text is fixed and
+//! its prepared form is reused.
+
+/// The delivery columns, in the order [`crate::rows::delivery`] reads them.
+macro_rules! delivery_cols {
+    () => {
+        "id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
+         next_attempt_at, lease_until, last_outcome, last_status_code, last_excerpt, last_at, \
+         dead_reason, created_at, updated_at, completed_at"
+    };
+}
+
+/// The message columns, in the order [`crate::rows::message`] reads them.
+macro_rules! message_cols {
+    () => {
+        "id, topic, payload, tenant, ordering_key, idempotency_key, available_at, headers, \
+         cause, created_at"
+    };
+}
+
+/// The endpoint columns, in the order [`crate::rows::endpoint`] reads them.
+macro_rules! endpoint_cols {
+    () => {
+        "id, tenant, url, description, filter, status, disabled_reason, secret, \
+         previous_secret, body_format, rate_limit, created_at, updated_at"
+    };
+}
+
+// ---- enqueue ----
+
+pub(crate) const INSERT_MESSAGE: &str = concat!(
+    "INSERT INTO outbox_messages (",
+    message_cols!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+     ON CONFLICT (tenant, topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+);
+
+pub(crate) const SELECT_IDEMPOTENT: &str = "SELECT id FROM outbox_messages \
+     WHERE tenant = ?1 AND topic = ?2 AND idempotency_key = ?3";
+
+pub(crate) const INSERT_DELIVERY: &str = "INSERT INTO outbox_deliveries \
+     (id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
+      next_attempt_at, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+pub(crate) const SELECT_CONSUMERS: &str =
+    "SELECT name, filter, created_at FROM outbox_consumers ORDER BY name";
+
+pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
+    "SELECT ",
+    endpoint_cols!(),
+    " FROM outbox_endpoints WHERE tenant = ?1 ORDER BY created_at, id"
+);
+
+// ---- claim ----
+
+/// Step 1: due, served, non-held candidates at or past their budget become `dead`.
+/// `+next_attempt_at` keeps the planner on the (nearly empty) `exhausted` index.
+pub(crate) const CLAIM_DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
+     SET status = 'dead', dead_reason = 'max_attempts', completed_at = :now, updated_at = :now, \
+         claim_token = NULL, lease_until = NULL, claimed_from = NULL \
+     WHERE attempts > 0 AND status IN ('pending', 'processing', 'sending') \
+       AND attempts >= :min_budget \
+       AND +next_attempt_at <= :now \
+       AND topic NOT IN (SELECT value FROM json_each(:excluded)) \
+       AND ((kind = 'webhook' AND attempts >= :webhooks) \
+         OR (kind = 'email' AND attempts >= :email) \
+         OR (kind = 'handler' AND EXISTS (SELECT 1 FROM json_each(:consumers) AS j \
+                                          WHERE j.key = target AND attempts >= j.value)))";
+
+/// Steps 2 and 3 in one statement: pick served, due candidates not held back by the
+/// ordering barrier, oldest first, and lease them; token `n` (36 bytes each in `:tokens`,
+/// bound as a BLOB so `substr` indexes bytes in constant time) goes to the `n`-th row in
+/// claim order.
+pub(crate) const CLAIM: &str = concat!(
+    "WITH picked AS ( \
+       SELECT seq, row_number() OVER (ORDER BY next_attempt_at, seq) - 1 AS rn FROM ( \
+         SELECT c.seq, c.next_attempt_at FROM outbox_deliveries AS c \
+         WHERE c.status IN ('pending', 'held', 'processing', 'sending') \
+           AND c.next_attempt_at <= :now \
+           AND c.topic NOT IN (SELECT value FROM json_each(:excluded)) \
+           AND ((c.kind = 'webhook' AND :webhooks IS NOT NULL) \
+             OR (c.kind = 'email' AND :email IS NOT NULL) \
+             OR (c.kind = 'handler' AND c.target IN (SELECT key FROM json_each(:consumers)))) \
+           AND (c.ordering_key IS NULL OR NOT EXISTS ( \
+             SELECT 1 FROM outbox_deliveries AS b \
+             WHERE b.tenant = c.tenant AND b.kind = c.kind AND b.target = c.target \
+               AND b.ordering_key = c.ordering_key AND b.seq < c.seq \
+               AND b.ordering_key IS NOT NULL AND b.status NOT IN ('succeeded', 'dead') \
+               AND b.topic NOT IN (SELECT value FROM json_each(:dormant)))) \
+         ORDER BY c.next_attempt_at, c.seq \
+         LIMIT :batch)) \
+     UPDATE outbox_deliveries AS d \
+     SET claimed_from = d.status, \
+         attempts = d.attempts + (d.status <> 'held'), \
+         status = 'processing', \
+         claim_token = CAST(substr(:tokens, p.rn * 36 + 1, 36) AS TEXT), \
+         lease_until = :until, next_attempt_at = :until, updated_at = :now \
+     FROM picked AS p WHERE d.seq = p.seq \
+     RETURNING ",
+    delivery_cols!(),
+    ", claim_token, claimed_from"
+);
+
+pub(crate) const MESSAGES_BY_IDS: &str = concat!(
+    "SELECT ",
+    message_cols!(),
+    " FROM outbox_messages WHERE id IN (SELECT value FROM json_each(?1))"
+);
+
+// ---- settle, release, extend, mark sending ----
+
+/// Write a [`outbox_core::DeliveryUpdate`] under the fence (token matches, row claimed).
+pub(crate) const SETTLE: &str = "UPDATE outbox_deliveries \
+     SET status = ?4, attempts = ?5, snoozes = ?6, next_attempt_at = ?7, completed_at = ?8, \
+         dead_reason = ?9, \
+         last_outcome = CASE WHEN ?10 THEN ?11 ELSE last_outcome END, \
+         last_status_code = CASE WHEN ?10 THEN ?12 ELSE last_status_code END, \
+         last_excerpt = CASE WHEN ?10 THEN ?13 ELSE last_excerpt END, \
+         last_at = CASE WHEN ?10 THEN ?14 ELSE last_at END, \
+         claim_token = NULL, lease_until = NULL, claimed_from = NULL, updated_at = ?15, \
+         attempt_count = attempt_count + ?16 \
+     WHERE id = ?1 AND tenant = ?2 AND claim_token = ?3 AND status IN ('processing', 'sending')";
+
+/// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]).
+pub(crate) const INSERT_ATTEMPT: &str = "INSERT INTO outbox_attempts \
+     (delivery_id, number, probe, started_at, finished_at, outcome, status_code, excerpt) \
+     VALUES (?1, (SELECT attempt_count FROM outbox_deliveries WHERE id = ?1), \
+             ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// The endpoint of a webhook delivery (for a `gone` verdict).
+pub(crate) const DELIVERY_ENDPOINT: &str =
+    "SELECT target FROM outbox_deliveries WHERE id = ?1 AND kind = 'webhook'";
+
+pub(crate) const DISABLE_ENDPOINT_GONE: &str = "UPDATE outbox_endpoints \
+     SET status = 'disabled', disabled_reason = 'gone', updated_at = ?3 \
+     WHERE id = ?1 AND tenant = ?2";
+
+pub(crate) const EXTEND: &str = "UPDATE outbox_deliveries \
+     SET lease_until = ?4, next_attempt_at = ?4 \
+     WHERE id = ?1 AND tenant = ?2 AND claim_token = ?3 AND status IN ('processing', 'sending')";
+
+pub(crate) const MARK_SENDING: &str = "UPDATE outbox_deliveries \
+     SET status = 'sending', updated_at = ?4 \
+     WHERE id = ?1 AND tenant = ?2 AND claim_token = ?3 AND status IN ('processing', 'sending')";
+
+// ---- operator calls ----
+
+pub(crate) const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
+     WHERE target = ?2 AND status = 'held' AND tenant = ?1 AND kind = 'webhook'";
+
+pub(crate) const DELIVERY_STATUS: &str =
+    "SELECT status FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2";
+
+pub(crate) const REPLAY: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', attempts = 0, snoozes = 0, next_attempt_at = ?3, \
+         dead_reason = NULL, completed_at = NULL, updated_at = ?3 \
+     WHERE id = ?1 AND tenant = ?2 AND status = 'dead'";
+
+pub(crate) const RETRY_NOW: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
+     WHERE id = ?1 AND tenant = ?2 AND status IN ('pending', 'held')";
+
+pub(crate) const STATS_COUNTS: &str =
+    "SELECT status, count(*) FROM outbox_deliveries GROUP BY status";
+
+pub(crate) const STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) FROM outbox_deliveries \
+     WHERE status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?1";
+
+// ---- ledger ----
+
+pub(crate) const LIST_DELIVERIES: &str = concat!(
+    "SELECT ",
+    delivery_cols!(),
+    " FROM outbox_deliveries \
+     WHERE tenant = :tenant \
+       AND (:status IS NULL OR status = :status) \
+       AND (:endpoint IS NULL OR (kind = 'webhook' AND target = :endpoint)) \
+       AND (:consumer IS NULL OR (kind = 'handler' AND target = :consumer)) \
+       AND (:kind IS NULL OR kind = :kind) \
+       AND (:topic IS NULL OR topic = :topic) \
+       AND (:since IS NULL OR created_at >= :since) \
+       AND (:until IS NULL OR created_at < :until) \
+       AND (:cursor_at IS NULL OR (created_at, id) < (:cursor_at, :cursor_id)) \
+     ORDER BY created_at DESC, id DESC \
+     LIMIT :limit"
+);
+
+pub(crate) const GET_DELIVERY: &str = concat!(
+    "SELECT ",
+    delivery_cols!(),
+    " FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2"
+);
+
+pub(crate) const GET_MESSAGE: &str = concat!(
+    "SELECT ",
+    message_cols!(),
+    " FROM outbox_messages WHERE id = ?1 AND tenant = ?2"
+);
+
+pub(crate) const ATTEMPTS: &str = "SELECT delivery_id, number, probe, started_at, finished_at, \
+     outcome, status_code, excerpt FROM outbox_attempts WHERE delivery_id = ?1 ORDER BY number";
+
+// ---- retention ----
+
+pub(crate) const PURGE_CURSOR: &str = "SELECT tenant FROM outbox_purge_cursor WHERE id = 1";
+
+pub(crate) const PURGE_SET_CURSOR: &str = "INSERT INTO outbox_purge_cursor (id, tenant) \
+     VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant";
+
+/// The first tenant after `?2` with a finished delivery completed before `?1`.
+pub(crate) const PURGE_NEXT_TENANT_DELIVERIES: &str = "SELECT tenant FROM outbox_deliveries \
+     WHERE status IN ('succeeded', 'dead') AND tenant > ?2 AND completed_at < ?1 \
+     ORDER BY tenant LIMIT 1";
+
+/// The first tenant after `?2` with a message created before `?1` and no deliveries left.
+pub(crate) const PURGE_NEXT_TENANT_MESSAGES: &str = "SELECT m.tenant FROM outbox_messages AS m \
+     WHERE m.tenant > ?2 AND m.created_at < ?1 \
+       AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
+     ORDER BY m.tenant LIMIT 1";
+
+pub(crate) const PURGE_PICK_DELIVERIES: &str = "SELECT id FROM outbox_deliveries \
+     WHERE tenant = ?1 AND status IN ('succeeded', 'dead') AND completed_at < ?2 \
+     ORDER BY completed_at, seq LIMIT ?3";
+
+pub(crate) const PURGE_DELETE_ATTEMPTS: &str =
+    "DELETE FROM outbox_attempts WHERE delivery_id IN (SELECT value FROM json_each(?1))";
+
+pub(crate) const PURGE_DELETE_DELIVERIES: &str =
+    "DELETE FROM outbox_deliveries WHERE id IN (SELECT value FROM json_each(?1))";
+
+pub(crate) const PURGE_DELETE_MESSAGES: &str = "DELETE FROM outbox_messages WHERE id IN ( \
+       SELECT m.id FROM outbox_messages AS m \
+       WHERE m.tenant = ?1 AND m.created_at < ?2 \
+         AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
+       ORDER BY m.created_at, m.id LIMIT ?3)";
+
+// ---- endpoints and consumers ----
+
+pub(crate) const INSERT_ENDPOINT: &str = concat!(
+    "INSERT INTO outbox_endpoints (",
+    endpoint_cols!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+);
+
+pub(crate) const GET_ENDPOINT: &str = concat!(
+    "SELECT ",
+    endpoint_cols!(),
+    " FROM outbox_endpoints WHERE id = ?1 AND tenant = ?2"
+);
+
+pub(crate) const UPDATE_ENDPOINT: &str = "UPDATE outbox_endpoints \
+     SET url = ?3, description = ?4, filter = ?5, status = ?6, disabled_reason = ?7, \
+         secret = ?8, previous_secret = ?9, body_format = ?10, rate_limit = ?11, \
+         created_at = ?12, updated_at = ?13 \
+     WHERE id = ?1 AND tenant = ?2";
+
+pub(crate) const DELETE_ENDPOINT: &str =
+    "DELETE FROM outbox_endpoints WHERE id = ?1 AND tenant = ?2";
+
+pub(crate) const UPSERT_CONSUMER: &str = "INSERT INTO outbox_consumers (name, filter, created_at) \
+     VALUES (?1, ?2, ?3) \
+     ON CONFLICT (name) DO UPDATE SET filter = excluded.filter, created_at = excluded.created_at";
+
+pub(crate) const DELETE_CONSUMER: &str = "DELETE FROM outbox_consumers WHERE name = ?1";

@@ -1,0 +1,396 @@
+//! [`SqliteStore`]: every store trait of `outbox-core` on one SQLite database.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_core::store::check_purge_limit;
+use outbox_core::{
+    Attempt, ClaimRequest, Claimed, Clock, Completion, Consumer, ConsumerName, Delivery,
+    DeliveryFilter, DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
+    Enqueued, Entropy, Error, ErrorKind, Lease, Ledger, Limits, Message, MessageId, MessageStore,
+    NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result, Stats,
+    SystemClock, TenantId, Timestamp, WakeListener, Wakeups,
+};
+use rusqlite::Transaction;
+
+use crate::config::SqliteConfig;
+use crate::conn::{immediate, snapshot, Pool};
+use crate::{admin, claim, enqueue, ledger, wake};
+
+/// The outbox on SQLite. `Clone` is cheap and shares the connections.
+///
+/// Handles opened on the same file in one process share their wake-ups: an enqueue through
+/// any of them wakes the dispatchers of all.
+///
+/// All SQLite calls run on the store's own threads (one writer connection, `readers`
+/// read-only connections), never on the async executor. Writes take `BEGIN IMMEDIATE`, so
+/// several processes may share one database file: claims stay exclusive, and a lock held
+/// longer than the busy timeout is reported as `Unavailable`.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn Entropy>,
+    limits: Limits,
+    busy_timeout: Duration,
+    wakeups: Arc<Wakeups>,
+    path: PathBuf,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Open (creating when missing) the database of `config` and bring its schema up to
+    /// date. Time comes from `clock`, claim tokens and ids from `entropy`.
+    ///
+    /// An existing file that is not a SQLite database, or is corrupt, fails with
+    /// `Misconfigured` and is left untouched; a schema newer than this crate's fails the
+    /// same way. Needs a tokio runtime (the blocking work runs on a blocking thread).
+    pub async fn open(
+        config: SqliteConfig,
+        clock: Arc<dyn Clock>,
+        entropy: Arc<dyn Entropy>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let now = clock.now();
+        let cfg = config.clone();
+        let (pool, wakeups) = tokio::task::spawn_blocking(move || {
+            let pool = Pool::open(&cfg, now)?;
+            let wakeups = if cfg.is_memory() {
+                Arc::new(Wakeups::new())
+            } else {
+                wake::shared(&cfg.path)
+            };
+            Ok::<_, Error>((pool, wakeups))
+        })
+        .await
+        .map_err(|e| {
+            Error::new(ErrorKind::Unexpected, "opening the sqlite database failed").with_source(e)
+        })??;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                pool,
+                clock,
+                entropy,
+                limits: config.limits,
+                busy_timeout: config.busy_timeout,
+                wakeups,
+                path: config.path,
+            }),
+        })
+    }
+
+    /// Open the database at `path` with the default settings, the system clock and the
+    /// operating system's randomness.
+    pub async fn open_path(path: impl Into<PathBuf>) -> Result<Self> {
+        Self::open(
+            SqliteConfig::new(path),
+            Arc::new(SystemClock),
+            Arc::new(OsEntropy),
+        )
+        .await
+    }
+
+    /// The database path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Write `message` and its fan-out inside the caller's transaction `tx` (a connection
+    /// the caller opened on the same file). The message exists if and only if `tx`
+    /// commits. A failure leaves `tx` as it was before the call (the writes run in a
+    /// savepoint). Blocking: it runs on the caller's thread.
+    ///
+    /// Call [`SqliteStore::notify`] after `tx` commits so dispatchers in this process wake
+    /// at once instead of at their next poll. Open `tx` with
+    /// `TransactionBehavior::Immediate` and set a busy timeout on the caller's connection
+    /// when other processes write the same file.
+    pub fn enqueue_in(&self, tx: &Transaction<'_>, message: NewMessage) -> Result<Enqueued> {
+        let mut out = self.enqueue_batch_in(tx, vec![message])?;
+        out.pop()
+            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the enqueue wrote no result"))
+    }
+
+    /// [`SqliteStore::enqueue_in`] for many messages: every message is validated before
+    /// any is written; a duplicate within the batch is a duplicate of the earlier one.
+    pub fn enqueue_batch_in(
+        &self,
+        tx: &Transaction<'_>,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Enqueued>> {
+        let now = self.inner.clock.now();
+        let valid = enqueue::validate_all(messages, &self.inner.limits, now)?;
+        let run = || -> crate::error::Result<Vec<Enqueued>> {
+            tx.execute_batch("SAVEPOINT outbox_enqueue")?;
+            match enqueue::write(tx, &valid, now, &*self.inner.entropy) {
+                Ok(out) => {
+                    tx.execute_batch("RELEASE outbox_enqueue")?;
+                    Ok(out)
+                }
+                Err(e) => {
+                    let _ = tx.execute_batch("ROLLBACK TO outbox_enqueue; RELEASE outbox_enqueue");
+                    Err(e)
+                }
+            }
+        };
+        run().map_err(Error::from)
+    }
+
+    /// Wake this process's dispatchers: call it after committing a transaction in which
+    /// [`SqliteStore::enqueue_in`] wrote messages. (The store's own writes wake them by
+    /// themselves.)
+    pub fn notify(&self) {
+        self.inner.wakeups.wake();
+    }
+
+    /// Run `f` in a `BEGIN IMMEDIATE` transaction on the writer thread, with the current
+    /// time and the entropy.
+    async fn write<T, F>(&self, mut f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Transaction<'_>, Timestamp, &dyn Entropy) -> crate::error::Result<T>
+            + Send
+            + 'static,
+    {
+        let clock = self.inner.clock.clone();
+        let entropy = self.inner.entropy.clone();
+        let busy = self.inner.busy_timeout;
+        self.inner
+            .pool
+            .write(move |conn| immediate(conn, busy, |tx| f(tx, clock.now(), &*entropy)))
+            .await
+    }
+
+    /// Run `f` in a read transaction on a reader thread, with the current time.
+    async fn read<T, F>(&self, mut f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Transaction<'_>, Timestamp) -> crate::error::Result<T> + Send + 'static,
+    {
+        let clock = self.inner.clock.clone();
+        let busy = self.inner.busy_timeout;
+        self.inner
+            .pool
+            .read(move |conn| snapshot(conn, busy, |tx| f(tx, clock.now())))
+            .await
+    }
+
+    fn wake_if(&self, woke: bool) {
+        if woke {
+            self.inner.wakeups.wake();
+        }
+    }
+}
+
+#[async_trait]
+impl DeliveryStore for SqliteStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
+        request.validate()?;
+        let request = request.clone();
+        self.write(move |tx, now, entropy| claim::claim(tx, &request, now, entropy))
+            .await
+    }
+
+    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
+        let (lease, completion) = (lease.clone(), completion.clone());
+        self.write(move |tx, now, _| claim::complete(tx, &lease, &completion, now))
+            .await
+    }
+
+    async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let items = items.to_vec();
+        self.write(move |tx, now, _| claim::complete_many(tx, &items, now))
+            .await
+    }
+
+    async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport> {
+        if leases.is_empty() {
+            return Ok(ReleaseReport::default());
+        }
+        let leases = leases.to_vec();
+        let report = self
+            .write(move |tx, now, _| claim::release(tx, &leases, delay, now))
+            .await?;
+        self.wake_if(report.released > 0);
+        Ok(report)
+    }
+
+    async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease> {
+        let lease = lease.clone();
+        self.write(move |tx, now, _| claim::extend(tx, &lease, by, now))
+            .await
+    }
+
+    async fn mark_sending(&self, lease: &Lease) -> Result<()> {
+        let lease = lease.clone();
+        self.write(move |tx, now, _| claim::mark_sending(tx, &lease, now))
+            .await
+    }
+
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
+        let tenant = tenant.clone();
+        let n = self
+            .write(move |tx, now, _| admin::release_held(tx, &tenant, endpoint, now))
+            .await?;
+        self.wake_if(n > 0);
+        Ok(n)
+    }
+
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, now, _| admin::replay(tx, &tenant, delivery, now))
+            .await?;
+        self.wake_if(true);
+        Ok(())
+    }
+
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, now, _| admin::retry_now(tx, &tenant, delivery, now))
+            .await?;
+        self.wake_if(true);
+        Ok(())
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.read(|tx, now| admin::stats(tx, now)).await
+    }
+
+    fn wake_listener(&self) -> Option<WakeListener> {
+        Some(self.inner.wakeups.listener())
+    }
+}
+
+#[async_trait]
+impl MessageStore for SqliteStore {
+    async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
+        let mut out = self.enqueue_batch(vec![message]).await?;
+        out.pop()
+            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the enqueue wrote no result"))
+    }
+
+    async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
+        let now = self.inner.clock.now();
+        let valid = enqueue::validate_all(messages, &self.inner.limits, now)?;
+        if valid.is_empty() {
+            return Ok(Vec::new());
+        }
+        let out = self
+            .write(move |tx, _, entropy| enqueue::write(tx, &valid, now, entropy))
+            .await?;
+        self.wake_if(out.iter().any(|e| !e.duplicate));
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl EndpointStore for SqliteStore {
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
+        let endpoint = endpoint.clone();
+        self.write(move |tx, _, _| admin::create_endpoint(tx, &endpoint))
+            .await
+    }
+
+    async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| admin::get_endpoint(tx, &tenant, id))
+            .await
+    }
+
+    async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| admin::list_endpoints(tx, &tenant))
+            .await
+    }
+
+    async fn update_endpoint(
+        &self,
+        tenant: &TenantId,
+        id: EndpointId,
+        update: &EndpointUpdate,
+    ) -> Result<Endpoint> {
+        let (tenant, update) = (tenant.clone(), update.clone());
+        let (endpoint, released) = self
+            .write(move |tx, now, _| admin::update_endpoint(tx, &tenant, id, &update, now))
+            .await?;
+        self.wake_if(released > 0);
+        Ok(endpoint)
+    }
+
+    async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, _, _| admin::delete_endpoint(tx, &tenant, id))
+            .await
+    }
+
+    async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {
+        let consumer = consumer.clone();
+        self.write(move |tx, _, _| admin::put_consumer(tx, &consumer))
+            .await
+    }
+
+    async fn list_consumers(&self) -> Result<Vec<Consumer>> {
+        self.read(|tx, _| admin::list_consumers(tx)).await
+    }
+
+    async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
+        let name = name.clone();
+        self.write(move |tx, _, _| admin::delete_consumer(tx, &name))
+            .await
+    }
+}
+
+#[async_trait]
+impl Ledger for SqliteStore {
+    async fn list_deliveries(
+        &self,
+        tenant: &TenantId,
+        filter: &DeliveryFilter,
+        page: PageRequest,
+    ) -> Result<Page<Delivery>> {
+        page.validate()?;
+        let (tenant, filter) = (tenant.clone(), filter.clone());
+        self.read(move |tx, _| ledger::list_deliveries(tx, &tenant, &filter, page))
+            .await
+    }
+
+    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| ledger::get_delivery(tx, &tenant, id))
+            .await
+    }
+
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| ledger::get_message(tx, &tenant, id))
+            .await
+    }
+
+    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| ledger::attempts(tx, &tenant, delivery))
+            .await
+    }
+
+    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        self.write(move |tx, _, _| ledger::purge_completed(tx, before, limit))
+            .await
+    }
+}

@@ -1,0 +1,9 @@
+//! Integration tests of `SqliteStore` beyond the conformance suite: transactions through
+//! `enqueue_in`, bulk enqueue, several processes on one file, crashes, bad files and locks.
+
+mod bulk;
+mod busy;
+mod common;
+mod files;
+mod processes;
+mod transactions;
