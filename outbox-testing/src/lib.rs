@@ -25,3 +25,8 @@ pub use memory::InMemoryStore;
 pub use mail::MailStandIn;
 pub use receiver::{ReceivedRequest, Reply, WebhookReceiver};
 pub use transport::{FaultyTransport, ScriptedTransport};
+
+/// The workspace README's examples, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
