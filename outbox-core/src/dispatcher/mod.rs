@@ -208,6 +208,15 @@ impl Dispatcher {
                 finished.push(Self::joined(r, &mut leases));
             }
             self.settle(&mut finished, &mut report).await;
+            // A busy loop never reaches the idle wait below: look at the shutdown signal on
+            // every turn (a future is never polled again once it has completed).
+            if !run.stopping.is_cancelled() {
+                if let Mode::Forever(signal) = &mut mode {
+                    if futures::FutureExt::now_or_never(signal).is_some() {
+                        run.stopping.cancel();
+                    }
+                }
+            }
             let now = s.clock.now();
             let spent = run
                 .deadline

@@ -412,3 +412,56 @@ fn bad_dispatcher_configuration_is_an_error() {
         .unwrap_err();
     assert_eq!(e.field(), Some("handler.filter"));
 }
+
+#[tokio::test]
+async fn shutdown_is_noticed_under_continuous_load() {
+    let w = world();
+    let handled = Arc::new(AtomicU32::new(0));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let tx = Arc::new(Mutex::new(Some(tx)));
+    let h = handled.clone();
+    let d = w
+        .builder()
+        .handler("h", "*", move |_c: Context, _m: Message| {
+            let (h, tx) = (h.clone(), tx.clone());
+            async move {
+                if h.fetch_add(1, Ordering::SeqCst) + 1 == 10 {
+                    if let Some(tx) = tx.lock().unwrap().take() {
+                        let _ = tx.send(());
+                    }
+                }
+                HandlerResult::Ok
+            }
+        })
+        .config(outbox_core::DispatcherConfig {
+            batch_size: 10,
+            concurrency: 10,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    let batch: Vec<NewMessage> = (0..2000)
+        .map(|i| NewMessage::new("a.b", serde_json::json!({ "i": i })))
+        .collect();
+    w.store.enqueue_batch(batch).await.unwrap();
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        d.run(async {
+            let _ = rx.await;
+        }),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(
+        r.succeeded < 2000,
+        "the run stopped while work was still due: {r}"
+    );
+    let stats = w.store.stats().await.unwrap();
+    assert_eq!(stats.processing, 0, "nothing is left claimed");
+    assert_eq!(
+        (stats.succeeded, stats.succeeded + stats.pending),
+        (r.succeeded, 2000)
+    );
+}
