@@ -413,15 +413,21 @@ fn bad_dispatcher_configuration_is_an_error() {
     assert_eq!(e.field(), Some("handler.filter"));
 }
 
-#[tokio::test]
+/// With spare capacity and work always due, the loop never goes idle: it must still see the
+/// shutdown signal. Claims are slowed down (2 ms each) so that, without that check, the loop
+/// would claim and run all 2000 deliveries before noticing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_is_noticed_under_continuous_load() {
     let w = world();
     let handled = Arc::new(AtomicU32::new(0));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let tx = Arc::new(Mutex::new(Some(tx)));
     let h = handled.clone();
-    let d = w
-        .builder()
+    let slow: Arc<dyn outbox_core::Store> = Arc::new(
+        outbox_testing::FaultyStore::new(w.store.clone(), 1).latency(Duration::from_millis(2)),
+    );
+    let d = outbox_core::Dispatcher::builder(slow)
+        .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
             let (h, tx) = (h.clone(), tx.clone());
             async move {
@@ -435,7 +441,7 @@ async fn shutdown_is_noticed_under_continuous_load() {
         })
         .config(outbox_core::DispatcherConfig {
             batch_size: 10,
-            concurrency: 10,
+            concurrency: 5000,
             ..Default::default()
         })
         .build()
@@ -445,17 +451,15 @@ async fn shutdown_is_noticed_under_continuous_load() {
         .map(|i| NewMessage::new("a.b", serde_json::json!({ "i": i })))
         .collect();
     w.store.enqueue_batch(batch).await.unwrap();
-    let r = tokio::time::timeout(
-        Duration::from_secs(30),
-        d.run(async {
-            let _ = rx.await;
-        }),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let run = d.run(async {
+        let _ = rx.await;
+    });
+    let r = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
-        r.succeeded < 2000,
+        r.succeeded < 1000,
         "the run stopped while work was still due: {r}"
     );
     let stats = w.store.stats().await.unwrap();
