@@ -58,7 +58,17 @@ impl Pool {
         if !memory {
             check_header(&config.path)?;
         }
-        let mut writer = open_connection(config, false)?;
+        let mut writer = open_connection(config, false).map_err(|e| match e {
+            SqliteError::Driver(d)
+                if matches!(
+                    d.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::PermissionDenied)
+                ) =>
+            {
+                SqliteError::CannotOpen(Box::new(d))
+            }
+            other => other,
+        })?;
         // Read the schema before anything may write: a corrupt file fails here, untouched.
         retry_busy(config.busy_timeout, || {
             writer.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))?;
@@ -197,6 +207,9 @@ fn check_header(path: &Path) -> Result<()> {
     let mut file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(SqliteError::CannotOpen(Box::new(e)))
+        }
         Err(e) => return Err(e.into()),
     };
     let meta = file.metadata()?;

@@ -7,6 +7,8 @@
 //! | unique / primary key constraint | `Conflict` |
 //! | other constraints (a bug in this crate) | `Unexpected` |
 //! | not a database, corrupt | `Misconfigured` (`path`: the file is not a usable database) |
+//! | cannot open or create the file when opening the store | `Misconfigured` (`path`) |
+//! | schema newer than this crate | `Misconfigured` (`path`) |
 //! | read-only database, permission denied | `Misconfigured` |
 //! | string or blob too big | `InvalidInput` |
 //! | a stored value that does not decode | `Unexpected` (corrupt data) |
@@ -32,6 +34,9 @@ pub(crate) enum SqliteError {
     /// The file at the path is not a SQLite database.
     #[error("the file is not a sqlite database")]
     NotADatabase,
+    /// The database file could not be opened or created (missing directory, permissions).
+    #[error("the database file cannot be opened or created (check that its directory exists and is writable)")]
+    CannotOpen(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The database was written by a newer version of this crate.
     #[error(
         "the database schema version {found} is newer than this library supports ({supported})"
@@ -76,6 +81,12 @@ impl From<SqliteError> for Error {
                 "the file is not a sqlite database; it was left untouched",
             ),
             SqliteError::SchemaTooNew { .. } => Error::misconfigured("path", e.to_string()),
+            SqliteError::CannotOpen(source) => Error::misconfigured(
+                "path",
+                "the database file cannot be opened or created (check that its directory \
+                 exists and is writable)",
+            )
+            .with_source(source),
             SqliteError::Io(io) => Error::new(
                 ErrorKind::Unavailable,
                 "the database file could not be read",

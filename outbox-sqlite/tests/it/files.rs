@@ -96,6 +96,14 @@ async fn a_directory_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_path_in_a_missing_directory_is_misconfigured() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused(&dir.path().join("no-such-dir").join("outbox.db")).await;
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    assert_eq!(err.field(), Some("path"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("outbox.db");

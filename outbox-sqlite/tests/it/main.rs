@@ -4,6 +4,7 @@
 mod bulk;
 mod busy;
 mod common;
+mod dispatch;
 mod files;
 mod processes;
 mod transactions;

@@ -194,3 +194,27 @@ async fn in_memory_store_round_trip() {
     .unwrap();
     assert_eq!(other.stats().await.unwrap().total(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn full_synchronous_and_no_readers_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let mut config = SqliteConfig::new(dir.path().join("full.db"));
+    config.synchronous = outbox_sqlite::Synchronous::Full;
+    config.readers = 0;
+    let store = open_with(config, clock.clone()).await;
+    consumer(&store, &clock, "mailer", "*").await;
+    let e = store
+        .enqueue(NewMessage::new("order.created", serde_json::json!(1)))
+        .await
+        .unwrap();
+    let m = store
+        .get_message(&TenantId::default(), e.message_id)
+        .await
+        .unwrap();
+    assert_eq!(m.id, e.message_id);
+    assert_eq!(
+        store.claim(&claim_for("mailer", 10)).await.unwrap().len(),
+        1
+    );
+}

@@ -1,0 +1,65 @@
+//! The dispatcher of `outbox-core` running on `SqliteStore`: a message enqueued in the
+//! application's transaction reaches its handler.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Context, Dispatcher, DynStore, HandlerResult, Ledger, Message, NewMessage};
+use outbox_testing::ManualClock;
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::common::open;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_once_delivers_what_a_transaction_enqueued() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let clock = ManualClock::new();
+    let store = open(&path, clock.clone()).await;
+    let seen = Arc::new(AtomicU64::new(0));
+    let counter = seen.clone();
+    let dispatcher = Dispatcher::builder(Arc::new(store.clone()) as Arc<DynStore>)
+        .clock(clock.clone())
+        .handler("mailer", "order.*", move |_ctx: Context, m: Message| {
+            let counter = counter.clone();
+            async move {
+                let id = m.json().map(|v| v["id"].as_u64().unwrap_or(0)).unwrap_or(0);
+                counter.fetch_add(id, Ordering::SeqCst);
+                HandlerResult::Ok
+            }
+        })
+        .build()
+        .unwrap();
+    // Persist the consumer before the first enqueue, so fan-out sees it.
+    dispatcher.register().await.unwrap();
+
+    let mut conn = Connection::open(&path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
+    let e = store
+        .enqueue_in(
+            &tx,
+            NewMessage::new("order.created", serde_json::json!({"id": 42})),
+        )
+        .unwrap();
+    tx.commit().unwrap();
+    store.notify();
+
+    let report = dispatcher.run_once(Duration::from_secs(60)).await.unwrap();
+    assert_eq!((report.claimed, report.succeeded), (1, 1), "{report:?}");
+    assert_eq!(seen.load(Ordering::SeqCst), 42);
+    let page = store
+        .list_deliveries(
+            &Default::default(),
+            &Default::default(),
+            outbox_core::PageRequest::first(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0].message_id, e.message_id);
+    assert_eq!(page.items[0].status, outbox_core::DeliveryStatus::Succeeded);
+}
