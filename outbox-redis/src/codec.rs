@@ -1,7 +1,7 @@
 //! Encoding script arguments and decoding script replies.
 //!
-//! Deliveries and messages come back as `HMGET` arrays in the field order of
-//! `scripts/common.lua` (`DF`, `MF`); endpoints as `HGETALL` pairs.
+//! Deliveries and messages are stored packed into a few hash fields (the layout is described
+//! in `scripts/common.lua`); endpoints as one hash field per value.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -62,10 +62,15 @@ pub(crate) fn items(v: Value) -> Result<Vec<Value>> {
 
 /// The text of a reply item; `None` for `Nil`.
 pub(crate) fn text(v: &Value) -> Option<String> {
+    str_of(v).map(|s| s.into_owned())
+}
+
+/// The text of a reply item without copying it when it is a bulk string.
+pub(crate) fn str_of(v: &Value) -> Option<std::borrow::Cow<'_, str>> {
     match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(i) => Some(i.to_string()),
+        Value::BulkString(b) => std::str::from_utf8(b).ok().map(std::borrow::Cow::Borrowed),
+        Value::SimpleString(s) => Some(std::borrow::Cow::Borrowed(s.as_str())),
+        Value::Int(i) => Some(std::borrow::Cow::Owned(i.to_string())),
         _ => None,
     }
 }
@@ -82,92 +87,179 @@ fn ms(s: &str) -> Option<Timestamp> {
     Timestamp::from_unix_millis(s.parse().ok()?).ok()
 }
 
-/// One `HMGET` row, read by position.
-struct Row<'a>(&'a [Value], &'static str);
+/// Exactly `N` parts of `s` separated by `sep` (the last one takes the rest).
+fn split<const N: usize>(s: &str, sep: char) -> Result<[&str; N], ()> {
+    let mut out = [""; N];
+    let mut parts = s.splitn(N, sep);
+    for slot in &mut out {
+        *slot = parts.next().ok_or(())?;
+    }
+    Ok(out)
+}
 
-impl Row<'_> {
-    fn opt(&self, i: usize) -> Option<String> {
-        self.0.get(i).and_then(text).filter(|s| !s.is_empty())
-    }
-    fn req(&self, i: usize) -> Result<String> {
-        self.opt(i).ok_or_else(|| corrupt(self.1))
-    }
-    fn ms(&self, i: usize) -> Result<Timestamp> {
-        ms(&self.req(i)?).ok_or_else(|| corrupt(self.1))
-    }
-    fn opt_ms(&self, i: usize) -> Result<Option<Timestamp>> {
-        self.opt(i)
-            .map(|s| ms(&s).ok_or_else(|| corrupt(self.1)))
-            .transpose()
-    }
-    fn u32(&self, i: usize) -> Result<u32> {
-        self.req(i)?.parse().map_err(|_| corrupt(self.1))
-    }
-    fn parse<T>(&self, i: usize, f: impl FnOnce(String) -> Result<T>) -> Result<T> {
-        f(self.req(i)?).map_err(|_| corrupt(self.1))
-    }
-    fn parse_opt<T>(&self, i: usize, f: impl FnOnce(String) -> Result<T>) -> Result<Option<T>> {
-        self.opt(i)
-            .map(|s| f(s).map_err(|_| corrupt(self.1)))
-            .transpose()
-    }
-    fn json_opt<T: serde::de::DeserializeOwned>(&self, i: usize) -> Result<Option<T>> {
-        self.opt(i)
-            .map(|s| serde_json::from_str(&s).map_err(|_| corrupt(self.1)))
-            .transpose()
+/// Drop an error's detail: a stored value that does not parse is corrupt, whatever the
+/// reason.
+fn ok<T>(r: Result<T>) -> Result<T, ()> {
+    r.map_err(|_| ())
+}
+
+fn opt_ms(s: &str) -> Result<Option<Timestamp>, ()> {
+    if s.is_empty() {
+        Ok(None)
+    } else {
+        ms(s).map(Some).ok_or(())
     }
 }
 
-/// A delivery from its `HMGET` row (`DF` order).
+/// The separator of packed fields (the ASCII unit separator, which no stored name, key or
+/// json text contains).
+pub(crate) const SEP: char = '\x1f';
+
+/// A delivery's packed hot fields: `status|attempts|next|token|updated`.
+pub(crate) fn pack_h(
+    status: DeliveryStatus,
+    attempts: u32,
+    next: Timestamp,
+    token: Option<&ClaimToken>,
+    updated: Timestamp,
+) -> String {
+    format!(
+        "{}|{attempts}|{}|{}|{}",
+        status.as_str(),
+        next.as_unix_millis(),
+        token.map(token_arg).unwrap_or_default(),
+        updated.as_unix_millis()
+    )
+}
+
+/// A delivery's packed other fields: `snoozes|completed|dead`.
+pub(crate) fn pack_v(
+    snoozes: u32,
+    completed: Option<Timestamp>,
+    dead: Option<DeadReason>,
+) -> String {
+    format!(
+        "{snoozes}|{}|{}",
+        completed
+            .map(|t| t.as_unix_millis().to_string())
+            .unwrap_or_default(),
+        dead.map(|d| d.as_str()).unwrap_or_default()
+    )
+}
+
+/// A delivery from its `h`, `s`, `v`, `l` fields (see `scripts/common.lua`).
 pub(crate) fn delivery(v: &[Value]) -> Result<Delivery> {
-    let r = Row(v, "delivery");
-    let kind = r.req(5)?;
-    let target = r.req(6)?;
+    decode_delivery(v).map_err(|()| corrupt("delivery"))
+}
+
+fn decode_delivery(v: &[Value]) -> Result<Delivery, ()> {
+    let field = |i: usize| v.get(i).and_then(str_of).ok_or(());
+    let (h, s, rest) = (field(0)?, field(1)?, field(2)?);
+    let last = v.get(3).and_then(str_of).filter(|l| !l.is_empty());
+    let [status, attempts, next, token, updated] = split::<5>(&h, '|')?;
+    let [member, mid, tenant, topic, kind, target, created, okey] = split::<8>(&s, SEP)?;
+    let [snoozes, completed, dead] = split::<3>(&rest, '|')?;
+    let next = ms(next).ok_or(())?;
     Ok(Delivery {
-        id: r.parse(0, |s| DeliveryId::parse(&s))?,
-        message_id: r.parse(1, |s| MessageId::parse(&s))?,
-        tenant: r.parse(2, TenantId::new)?,
-        topic: r.parse(3, Topic::new)?,
-        ordering_key: r.parse_opt(4, OrderingKey::new)?,
-        destination: Destination::from_parts(&kind, &target).map_err(|_| corrupt("delivery"))?,
-        status: r.parse(7, |s| DeliveryStatus::parse(&s))?,
-        attempts: r.u32(8)?,
-        snoozes: r.u32(9)?,
-        next_attempt_at: r.ms(10)?,
-        lease_until: r.opt_ms(11)?,
-        last_outcome: r.json_opt::<LastOutcome>(13)?,
-        dead_reason: r.parse_opt(14, |s| DeadReason::parse(&s))?,
-        created_at: r.ms(15)?,
-        updated_at: r.ms(16)?,
-        completed_at: r.opt_ms(17)?,
+        id: ok(DeliveryId::parse(member.get(15..).ok_or(())?))?,
+        message_id: ok(MessageId::parse(mid))?,
+        tenant: ok(TenantId::new(tenant))?,
+        topic: ok(Topic::new(topic))?,
+        ordering_key: if okey.is_empty() {
+            None
+        } else {
+            Some(ok(OrderingKey::new(okey))?)
+        },
+        destination: ok(Destination::from_parts(kind, target))?,
+        status: ok(DeliveryStatus::parse(status))?,
+        attempts: attempts.parse().map_err(|_| ())?,
+        snoozes: snoozes.parse().map_err(|_| ())?,
+        next_attempt_at: next,
+        // A claimed row's next attempt is its lease end.
+        lease_until: (!token.is_empty()).then_some(next),
+        last_outcome: last
+            .map(|l| serde_json::from_str::<LastOutcome>(&l).map_err(|_| ()))
+            .transpose()?,
+        dead_reason: if dead.is_empty() {
+            None
+        } else {
+            Some(ok(DeadReason::parse(dead))?)
+        },
+        created_at: ms(created).ok_or(())?,
+        updated_at: ms(updated).ok_or(())?,
+        completed_at: opt_ms(completed)?,
     })
 }
 
-/// Whether a `HMGET` row names a stored hash (its first field, the id, is present).
+/// Whether a delivery or message read found a stored hash (its first field is present).
 pub(crate) fn exists(v: &[Value]) -> bool {
     v.first().is_some_and(|f| !matches!(f, Value::Nil))
 }
 
-/// A message from its `HMGET` row (`MF` order).
-pub(crate) fn message(v: &[Value]) -> Result<Message> {
-    let r = Row(v, "message");
-    let payload = match v.get(2) {
-        Some(Value::BulkString(b)) => b.clone(),
-        _ => return Err(corrupt("message")),
+/// A message's packed fields (`x`): id, topic, tenant, ordering key, idempotency key,
+/// available at, created at, headers json, cause json.
+pub(crate) fn pack_message(m: &Message) -> Result<String> {
+    let headers = if m.headers.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(&m.headers).map_err(|_| corrupt("message"))?
     };
-    Ok(Message {
-        id: r.parse(0, |s| MessageId::parse(&s))?,
-        topic: r.parse(1, Topic::new)?,
-        payload,
-        tenant: r.parse(3, TenantId::new)?,
-        ordering_key: r.parse_opt(4, OrderingKey::new)?,
-        idempotency_key: r.parse_opt(5, IdempotencyKey::new)?,
-        available_at: r.ms(6)?,
-        headers: r
-            .json_opt::<BTreeMap<String, String>>(7)?
+    let cause = match &m.cause {
+        Some(c) => serde_json::to_string(c).map_err(|_| corrupt("message"))?,
+        None => String::new(),
+    };
+    Ok([
+        m.id.to_string(),
+        m.topic.to_string(),
+        m.tenant.to_string(),
+        m.ordering_key
+            .as_ref()
+            .map(|k| k.to_string())
             .unwrap_or_default(),
-        cause: r.json_opt::<Cause>(8)?,
-        created_at: r.ms(9)?,
+        m.idempotency_key
+            .as_ref()
+            .map(|k| k.to_string())
+            .unwrap_or_default(),
+        m.available_at.as_unix_millis().to_string(),
+        m.created_at.as_unix_millis().to_string(),
+        headers,
+        cause,
+    ]
+    .join("\x1f"))
+}
+
+/// A message from its `p` (payload) and `x` (packed) fields.
+pub(crate) fn message(payload: &Value, packed: &Value) -> Result<Message> {
+    decode_message(payload, packed).map_err(|()| corrupt("message"))
+}
+
+fn decode_message(payload: &Value, packed: &Value) -> Result<Message, ()> {
+    let Value::BulkString(payload) = payload else {
+        return Err(());
+    };
+    let x = str_of(packed).ok_or(())?;
+    let [id, topic, tenant, okey, ikey, avail, created, headers, cause] = split::<9>(&x, SEP)?;
+    Ok(Message {
+        id: ok(MessageId::parse(id))?,
+        topic: ok(Topic::new(topic))?,
+        payload: payload.clone(),
+        tenant: ok(TenantId::new(tenant))?,
+        ordering_key: (!okey.is_empty())
+            .then(|| ok(OrderingKey::new(okey)))
+            .transpose()?,
+        idempotency_key: (!ikey.is_empty())
+            .then(|| ok(IdempotencyKey::new(ikey)))
+            .transpose()?,
+        available_at: ms(avail).ok_or(())?,
+        headers: if headers.is_empty() {
+            BTreeMap::new()
+        } else {
+            serde_json::from_str(headers).map_err(|_| ())?
+        },
+        cause: (!cause.is_empty())
+            .then(|| serde_json::from_str::<Cause>(cause).map_err(|_| ()))
+            .transpose()?,
+        created_at: ms(created).ok_or(())?,
     })
 }
 
@@ -176,19 +268,28 @@ pub(crate) fn token_arg(t: &ClaimToken) -> String {
     t.as_uuid().simple().to_string()
 }
 
-/// One ledger entry: `number|probe|record json`.
-pub(crate) fn attempt(delivery: DeliveryId, v: &Value) -> Result<Attempt> {
+/// One ledger entry as stored: `probe|record json` (its number is its position plus the
+/// entries dropped by the cap).
+pub(crate) fn pack_attempt(record: &AttemptRecord, probe: bool) -> Result<Vec<u8>> {
+    let mut out = if probe {
+        b"1|".to_vec()
+    } else {
+        b"0|".to_vec()
+    };
+    serde_json::to_writer(&mut out, record).map_err(|_| corrupt("attempt"))?;
+    Ok(out)
+}
+
+/// The ledger entry at 1-based `number`.
+pub(crate) fn attempt(delivery: DeliveryId, number: u32, v: &Value) -> Result<Attempt> {
     let bad = || corrupt("attempt");
     let s = text(v).ok_or_else(bad)?;
-    let mut parts = s.splitn(3, '|');
-    let number = parts.next().and_then(|n| n.parse().ok()).ok_or_else(bad)?;
-    let probe = parts.next().ok_or_else(bad)? == "1";
-    let record: AttemptRecord =
-        serde_json::from_str(parts.next().ok_or_else(bad)?).map_err(|_| bad())?;
+    let (probe, json) = s.split_once('|').ok_or_else(bad)?;
+    let record: AttemptRecord = serde_json::from_str(json).map_err(|_| bad())?;
     Ok(Attempt {
         delivery_id: delivery,
         number,
-        probe,
+        probe: probe == "1",
         record,
     })
 }

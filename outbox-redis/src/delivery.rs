@@ -13,7 +13,9 @@ use outbox_core::{
 };
 use redis::Value;
 
-use crate::codec::{delivery, int, items, message, text, token_arg, Args};
+use crate::codec::{
+    delivery, int, items, message, pack_attempt, pack_h, pack_v, str_of, text, token_arg, Args,
+};
 use crate::error::corrupt;
 use crate::store::RedisStore;
 
@@ -65,40 +67,37 @@ impl RedisStore {
         }
     }
 
-    fn complete_args(&self, items: &[(Lease, Completion)]) -> Args {
+    fn complete_args(&self, items: &[(Lease, Completion)]) -> Result<Args> {
         let now = self.now();
         let mut a = Args::new();
         a.t(now).n(self.inner.config.attempts_cap);
         for (lease, c) in items {
             let u = lease.settle(&c.verdict, c.attempt.as_ref(), now);
-            let last = u
-                .last_outcome
-                .as_ref()
-                .and_then(|l| serde_json::to_vec(l).ok())
-                .unwrap_or_default();
-            let attempt = c
-                .attempt
-                .as_ref()
-                .and_then(|r| serde_json::to_vec(r).ok())
-                .unwrap_or_default();
+            let last = match &u.last_outcome {
+                Some(l) => serde_json::to_vec(l).map_err(|_| corrupt("attempt"))?,
+                None => Vec::new(),
+            };
+            let entry = match &c.attempt {
+                Some(r) => pack_attempt(r, lease.is_probe())?,
+                None => Vec::new(),
+            };
             a.s(lease.delivery_id.to_string())
                 .s(lease.tenant.as_str())
                 .s(token_arg(&lease.token))
                 .s(u.status.as_str())
                 .n(u.attempts)
-                .n(u.snoozes)
                 .t(u.next_attempt_at);
             match u.completed_at {
                 Some(t) => a.t(t),
                 None => a.s(""),
             };
-            a.opt(u.dead_reason.map(|r| r.as_str()))
+            a.s(pack_h(u.status, u.attempts, u.next_attempt_at, None, now))
+                .s(pack_v(u.snoozes, u.completed_at, u.dead_reason))
                 .b(last)
-                .s(if u.disable_endpoint { "1" } else { "0" })
-                .b(attempt)
-                .s(if lease.is_probe() { "1" } else { "0" });
+                .b(entry)
+                .s(if u.disable_endpoint { "1" } else { "0" });
         }
-        a
+        Ok(a)
     }
 }
 
@@ -115,8 +114,6 @@ fn sources(request: &ClaimRequest) -> Vec<(&'static str, String, u32)> {
             } => ("handler", consumer.to_string(), *max_attempts),
             ClaimSource::Webhooks { max_attempts } => ("webhook", String::new(), *max_attempts),
             ClaimSource::Email { max_attempts } => ("email", String::new(), *max_attempts),
-            #[allow(unreachable_patterns)]
-            _ => continue,
         };
         if seen.insert((kind, target.clone())) {
             out.push((kind, target, budget));
@@ -127,17 +124,19 @@ fn sources(request: &ClaimRequest) -> Vec<(&'static str, String, u32)> {
 
 fn claimed(v: Value) -> Result<Claimed> {
     let parts = items(v)?;
-    let [from, token, d, m] = parts.as_slice() else {
+    let [from, row @ .., payload, packed] = parts.as_slice() else {
         return Err(corrupt("reply"));
     };
     let claimed_from = text(from)
         .and_then(|s| DeliveryStatus::parse(&s).ok())
         .ok_or_else(|| corrupt("reply"))?;
-    let token = text(token)
-        .and_then(|s| ClaimToken::parse(&s).ok())
+    let token = row
+        .first()
+        .and_then(str_of)
+        .and_then(|h| h.split('|').nth(3).and_then(|t| ClaimToken::parse(t).ok()))
         .ok_or_else(|| corrupt("reply"))?;
-    let delivery = delivery(&items(d.clone())?)?;
-    let message = message(&items(m.clone())?)?;
+    let delivery = delivery(row)?;
+    let message = message(payload, packed)?;
     let lease = Lease {
         delivery_id: delivery.id,
         tenant: delivery.tenant.clone(),
@@ -195,7 +194,7 @@ impl DeliveryStore for RedisStore {
         if items_in.is_empty() {
             return Ok(Vec::new());
         }
-        let a = self.complete_args(items_in);
+        let a = self.complete_args(items_in)?;
         let reply: Value = self.run(&self.inner.scripts.complete, &a).await?;
         let out: Vec<Result<()>> = items(reply)?
             .iter()
@@ -224,8 +223,8 @@ impl DeliveryStore for RedisStore {
                 .s(token_arg(&lease.token))
                 .s(u.status.as_str())
                 .n(u.attempts)
-                .n(u.snoozes)
-                .t(u.next_attempt_at);
+                .t(u.next_attempt_at)
+                .s(pack_h(u.status, u.attempts, u.next_attempt_at, None, now));
         }
         let reply: Value = self.run(&self.inner.scripts.release, &a).await?;
         let v = items(reply)?;

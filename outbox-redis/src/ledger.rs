@@ -12,34 +12,11 @@ use crate::codec::{attempt, delivery, exists, int, items, message, text, Args};
 use crate::error::{corrupt, redis_err};
 use crate::store::RedisStore;
 
-/// The delivery hash's fields in decoding order (`DF` in `scripts/common.lua`).
-const DF: [&str; 20] = [
-    "id",
-    "mid",
-    "tenant",
-    "topic",
-    "okey",
-    "kind",
-    "target",
-    "status",
-    "attempts",
-    "snoozes",
-    "next",
-    "lease",
-    "token",
-    "last",
-    "dead",
-    "created",
-    "updated",
-    "completed",
-    "seq",
-    "na",
-];
+/// The fields a delivery is read from (see `scripts/common.lua`).
+const DELIVERY_FIELDS: [&str; 4] = ["h", "s", "v", "l"];
 
-/// The message hash's fields in decoding order (`MF` in `scripts/common.lua`).
-const MF: [&str; 10] = [
-    "id", "topic", "payload", "tenant", "okey", "ikey", "avail", "headers", "cause", "created",
-];
+/// The fields a message is read from.
+const MESSAGE_FIELDS: [&str; 2] = ["p", "x"];
 
 impl RedisStore {
     pub(crate) fn key(&self, kind: &str, id: impl std::fmt::Display) -> String {
@@ -112,7 +89,7 @@ impl Ledger for RedisStore {
     }
 
     async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
-        let v = self.hmget(self.key("d", id), &DF).await?;
+        let v = self.hmget(self.key("d", id), &DELIVERY_FIELDS).await?;
         if !exists(&v) {
             return Err(Error::not_found("delivery"));
         }
@@ -124,11 +101,11 @@ impl Ledger for RedisStore {
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        let v = self.hmget(self.key("m", id), &MF).await?;
+        let v = self.hmget(self.key("m", id), &MESSAGE_FIELDS).await?;
         if !exists(&v) {
             return Err(Error::not_found("message"));
         }
-        let m = message(&v)?;
+        let m = message(&v[0], &v[1])?;
         if &m.tenant != tenant {
             return Err(Error::not_found("message"));
         }
@@ -137,17 +114,30 @@ impl Ledger for RedisStore {
 
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
         let mut conn = self.inner.conn.clone();
-        let (owner, list): (Option<String>, Vec<Value>) = redis::pipe()
+        let (row, list): (Vec<Value>, Vec<Value>) = redis::pipe()
             .atomic()
-            .hget(self.key("d", delivery), "tenant")
+            .hmget(self.key("d", delivery), &["s", "tr"])
             .lrange(self.key("a", delivery), 0, -1)
             .query_async(&mut conn)
             .await
             .map_err(redis_err)?;
+        let owner = row
+            .first()
+            .and_then(text)
+            .and_then(|s| s.split(crate::codec::SEP).nth(2).map(str::to_owned));
         if owner.as_deref() != Some(tenant.as_str()) {
             return Err(Error::not_found("delivery"));
         }
-        list.iter().map(|v| attempt(delivery, v)).collect()
+        // Entries dropped by the cap come first in the numbering.
+        let dropped = row.get(1).and_then(int).unwrap_or(0);
+        let first = u32::try_from(dropped).map_err(|_| corrupt("attempt"))?;
+        list.iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let n = u32::try_from(i).map_err(|_| corrupt("attempt"))?;
+                attempt(delivery, first + n + 1, v)
+            })
+            .collect()
     }
 
     async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {

@@ -3,7 +3,7 @@
 //! The outbox store on Redis: [`RedisStore`] implements every store trait of
 //! [`outbox_core`] (`DeliveryStore`, `MessageStore`, `EndpointStore`, `Ledger`) with the
 //! semantics of the store contract, on the [`redis`] crate (async, one multiplexed
-//! connection through a reconnecting `ConnectionManager`).
+//! connection through a reconnecting `ConnectionManager`). It needs Redis 7.0 or later.
 //!
 //! ```no_run
 //! use outbox_core::{ClaimRequest, MessageStore, DeliveryStore, NewMessage};
@@ -37,15 +37,16 @@
 //!
 //! | key | type | holds |
 //! | --- | --- | --- |
-//! | `m:<id>` | hash | a message |
-//! | `d:<id>` | hash | a delivery |
-//! | `a:<delivery>` | list | its ledger, capped at [`RedisConfig::attempts_cap`] entries |
-//! | `q:h:<consumer>`, `q:w`, `q:e` | zset | claimable deliveries per source, by `next_attempt_at` (a claimed row's is its lease end) |
+//! | `d:<id>` | hash | a delivery, packed into a few fields (layout in `scripts/common.lua`) |
+//! | `m:<id>` | hash | a message: payload, packed fields, deliveries left |
+//! | `a:<delivery>` | list | its ledger, capped at [`RedisConfig::attempts_cap`] entries (older ones dropped; numbers kept) |
+//! | `q:h:<consumer>`, `q:w`, `q:e` | zset | unfinished deliveries per source by `next_attempt_at`; a claimed row's is its lease end, so an expired lease is simply due |
+//! | `x:h:<consumer>`, `x:w`, `x:e` | zset | deliveries that may be exhausted, by attempts (finds the rows a claim kills without scanning) |
 //! | `o:<tenant, destination, ordering key>` | zset | unfinished deliveries of one key, by sequence (the FIFO barrier) |
 //! | `td:<tenant>` / `tf:<tenant>` / `tm:<tenant>` | zset | a tenant's deliveries by creation / finished ones by completion / messages left without deliveries |
 //! | `i:<tenant, topic, key>` | string | an idempotency key → message id (deleted with the message) |
 //! | `e:<id>`, `te:<tenant>`, `h:<endpoint>` | hash, zset, set | endpoints, a tenant's endpoints by creation, an endpoint's held deliveries |
-//! | `consumers`, `stats`, `seq`, `qs`, `pt`, `purge` | misc | consumers, per-status counters, the sequence, the due-set registry, the retention rotation |
+//! | `consumers`, `stats`, `seq`, `qs`, `pt`, `purge` | misc | consumers, per-status counters, the sequence, the due-set registry, tenants with something to purge, the retention rotation |
 //!
 //! Finished deliveries leave the due sets; retention ([`outbox_core::Ledger::purge_completed`])
 //! deletes them, their ledgers, emptied messages and their idempotency keys, so nothing grows

@@ -1,12 +1,27 @@
 //! The Lua scripts, each the shared prelude (`scripts/common.lua`) plus its body. They are
 //! called by SHA (`EVALSHA`); `redis::Script` loads a script again when the server answers
 //! `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+//!
+//! Every script starts with a `#!lua` shebang (Redis 7): a script that writes is then
+//! refused before it starts when Redis is over `maxmemory`, instead of failing half-way
+//! (Redis does not roll a script back). The read-only ones say `no-writes`.
 
 use redis::Script;
 
 macro_rules! source {
     ($file:literal) => {
-        concat!(include_str!("scripts/common.lua"), include_str!($file))
+        concat!(
+            "#!lua\n",
+            include_str!("scripts/common.lua"),
+            include_str!($file)
+        )
+    };
+    ($file:literal, read_only) => {
+        concat!(
+            "#!lua flags=no-writes\n",
+            include_str!("scripts/common.lua"),
+            include_str!($file)
+        )
     };
 }
 
@@ -36,9 +51,9 @@ impl Scripts {
             release: Script::new(source!("scripts/release.lua")),
             lease: Script::new(source!("scripts/lease.lua")),
             operator: Script::new(source!("scripts/operator.lua")),
-            list: Script::new(source!("scripts/list.lua")),
+            list: Script::new(source!("scripts/list.lua", read_only)),
             purge: Script::new(source!("scripts/purge.lua")),
-            stats: Script::new(source!("scripts/stats.lua")),
+            stats: Script::new(source!("scripts/stats.lua", read_only)),
             endpoint: Script::new(source!("scripts/endpoint.lua")),
         }
     }

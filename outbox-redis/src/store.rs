@@ -11,7 +11,7 @@ use outbox_core::{
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script};
 
-use crate::codec::{enqueued, items, Args};
+use crate::codec::{enqueued, items, pack_message, Args};
 use crate::config::RedisConfig;
 use crate::error::{corrupt, redis_err};
 use crate::scripts::{Scripts, ENQUEUE};
@@ -79,6 +79,7 @@ impl RedisStore {
             .get_connection_manager_with_config(cm)
             .await
             .map_err(redis_err)?;
+        check_version(&mut conn).await?;
         let scripts = Scripts::new();
         for s in scripts.all() {
             s.prepare_invoke()
@@ -138,7 +139,9 @@ impl RedisStore {
         self.inner.clock.now()
     }
 
-    /// Run `script` with the prefix as its only key.
+    /// Run `script` with the prefix as its only key. `redis::Script` answers a `NOSCRIPT`
+    /// by loading the script and trying once more; another `SCRIPT FLUSH` can land in
+    /// between, so a few more rounds are allowed (a `NOSCRIPT` means nothing ran).
     pub(crate) async fn run<T: FromRedisValue>(&self, script: &Script, args: &Args) -> Result<T> {
         let mut inv = script.prepare_invoke();
         inv.key(self.inner.config.prefix.as_str());
@@ -146,7 +149,13 @@ impl RedisStore {
             inv.arg(a.as_slice());
         }
         let mut conn = self.inner.conn.clone();
-        inv.invoke_async(&mut conn).await.map_err(redis_err)
+        let mut rounds = 0;
+        loop {
+            match inv.invoke_async(&mut conn).await {
+                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && rounds < 3 => rounds += 1,
+                r => return r.map_err(redis_err),
+            }
+        }
     }
 
     /// Wake this process's listeners (other processes hear the scripts' `PUBLISH`).
@@ -163,15 +172,7 @@ impl RedisStore {
             let m = fanout::message_row(valid, now, entropy);
             // The script derives each delivery id from this random base (same time part).
             let base = DeliveryId::generate(now, entropy);
-            let headers = if m.headers.is_empty() {
-                Vec::new()
-            } else {
-                serde_json::to_vec(&m.headers).map_err(|_| corrupt("message"))?
-            };
-            let cause = match &m.cause {
-                Some(c) => serde_json::to_vec(c).map_err(|_| corrupt("message"))?,
-                None => Vec::new(),
-            };
+            let packed = pack_message(&m)?;
             let emails: Vec<&str> = valid.emails.iter().map(|r| r.as_str()).collect();
             a.s(m.id.to_string())
                 .s(m.tenant.as_str())
@@ -179,8 +180,7 @@ impl RedisStore {
                 .opt(m.ordering_key.as_ref())
                 .opt(m.idempotency_key.as_ref())
                 .t(m.available_at)
-                .b(headers)
-                .b(cause)
+                .s(packed)
                 .b(m.payload)
                 .s(base.to_string())
                 .s(emails.join("\n"));
@@ -245,6 +245,27 @@ impl RedisStore {
             self.wake_local();
         }
         Ok(out)
+    }
+}
+
+/// The scripts use Redis 7 features (shebang flags): refuse older servers clearly.
+async fn check_version(conn: &mut ConnectionManager) -> Result<()> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(conn)
+        .await
+        .map_err(redis_err)?;
+    let major = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next())
+        .and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(m) if m < 7 => Err(Error::misconfigured(
+            "redis",
+            "the redis store needs redis 7.0 or later",
+        )),
+        _ => Ok(()),
     }
 }
 

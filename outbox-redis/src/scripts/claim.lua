@@ -3,7 +3,7 @@
 -- excluded topics and rows held back by the ordering barrier.
 -- ARGV: now, lease_until, batch, nsrc, (kind, target, budget) x nsrc,
 --       nexcl, excluded topics..., ndorm, dormant topics..., tokens (batch of them)
--- Returns {claimed_from, token, delivery fields, message fields} per claimed delivery.
+-- Returns {claimed_from, h, s, v, l, message payload, message fields} per claimed delivery.
 local now_s, until_s = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
 local batch = tonumber(ARGV[3])
@@ -13,7 +13,7 @@ local nsrc = tonumber(ARGV[a])
 a = a + 1
 for _ = 1, nsrc do
   sources[#sources + 1] = { key = k_q(ARGV[a], ARGV[a + 1]), x = k_x(ARGV[a], ARGV[a + 1]),
-    budget = ARGV[a + 2], buf = {}, pos = 1, done = false }
+    budget = tonumber(ARGV[a + 2]), buf = {}, pos = 1, done = false }
   a = a + 3
 end
 local excluded = {}
@@ -32,7 +32,9 @@ for _ = 1, ndorm do
 end
 local tok_base = a
 
-local CHUNK = math.min(math.max(batch * 2, 64), 1000)
+local CHUNK = math.min(batch + 16, 1000)
+-- Scores are needed only to merge several sources.
+local merge = #sources > 1
 
 -- The next unexamined entry of a source. Rows examined and left in place (skipped) are
 -- remembered as the anchor; the next chunk starts right after it. Claimed rows move past
@@ -46,10 +48,14 @@ local function head(src)
       local r = redis.call('ZRANK', src.key, src.anchor)
       if r then start = r + 1 end
     end
-    local r = redis.call('ZRANGEBYSCORE', src.key, '-inf', now_s, 'WITHSCORES', 'LIMIT', start, CHUNK)
-    src.buf = {}
     src.pos = 1
-    for j = 1, #r, 2 do src.buf[#src.buf + 1] = { r[j], tonumber(r[j + 1]) } end
+    if merge then
+      local r = redis.call('ZRANGEBYSCORE', src.key, '-inf', now_s, 'WITHSCORES', 'LIMIT', start, CHUNK)
+      src.buf = {}
+      for j = 1, #r, 2 do src.buf[#src.buf + 1] = { r[j], tonumber(r[j + 1]) } end
+    else
+      src.buf = redis.call('ZRANGEBYSCORE', src.key, '-inf', now_s, 'LIMIT', start, CHUNK)
+    end
     if #src.buf < CHUNK then src.done = true end
     if #src.buf == 0 then return nil end
   end
@@ -57,9 +63,10 @@ end
 
 local function kill(d)
   set_status(d, 'dead')
-  d[I_COMPLETED] = now_s
-  redis.call('HSET', k_d(d[I_ID]), 'status', 'dead', 'dead', 'max_attempts',
-    'completed', now_s, 'updated', now_s, 'token', '', 'lease', '')
+  d.completed = now_s
+  local snoozes = string.match(d.v, '^(%d*)')
+  redis.call('HSET', k_d(d.id), 'h', make_h('dead', d.attempts, d.next, '', now_s),
+    'v', snoozes .. '|' .. now_s .. '|max_attempts')
   place(d, false)
 end
 
@@ -70,9 +77,9 @@ end
 for _, src in ipairs(sources) do
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf')) do
     local d = load(member_id(m))
-    if not d or finished(d[I_STATUS]) then
+    if not d or finished(d.status) then
       redis.call('ZREM', src.x, m)
-    elseif d[I_STATUS] ~= 'held' and tonumber(d[I_NEXT]) <= now and not excluded[d[I_TOPIC]] then
+    elseif d.status ~= 'held' and tonumber(d.next) <= now and not excluded[d.topic] then
       kill(d)
     end
   end
@@ -80,8 +87,7 @@ end
 
 -- Step 2: the per-key barrier. An older unfinished delivery with the same tenant,
 -- destination and ordering key blocks, unless its topic is dormant.
-local function blocked(d, m)
-  local ok = k_o(d[I_TENANT], d[I_KIND], d[I_TARGET], d[I_OKEY])
+local function blocked(ok, m)
   local off = 0
   while true do
     local r = redis.call('ZRANGE', ok, off, off + 15)
@@ -89,11 +95,11 @@ local function blocked(d, m)
     local gone = 0
     for _, x in ipairs(r) do
       if x == m then return false end
-      local xd = redis.call('HMGET', k_d(member_id(x)), 'status', 'topic')
-      if not xd[1] or finished(xd[1]) then
+      local xd = load(member_id(x))
+      if not xd or finished(xd.status) then
         redis.call('ZREM', ok, x)
         gone = gone + 1
-      elseif not dormant[xd[2]] then
+      elseif not dormant[xd.topic] then
         return true
       end
     end
@@ -105,48 +111,59 @@ end
 local claimed = {}
 local msgs = {}
 while #claimed < batch do
-  local best, bs = nil, nil
-  for _, src in ipairs(sources) do
-    local h = head(src)
-    if h and (not best or h[2] < best[2] or (h[2] == best[2] and lt(h[1], best[1]))) then
-      best, bs = h, src
+  local m, bs = nil, nil
+  if merge then
+    local best
+    for _, src in ipairs(sources) do
+      local hd = head(src)
+      if hd and (not best or hd[2] < best[2] or (hd[2] == best[2] and lt(hd[1], best[1]))) then
+        best, bs = hd, src
+      end
     end
-  end
-  if not best then break end
-  bs.pos = bs.pos + 1
-  local m = best[1]
-  local d = load(member_id(m))
-  if not d or finished(d[I_STATUS]) then
-    redis.call('ZREM', bs.key, m)
-  elseif tonumber(d[I_NEXT]) > now then
-    redis.call('ZADD', bs.key, d[I_NEXT], m)
-  elseif excluded[d[I_TOPIC]] then
-    bs.anchor = m
-  elseif d[I_STATUS] ~= 'held' and tonumber(d[I_ATTEMPTS]) >= tonumber(bs.budget) then
-    kill(d)
-  elseif d[I_OKEY] and blocked(d, m) then
-    bs.anchor = m
+    if best then m = best[1] end
   else
-    local from = d[I_STATUS]
-    local tok = ARGV[tok_base + #claimed]
-    if from ~= 'held' then d[I_ATTEMPTS] = S(tonumber(d[I_ATTEMPTS]) + 1) end
-    set_status(d, 'processing')
-    d[I_TOKEN], d[I_LEASE], d[I_NEXT], d[I_UPDATED] = tok, until_s, until_s, now_s
-    redis.call('HSET', k_d(d[I_ID]), 'status', 'processing', 'attempts', d[I_ATTEMPTS],
-      'token', tok, 'lease', until_s, 'next', until_s, 'updated', now_s)
-    redis.call('ZADD', bs.key, until_s, m)
-    -- A claimed row is stale-able: index it when this claim spent the last attempt of
-    -- the claimer's budget (other rows are not exhausted when their lease ends).
-    if tonumber(d[I_ATTEMPTS]) >= tonumber(bs.budget) then
-      redis.call('ZADD', bs.x, d[I_ATTEMPTS], m)
+    bs = sources[1]
+    m = head(bs)
+  end
+  if not m then break end
+  bs.pos = bs.pos + 1
+  local id = member_id(m)
+  local dk = k_d(id)
+  local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l')
+  if not r[1] then
+    redis.call('ZREM', bs.key, m)
+  else
+    local st, at, nx = parse_h(r[1])
+    -- mid, tenant, topic, kind, target and okey (the member is known, created is not needed).
+    local mid, tenant, topic, kind, target, okey = string.match(r[2],
+      '^[^\31]*\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
+    if finished(st) then
+      redis.call('ZREM', bs.key, m)
+    elseif tonumber(nx) > now then
+      redis.call('ZADD', bs.key, nx, m)
+    elseif excluded[topic] then
+      bs.anchor = m
+    elseif st ~= 'held' and tonumber(at) >= bs.budget then
+      kill({ id = id, m = m, v = r[3], mid = mid, tenant = tenant, topic = topic, kind = kind,
+        target = target, okey = okey ~= '' and okey, status = st, attempts = at, next = nx })
+    elseif okey ~= '' and blocked(k_o(tenant, kind, target, okey), m) then
+      bs.anchor = m
+    else
+      if st ~= 'held' then at = S(tonumber(at) + 1) end
+      moved(id, kind, target, st, 'processing')
+      local h = make_h('processing', at, until_s, ARGV[tok_base + #claimed], now_s)
+      redis.call('HSET', dk, 'h', h)
+      redis.call('ZADD', bs.key, until_s, m)
+      -- A claimed row is stale-able: index it when this claim spent the last attempt of
+      -- the claimer's budget (other rows are not exhausted when their lease ends).
+      if tonumber(at) >= bs.budget then redis.call('ZADD', bs.x, at, m) end
+      local msg = msgs[mid]
+      if not msg then
+        msg = redis.call('HMGET', k_m(mid), 'p', 'x')
+        msgs[mid] = msg
+      end
+      claimed[#claimed + 1] = { st, h, r[2], r[3], r[4], msg[1], msg[2] }
     end
-    local mid = d[I_MID]
-    local msg = msgs[mid]
-    if not msg then
-      msg = redis.call('HMGET', k_m(mid), unpack(MF))
-      msgs[mid] = msg
-    end
-    claimed[#claimed + 1] = { from, tok, d, msg }
   end
 end
 flush()

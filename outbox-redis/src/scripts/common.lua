@@ -45,8 +45,8 @@ local function k_x(kind, target)
   if kind == 'webhook' then return P .. ':x:w' end
   return P .. ':x:e'
 end
--- Members of the due and ordering sets: the zero-padded sequence, then the id, so ties on
--- the score sort by enqueue order.
+-- Members of the due, ordering and retention sets: the zero-padded sequence, then the id,
+-- so ties on the score sort by enqueue order.
 local function member(seq, id) return string.format('%015d', tonumber(seq)) .. id end
 local function member_id(m) return string.sub(m, 16) end
 
@@ -60,25 +60,33 @@ local function lt(a, b)
   return #a < #b
 end
 
--- The delivery hash's fields, in the order the Rust side decodes them. Scripts work on the
--- `HMGET` array directly; the I_* constants name its positions.
-local DF = { 'id', 'mid', 'tenant', 'topic', 'okey', 'kind', 'target', 'status', 'attempts',
-  'snoozes', 'next', 'lease', 'token', 'last', 'dead', 'created', 'updated', 'completed', 'seq',
-  'na' }
-local I_ID, I_MID, I_TENANT, I_TOPIC, I_OKEY, I_KIND, I_TARGET, I_STATUS = 1, 2, 3, 4, 5, 6, 7, 8
-local I_ATTEMPTS, I_SNOOZES, I_NEXT, I_LEASE, I_TOKEN, I_LAST, I_DEAD = 9, 10, 11, 12, 13, 14, 15
-local I_CREATED, I_UPDATED, I_COMPLETED, I_SEQ, I_NA = 16, 17, 18, 19, 20
--- The message hash's fields, in the order the Rust side decodes them.
-local MF = { 'id', 'topic', 'payload', 'tenant', 'okey', 'ikey', 'avail', 'headers', 'cause',
-  'created' }
+-- Rows are packed so that few values cross between Lua and Redis (the main cost of a
+-- script). A delivery hash holds:
+--   h = status|attempts|next|token|updated   (token '' when not claimed; Lua reads it often)
+--   s = member SEP mid SEP tenant SEP topic SEP kind SEP target SEP created SEP okey
+--       (immutable; okey '' when none; the member is the zero-padded sequence and the id)
+--   v = snoozes|completed|dead               ('' for absent values)
+--   l = the last outcome (json), absent until an attempt is recorded
+--   tr = ledger entries dropped by the cap (absent = 0)
+-- A message hash holds p (the payload), x (its other fields, packed by the Rust side) and
+-- nd (its deliveries not yet purged). SEP is the unit separator (0x1f), which no stored
+-- name, key or json text contains.
+local function parse_h(h) return string.match(h, '^(%l+)|(%d+)|(%d+)|(%x*)|(%d+)$') end
+local function parse_s(s)
+  return string.match(s, '^([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31(.*)$')
+end
+local function make_h(status, attempts, next, token, updated)
+  return status .. '|' .. attempts .. '|' .. next .. '|' .. token .. '|' .. updated
+end
 
--- Cleared fields are written as '' (read back as absent) so that one HSET does a whole
--- update.
-
--- A delivery's row (the `HMGET` array), or nil.
+-- A delivery's fields as a table (for the less frequent paths), or nil.
 local function load(id)
-  local d = redis.call('HMGET', k_d(id), unpack(DF))
-  if not d[I_ID] then return nil end
+  local r = redis.call('HMGET', k_d(id), 'h', 's', 'v')
+  if not r[1] then return nil end
+  local d = { id = id, v = r[3] }
+  d.status, d.attempts, d.next, d.token, d.updated = parse_h(r[1])
+  d.m, d.mid, d.tenant, d.topic, d.kind, d.target, d.created, d.okey = parse_s(r[2])
+  if d.okey == '' then d.okey = false end
   return d
 end
 
@@ -86,8 +94,8 @@ local function finished(s) return s == 'succeeded' or s == 'dead' end
 
 -- Whether a lease (tenant, token) still owns `d`: same token and tenant, still claimed.
 local function owns(d, tenant, token)
-  return d and token ~= '' and d[I_TOKEN] == token and d[I_TENANT] == tenant
-    and (d[I_STATUS] == 'processing' or d[I_STATUS] == 'sending')
+  return d and token ~= '' and d.token == token and d.tenant == tenant
+    and (d.status == 'processing' or d.status == 'sending')
 end
 
 -- Per-status counters and touched tenants, written once per script call by `flush()`.
@@ -100,17 +108,20 @@ local function flush()
   for t in pairs(purgeable) do redis.call('ZADD', K_PT, 0, t) end
 end
 
--- Move `d` to status `new`: the counters and the held index follow.
-local function set_status(d, new)
-  local old = d[I_STATUS]
+-- Count a move from status `old` to `new`; the held index follows.
+local function moved(id, kind, target, old, new)
   if old == new then return end
   counts[old] = (counts[old] or 0) - 1
   counts[new] = (counts[new] or 0) + 1
-  if d[I_KIND] == 'webhook' then
-    if old == 'held' then redis.call('SREM', k_h(d[I_TARGET]), d[I_ID]) end
-    if new == 'held' then redis.call('SADD', k_h(d[I_TARGET]), d[I_ID]) end
+  if kind == 'webhook' then
+    if old == 'held' then redis.call('SREM', k_h(target), id) end
+    if new == 'held' then redis.call('SADD', k_h(target), id) end
   end
-  d[I_STATUS] = new
+end
+
+local function set_status(d, new)
+  moved(d.id, d.kind, d.target, d.status, new)
+  d.status = new
 end
 
 -- Put `d` (status, attempts, next and completed already updated) into the indexes its status
@@ -118,30 +129,29 @@ end
 -- spent attempts and unless held, in the attempts index; finished ones leave the due and
 -- ordering sets and join the tenant's retention index. A finished row's attempts-index
 -- entry is left behind and removed lazily (by the next claim that meets it, or at purge).
-local function place(d, was_finished, m)
-  m = m or member(d[I_SEQ], d[I_ID])
-  local q = k_q(d[I_KIND], d[I_TARGET])
-  local okey = d[I_OKEY]
-  if okey == '' then okey = false end
-  if finished(d[I_STATUS]) then
+local function place(d, was_finished)
+  local m = d.m
+  local q = k_q(d.kind, d.target)
+  local okey = d.okey
+  if finished(d.status) then
     if not was_finished then
       redis.call('ZREM', q, m)
-      if okey then redis.call('ZREM', k_o(d[I_TENANT], d[I_KIND], d[I_TARGET], okey), m) end
+      if okey then redis.call('ZREM', k_o(d.tenant, d.kind, d.target, okey), m) end
     end
-    redis.call('ZADD', k_tf(d[I_TENANT]), d[I_COMPLETED], m)
-    purgeable[d[I_TENANT]] = true
+    redis.call('ZADD', k_tf(d.tenant), d.completed, m)
+    purgeable[d.tenant] = true
   else
-    redis.call('ZADD', q, d[I_NEXT], m)
-    local x = k_x(d[I_KIND], d[I_TARGET])
-    if d[I_STATUS] == 'held' or tonumber(d[I_ATTEMPTS]) == 0 then
+    redis.call('ZADD', q, d.next, m)
+    local x = k_x(d.kind, d.target)
+    if d.status == 'held' or tonumber(d.attempts) == 0 then
       redis.call('ZREM', x, m)
     else
-      redis.call('ZADD', x, d[I_ATTEMPTS], m)
+      redis.call('ZADD', x, d.attempts, m)
     end
     if was_finished then
       redis.call('SADD', K_QS, q)
-      if okey then redis.call('ZADD', k_o(d[I_TENANT], d[I_KIND], d[I_TARGET], okey), d[I_SEQ], m) end
-      redis.call('ZREM', k_tf(d[I_TENANT]), m)
+      if okey then redis.call('ZADD', k_o(d.tenant, d.kind, d.target, okey), string.sub(m, 1, 15), m) end
+      redis.call('ZREM', k_tf(d.tenant), m)
     end
   end
 end
@@ -168,10 +178,10 @@ local function release_held(tenant, endpoint, now)
     local d = load(id)
     if not d then
       redis.call('SREM', k_h(endpoint), id)
-    elseif d[I_STATUS] == 'held' and d[I_TENANT] == tenant then
+    elseif d.status == 'held' and d.tenant == tenant then
       set_status(d, 'pending')
-      d[I_NEXT] = now
-      redis.call('HSET', k_d(id), 'status', 'pending', 'next', now, 'updated', now)
+      d.next = now
+      redis.call('HSET', k_d(id), 'h', make_h('pending', d.attempts, now, '', now))
       place(d, false)
       n = n + 1
     end

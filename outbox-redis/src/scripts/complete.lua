@@ -1,8 +1,9 @@
--- End claims with their settled rows (`Lease::settle`), append attempts, disable endpoints.
--- ARGV: now, attempts cap, then per item 13 fields:
---   id, tenant, token, status, attempts, snoozes, next, completed (''), dead reason (''),
---   last outcome json ('' keeps the old one), disable endpoint (0/1), attempt json (''),
---   probe (0/1)
+-- End claims with their settled rows (`Lease::settle`, packed by the Rust side), append
+-- attempts, disable endpoints.
+-- ARGV: now, attempts cap, then per item 12 fields:
+--   id, tenant, token, status, attempts, next, completed (''), h, v,
+--   last outcome json ('' keeps the old one), ledger entry ('' when nothing was tried),
+--   disable the endpoint (1 for a 410, else 0)
 -- Returns 1 (written) or 0 (lease lost) per item.
 local now, cap = ARGV[1], tonumber(ARGV[2])
 local out = {}
@@ -10,39 +11,46 @@ local a = 3
 while a <= #ARGV do
   local id, tenant, token, status = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local dk = k_d(id)
-  local d = redis.call('HMGET', dk, 'token', 'tenant', 'status', 'kind', 'target', 'm', 'okey',
-    'na', 'seq')
-  if token == '' or d[1] ~= token or d[2] ~= tenant
-      or (d[3] ~= 'processing' and d[3] ~= 'sending') then
+  local r = redis.call('HMGET', dk, 'h', 's')
+  local st, tk, m, dtenant, kind, target, okey
+  if r[1] then
+    st, tk = string.match(r[1], '^(%l+)|%d+|%d+|(%x*)|')
+    -- member, tenant, kind, target and okey.
+    m, dtenant, kind, target, okey = string.match(r[2],
+      '^([^\31]*)\31[^\31]*\31([^\31]*)\31[^\31]*\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
+  end
+  if not r[1] or token == '' or tk ~= token or dtenant ~= tenant
+      or (st ~= 'processing' and st ~= 'sending') then
     out[#out + 1] = 0
   else
-    -- The row as `set_status` and `place` read it.
-    local row = {}
-    row[I_ID], row[I_TENANT], row[I_STATUS], row[I_KIND], row[I_TARGET] = id, tenant, d[3], d[4], d[5]
-    row[I_OKEY], row[I_SEQ] = d[7], d[9]
-    row[I_ATTEMPTS], row[I_NEXT], row[I_COMPLETED] = ARGV[a + 4], ARGV[a + 6], ARGV[a + 7]
-    set_status(row, status)
-    local last, attempt = ARGV[a + 9], ARGV[a + 11]
-    local na = d[8]
-    if attempt ~= '' then
-      na = S((tonumber(na) or 0) + 1)
+    moved(id, kind, target, st, status)
+    local last, entry = ARGV[a + 9], ARGV[a + 10]
+    if entry ~= '' then
       local ak = k_a(id)
-      if redis.call('RPUSH', ak, na .. '|' .. ARGV[a + 12] .. '|' .. attempt) > cap then
+      local len = redis.call('RPUSH', ak, entry)
+      if len > cap then
         redis.call('LTRIM', ak, -cap, -1)
+        redis.call('HINCRBY', dk, 'tr', len - cap)
       end
     end
     if last ~= '' then
-      redis.call('HSET', dk, 'status', status, 'attempts', row[I_ATTEMPTS], 'snoozes', ARGV[a + 5],
-        'next', row[I_NEXT], 'updated', now, 'token', '', 'lease', '', 'completed', ARGV[a + 7],
-        'dead', ARGV[a + 8], 'na', na or '0', 'last', last)
+      redis.call('HSET', dk, 'h', ARGV[a + 7], 'v', ARGV[a + 8], 'l', last)
     else
-      redis.call('HSET', dk, 'status', status, 'attempts', row[I_ATTEMPTS], 'snoozes', ARGV[a + 5],
-        'next', row[I_NEXT], 'updated', now, 'token', '', 'lease', '', 'completed', ARGV[a + 7],
-        'dead', ARGV[a + 8], 'na', na or '0')
+      redis.call('HSET', dk, 'h', ARGV[a + 7], 'v', ARGV[a + 8])
     end
-    place(row, false, d[6] or nil)
-    if ARGV[a + 10] == '1' and row[I_KIND] == 'webhook' then
-      local ek = k_e(row[I_TARGET])
+    if finished(status) then
+      -- `place` for the common case, inline.
+      redis.call('ZREM', k_q(kind, target), m)
+      if okey ~= '' then redis.call('ZREM', k_o(tenant, kind, target, okey), m) end
+      redis.call('ZADD', k_tf(tenant), ARGV[a + 6], m)
+      purgeable[tenant] = true
+    else
+      place({ id = id, m = m, tenant = tenant, kind = kind, target = target,
+        okey = okey ~= '' and okey, status = status, attempts = ARGV[a + 4],
+        next = ARGV[a + 5] }, false)
+    end
+    if ARGV[a + 11] == '1' and kind == 'webhook' then
+      local ek = k_e(target)
       if redis.call('EXISTS', ek) == 1 then
         redis.call('HSET', ek, 'status', 'disabled', 'reason', 'gone', 'updated', now)
         redis.call('HINCRBY', ek, 'ver', 1)
@@ -50,7 +58,7 @@ while a <= #ARGV do
     end
     out[#out + 1] = 1
   end
-  a = a + 13
+  a = a + 12
 end
 flush()
 return out

@@ -1,6 +1,6 @@
 -- Enqueue messages with their fan-out, atomically.
--- ARGV: now, count, then per message 11 fields:
---   id, tenant, topic, okey, ikey, available_at, headers json, cause json, payload,
+-- ARGV: now, count, then per message 10 fields:
+--   id, tenant, topic, okey, ikey, available_at, packed fields (`x`), payload,
 --   id base (a UUIDv7 from the injected entropy), recipients (newline-separated)
 -- Returns one {message id, deliveries, duplicate (0/1)} per message.
 local now = ARGV[1]
@@ -48,9 +48,9 @@ local registered = {}
 local a = 3
 for _ = 1, count do
   local mid, tenant, topic, okey, ikey = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local avail, headers, cause, payload = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]
-  local base, emails = ARGV[a + 9], ARGV[a + 10]
-  a = a + 11
+  local avail, meta, payload = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+  local base, emails = ARGV[a + 8], ARGV[a + 9]
+  a = a + 10
   local ik = nil
   local existing = false
   if ikey ~= '' then
@@ -72,31 +72,23 @@ for _ = 1, count do
     for r in string.gmatch(emails, '[^\n]+') do dests[#dests + 1] = { 'email', r } end
 
     local n = #dests
-    local mk = k_m(mid)
-    redis.call('HSET', mk, 'id', mid, 'topic', topic, 'payload', payload, 'tenant', tenant,
-      'avail', avail, 'created', now, 'ndel', S(n))
-    if okey ~= '' then redis.call('HSET', mk, 'okey', okey) end
-    if ikey ~= '' then
-      redis.call('HSET', mk, 'ikey', ikey)
-      redis.call('SET', ik, mid)
-    end
-    if headers ~= '' then redis.call('HSET', mk, 'headers', headers) end
-    if cause ~= '' then redis.call('HSET', mk, 'cause', cause) end
-
+    redis.call('HSET', k_m(mid), 'p', payload, 'x', meta, 'nd', S(n))
+    if ik then redis.call('SET', ik, mid) end
     if n == 0 then
       redis.call('ZADD', k_tm(tenant), now, mid)
       purgeable[tenant] = true
     else
       local last = redis.call('INCRBY', K_SEQ, n)
       counts.pending = (counts.pending or 0) + n
+      local h = make_h('pending', '0', avail, '', now)
+      local tail = '\31' .. mid .. '\31' .. tenant .. '\31' .. topic .. '\31'
       for i, dest in ipairs(dests) do
         local id = derive_id(base, i)
-        local seq = S(last - n + i)
+        local seq = last - n + i
         local kind, target = dest[1], dest[2]
         local m = member(seq, id)
-        redis.call('HSET', k_d(id), 'id', id, 'mid', mid, 'tenant', tenant, 'topic', topic,
-          'kind', kind, 'target', target, 'status', 'pending', 'attempts', '0', 'snoozes', '0',
-          'next', avail, 'created', now, 'updated', now, 'seq', seq, 'na', '0', 'm', m)
+        redis.call('HSET', k_d(id), 'h', h, 'v', '0||',
+          's', m .. tail .. kind .. '\31' .. target .. '\31' .. now .. '\31' .. okey)
         local q = k_q(kind, target)
         redis.call('ZADD', q, avail, m)
         if not registered[q] then
@@ -104,10 +96,7 @@ for _ = 1, count do
           registered[q] = true
         end
         redis.call('ZADD', k_td(tenant), now, id)
-        if okey ~= '' then
-          redis.call('HSET', k_d(id), 'okey', okey)
-          redis.call('ZADD', k_o(tenant, kind, target, okey), seq, m)
-        end
+        if okey ~= '' then redis.call('ZADD', k_o(tenant, kind, target, okey), S(seq), m) end
       end
       woke = true
     end

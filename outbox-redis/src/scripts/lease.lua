@@ -8,11 +8,11 @@ if not owns(d, tenant, token) then
 end
 if op == 'extend' then
   local u = ARGV[6]
-  redis.call('HSET', k_d(id), 'lease', u, 'next', u)
-  redis.call('ZADD', k_q(d[I_KIND], d[I_TARGET]), u, member(d[I_SEQ], id))
+  redis.call('HSET', k_d(id), 'h', make_h(d.status, d.attempts, u, d.token, d.updated))
+  redis.call('ZADD', k_q(d.kind, d.target), u, d.m)
 else
   set_status(d, 'sending')
-  redis.call('HSET', k_d(id), 'status', 'sending', 'updated', now)
+  redis.call('HSET', k_d(id), 'h', make_h('sending', d.attempts, d.next, d.token, now))
 end
 flush()
 return 1

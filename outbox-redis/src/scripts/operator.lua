@@ -8,24 +8,23 @@ if op == 'release_held' then
   return n
 end
 local d = load(id)
-if not d or d[I_TENANT] ~= tenant then return redis.error_reply('OUTBOX_NOT_FOUND delivery') end
+if not d or d.tenant ~= tenant then return redis.error_reply('OUTBOX_NOT_FOUND delivery') end
 local dk = k_d(id)
 if op == 'replay' then
-  if d[I_STATUS] ~= 'dead' then
+  if d.status ~= 'dead' then
     return redis.error_reply('OUTBOX_CONFLICT only a dead delivery can be replayed')
   end
   set_status(d, 'pending')
-  d[I_ATTEMPTS], d[I_NEXT] = '0', now
-  redis.call('HSET', dk, 'status', 'pending', 'attempts', '0', 'snoozes', '0', 'next', now,
-    'updated', now, 'dead', '', 'completed', '', 'token', '', 'lease', '')
+  d.attempts, d.next = '0', now
+  redis.call('HSET', dk, 'h', make_h('pending', '0', now, '', now), 'v', '0||')
   place(d, true)
 else
-  if d[I_STATUS] ~= 'pending' and d[I_STATUS] ~= 'held' then
+  if d.status ~= 'pending' and d.status ~= 'held' then
     return redis.error_reply('OUTBOX_CONFLICT only a pending or held delivery can be retried now')
   end
   set_status(d, 'pending')
-  d[I_NEXT] = now
-  redis.call('HSET', dk, 'status', 'pending', 'next', now, 'updated', now)
+  d.next = now
+  redis.call('HSET', dk, 'h', make_h('pending', d.attempts, now, '', now))
   place(d, false)
 end
 flush()

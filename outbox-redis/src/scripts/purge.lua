@@ -38,14 +38,16 @@ local nd, nm = 0, 0
 -- Oldest completion first; ties in enqueue order (members start with the sequence).
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', k_tf(tenant), '-inf', cut, 'LIMIT', 0, limit)) do
   local id = member_id(m)
-  local r = redis.call('HMGET', k_d(id), 'status', 'mid', 'kind', 'target')
-  if r[1] then
-    counts[r[1]] = (counts[r[1]] or 0) - 1
-    redis.call('ZREM', k_x(r[3], r[4]), m)
+  local d = load(id)
+  if d then
+    counts[d.status] = (counts[d.status] or 0) - 1
+    redis.call('ZREM', k_x(d.kind, d.target), m)
     redis.call('DEL', k_d(id), k_a(id))
-    local mk = k_m(r[2])
-    if redis.call('EXISTS', mk) == 1 and redis.call('HINCRBY', mk, 'ndel', -1) <= 0 then
-      redis.call('ZADD', k_tm(tenant), redis.call('HGET', mk, 'created'), r[2])
+    local mk = k_m(d.mid)
+    if redis.call('EXISTS', mk) == 1 and redis.call('HINCRBY', mk, 'nd', -1) <= 0 then
+      local x = redis.call('HGET', mk, 'x')
+      local created = string.match(x, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31([^\31]*)')
+      redis.call('ZADD', k_tm(tenant), created, d.mid)
       purgeable[tenant] = true
     end
     nd = nd + 1
@@ -55,12 +57,16 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', k_tf(tenant), '-inf', cut, 'LIMIT
 end
 for _, mid in ipairs(redis.call('ZRANGEBYSCORE', k_tm(tenant), '-inf', cut, 'LIMIT', 0, limit)) do
   local mk = k_m(mid)
-  local r = redis.call('HMGET', mk, 'topic', 'ikey')
-  if r[2] then
-    local ik = k_i(tenant, r[1], r[2])
-    if redis.call('GET', ik) == mid then redis.call('DEL', ik) end
+  local x = redis.call('HGET', mk, 'x')
+  if x then
+    local topic, ikey = string.match(x, '^[^\31]*\31([^\31]*)\31[^\31]*\31[^\31]*\31([^\31]*)\31')
+    if ikey and ikey ~= '' then
+      local ik = k_i(tenant, topic, ikey)
+      if redis.call('GET', ik) == mid then redis.call('DEL', ik) end
+    end
+    redis.call('DEL', mk)
+    nm = nm + 1
   end
-  if redis.call('DEL', mk) == 1 then nm = nm + 1 end
   redis.call('ZREM', k_tm(tenant), mid)
 end
 redis.call('SET', K_PURGE, tenant)

@@ -1,7 +1,7 @@
--- Put unstarted claims back (`Lease::release`).
--- ARGV: now, then per lease 7 fields: id, tenant, token, status, attempts, snoozes, next
+-- Put unstarted claims back (`Lease::release`, packed by the Rust side).
+-- ARGV: now, then per lease 7 fields: id, tenant, token, status, attempts, next, h
+--   (snoozes and the outcome stay as they are)
 -- Returns {released, lost}.
-local now = ARGV[1]
 local released, lost = 0, 0
 local a = 2
 while a <= #ARGV do
@@ -11,9 +11,8 @@ while a <= #ARGV do
     lost = lost + 1
   else
     set_status(d, status)
-    d[I_ATTEMPTS], d[I_NEXT] = ARGV[a + 4], ARGV[a + 6]
-    redis.call('HSET', k_d(id), 'status', status, 'attempts', d[I_ATTEMPTS],
-      'snoozes', ARGV[a + 5], 'next', d[I_NEXT], 'updated', now, 'token', '', 'lease', '')
+    d.attempts, d.next = ARGV[a + 4], ARGV[a + 5]
+    redis.call('HSET', k_d(id), 'h', ARGV[a + 6])
     place(d, false)
     released = released + 1
   end

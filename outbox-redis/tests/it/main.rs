@@ -5,6 +5,7 @@
 mod common;
 
 mod claim;
+mod config;
 mod faults;
 mod pipeline;
 mod retention;
