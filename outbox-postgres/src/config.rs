@@ -31,6 +31,13 @@ pub struct PostgresConfig {
     /// Same character rules as the schema; the whole channel name must fit in 63 bytes.
     /// Default `outbox_wake`.
     pub notify_channel: String,
+    /// Whether `enqueue_in` and `enqueue_batch_in` queue a `NOTIFY` inside the caller's
+    /// transaction (delivered when it commits). Default `true`. PostgreSQL serialises the
+    /// commits of transactions that notify (through their WAL flush), which caps many
+    /// concurrent writers at about one commit per disk flush; with `false` they write no
+    /// `NOTIFY`, and the application calls [`crate::PostgresStore::notify`] after its commit
+    /// (coalesced, off the transaction) or lets dispatchers find the work at their next poll.
+    pub notify_in_transaction: bool,
     /// How long the wake-up listener waits before reconnecting after an error (doubled per
     /// failure up to [`PostgresConfig::listener_max_backoff`]). Default 100 ms.
     pub listener_backoff: Duration,
@@ -44,6 +51,7 @@ impl Default for PostgresConfig {
             schema: "outbox".to_owned(),
             limits: Limits::default(),
             notify_channel: "outbox_wake".to_owned(),
+            notify_in_transaction: true,
             listener_backoff: Duration::from_millis(100),
             listener_max_backoff: Duration::from_secs(5),
         }

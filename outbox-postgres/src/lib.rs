@@ -6,6 +6,7 @@ mod endpoints;
 pub mod error;
 mod ledger;
 mod listen;
+mod notify;
 mod rows;
 mod sql;
 mod store;

@@ -156,7 +156,8 @@ impl Sql {
                     CASE WHEN NOT EXISTS (SELECT 1 FROM ins) THEN \
                       (SELECT x.id FROM {m} x WHERE x.tenant = $2::text AND x.topic = $3::text \
                           AND x.idempotency_key = $6::text) END AS existing, \
-                    CASE WHEN n.n > 0 THEN pg_notify($14::text, '')::text END AS notified \
+                    CASE WHEN n.n > 0 AND $14::text IS NOT NULL \
+                      THEN pg_notify($14::text, '')::text END AS notified \
                FROM n",
             cm = topic_matches("c.filter", "$3::text"),
             em = topic_matches("e.filter", "$3::text"),
@@ -180,15 +181,19 @@ impl Sql {
                       headers, cause, $14::int8 \
                  FROM input ORDER BY ord \
                ON CONFLICT DO NOTHING RETURNING id), \
-             good AS (SELECT input.* FROM input JOIN ins ON ins.id = input.id), \
-             dest AS ( \
-               SELECT g.ord AS mord, 0 AS grp, 0::int8 AS k1, c.name AS k2, 'handler' AS kind, \
-                      c.name AS target \
-                 FROM good g JOIN {c} c ON {cm} \
+             good AS (SELECT input.* FROM input WHERE input.id IN (SELECT id FROM ins)), \
+             routes AS ( \
+               SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, c.name AS k2, \
+                      'handler' AS kind, c.name AS target \
+                 FROM unnest($16::text[], $17::text[]) AS t(tenant, topic) \
+                 JOIN {c} c ON {cm} \
                UNION ALL \
-               SELECT g.ord, 1, e.created_at, e.id::text, 'webhook', e.id::text \
-                 FROM good g JOIN {e} e \
-                   ON e.tenant = g.tenant AND e.status = 'active' AND {em} \
+               SELECT t.tenant, t.topic, 1, e.created_at, e.id::text, 'webhook', e.id::text \
+                 FROM unnest($16::text[], $17::text[]) AS t(tenant, topic) \
+                 JOIN {e} e ON e.tenant = t.tenant AND e.status = 'active' AND {em}), \
+             dest AS ( \
+               SELECT g.ord AS mord, r.grp, r.k1, r.k2, r.kind, r.target \
+                 FROM good g JOIN routes r ON r.tenant = g.tenant AND r.topic = g.topic \
                UNION ALL \
                SELECT g.ord, 2, r.ord, '', 'email', r.rcpt \
                  FROM unnest($12::int8[], $13::text[]) WITH ORDINALITY AS r(mord, rcpt, ord) \
@@ -205,17 +210,20 @@ impl Sql {
              total AS (SELECT coalesce(sum(n), 0) AS n FROM counts) \
              SELECT i.ord, ins.id IS NOT NULL AS inserted, coalesce(k.n, 0) AS deliveries, \
                     ex.id AS existing, \
-                    CASE WHEN i.ord = 1 AND total.n > 0 THEN pg_notify($15::text, '')::text END \
+                    CASE WHEN i.ord = 1 AND total.n > 0 AND $15::text IS NOT NULL \
+                      THEN pg_notify($15::text, '')::text END \
                       AS notified \
                FROM input i \
                LEFT JOIN ins ON ins.id = i.id \
                LEFT JOIN counts k ON k.message_id = i.id \
-               LEFT JOIN {m} ex ON ins.id IS NULL AND ex.tenant = i.tenant \
-                    AND ex.topic = i.topic AND ex.idempotency_key = i.idempotency_key \
+               LEFT JOIN LATERAL ( \
+                    SELECT x.id FROM {m} x \
+                     WHERE ins.id IS NULL AND x.tenant = i.tenant AND x.topic = i.topic \
+                       AND x.idempotency_key = i.idempotency_key) ex ON true \
                CROSS JOIN total \
               ORDER BY i.ord",
-            cm = topic_matches("c.filter", "g.topic"),
-            em = topic_matches("e.filter", "g.topic"),
+            cm = topic_matches("c.filter", "t.topic"),
+            em = topic_matches("e.filter", "t.topic"),
             did = derive_id(
                 "g.did_hi",
                 "g.did_lo",
@@ -452,6 +460,12 @@ impl Sql {
         let list_consumers = format!("SELECT name, filter, created_at FROM {c} ORDER BY name");
         let delete_consumer = format!("DELETE FROM {c} WHERE name = $1::text");
 
+        // A message's deliveries share its tenant and created_at: found through the listing
+        // index, so no index on message_id is needed.
+        let no_delivery = format!(
+            "SELECT 1 FROM {d} y WHERE y.tenant = x.tenant AND y.created_at = x.created_at \
+                AND y.message_id = x.id"
+        );
         let lock_purge_cursor = format!("SELECT tenant FROM {p} WHERE singleton FOR UPDATE");
         let purge_candidate = |bound: &str| {
             format!(
@@ -463,7 +477,7 @@ impl Sql {
                    UNION ALL \
                    (SELECT x.tenant FROM {m} x \
                      WHERE x.created_at < $1::int8 AND x.tenant > {bound} \
-                       AND NOT EXISTS (SELECT 1 FROM {d} y WHERE y.message_id = x.id) \
+                       AND NOT EXISTS ({no_delivery}) \
                      ORDER BY x.tenant LIMIT 1)) cand)"
             )
         };
@@ -487,7 +501,7 @@ impl Sql {
             "WITH v AS ( \
                SELECT x.id FROM {m} x \
                 WHERE x.tenant = $1::text AND x.created_at < $2::int8 \
-                  AND NOT EXISTS (SELECT 1 FROM {d} y WHERE y.message_id = x.id) \
+                  AND NOT EXISTS ({no_delivery}) \
                 ORDER BY x.created_at, x.id LIMIT $3::int8 \
                 FOR UPDATE SKIP LOCKED), \
              dm AS (DELETE FROM {m} x USING v WHERE x.id = v.id RETURNING 1) \

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use crate::config::PostgresConfig;
 use crate::error::DbResult;
 use crate::listen::Listener;
+use crate::notify::Notifier;
 use crate::rows::{self, get, ms};
 use crate::sql::Sql;
 
@@ -42,6 +43,7 @@ pub(crate) struct Inner {
     pub entropy: Arc<dyn Entropy>,
     pub wakeups: Wakeups,
     pub listener: Listener,
+    pub notifier: Notifier,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -74,6 +76,7 @@ impl PostgresStore {
         let channel = config.channel();
         let sql = Sql::new(&config.schema);
         let listener = Listener::new(&config);
+        let notifier = Notifier::new(&config);
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 pool,
@@ -83,6 +86,7 @@ impl PostgresStore {
                 entropy,
                 wakeups: Wakeups::new(),
                 listener,
+                notifier,
                 config,
             }),
         })
@@ -129,9 +133,22 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .db()?;
+        // Look first: CREATE SCHEMA checks the CREATE privilege on the database even when the
+        // schema exists, and a role that owns only its schema must still be able to migrate.
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+                .bind(&self.inner.config.schema)
+                .fetch_one(&mut *tx)
+                .await
+                .db()?;
+        if !exists {
+            sqlx::raw_sql(&format!("CREATE SCHEMA {s}"))
+                .execute(&mut *tx)
+                .await
+                .db()?;
+        }
         sqlx::raw_sql(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {s}; \
-             CREATE TABLE IF NOT EXISTS {s}.schema_migrations ( \
+            "CREATE TABLE IF NOT EXISTS {s}.schema_migrations ( \
                  version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)"
         ))
         .execute(&mut *tx)
@@ -187,13 +204,25 @@ impl PostgresStore {
     /// Write `message` and its fan-out deliveries on `conn`, inside the caller's transaction
     /// (pass `&mut *tx`): the event exists if and only if the transaction commits. One
     /// statement: the message, the deliveries to every matching consumer, active endpoint of
-    /// the tenant and e-mail recipient, and one `NOTIFY` (delivered at commit). A duplicate
+    /// the tenant and e-mail recipient, and one `NOTIFY` delivered at commit (unless
+    /// [`PostgresConfig::notify_in_transaction`] is off). A duplicate
     /// idempotency key writes nothing and never raises an error that would abort the
     /// caller's transaction.
     pub async fn enqueue_in(
         &self,
         conn: &mut PgConnection,
         message: NewMessage,
+    ) -> Result<Enqueued> {
+        self.enqueue_on(conn, message, self.in_transaction_channel())
+            .await
+    }
+
+    /// Enqueue on `conn`, with a `NOTIFY` on `channel` inside the statement when given.
+    async fn enqueue_on(
+        &self,
+        conn: &mut PgConnection,
+        message: NewMessage,
+        channel: Option<&str>,
     ) -> Result<Enqueued> {
         let p = self.prepare(message)?;
         let v = &p.valid;
@@ -213,7 +242,7 @@ impl PostgresStore {
             .bind(hi)
             .bind(lo)
             .bind(emails)
-            .bind(&self.inner.channel)
+            .bind(channel)
             .fetch_one(&mut *conn)
             .await
             .db()?;
@@ -261,11 +290,24 @@ impl PostgresStore {
     /// Write many messages and their deliveries on `conn`, inside the caller's transaction,
     /// in one statement (`unnest` arrays: constant text whatever the batch size). Every
     /// message is validated before anything is written; a message with the idempotency key
-    /// of an earlier one in the batch is a duplicate of it. One `NOTIFY` for the call.
+    /// of an earlier one in the batch is a duplicate of it. One `NOTIFY` for the call, as for
+    /// [`PostgresStore::enqueue_in`].
     pub async fn enqueue_batch_in(
         &self,
         conn: &mut PgConnection,
         messages: Vec<NewMessage>,
+    ) -> Result<Vec<Enqueued>> {
+        self.enqueue_batch_on(conn, messages, self.in_transaction_channel())
+            .await
+    }
+
+    /// Enqueue a batch on `conn`, with a `NOTIFY` on `channel` inside the statement when
+    /// given.
+    async fn enqueue_batch_on(
+        &self,
+        conn: &mut PgConnection,
+        messages: Vec<NewMessage>,
+        channel: Option<&str>,
     ) -> Result<Vec<Enqueued>> {
         let prepared = messages
             .into_iter()
@@ -308,6 +350,7 @@ impl PostgresStore {
         let mut causes = Vec::with_capacity(n);
         let mut his = Vec::with_capacity(n);
         let mut los = Vec::with_capacity(n);
+        let mut routes: std::collections::BTreeSet<(&str, &str)> = Default::default();
         let mut email_of: Vec<i64> = Vec::new();
         let mut email_to: Vec<&str> = Vec::new();
         for (ord, &i) in sent.iter().enumerate() {
@@ -316,6 +359,7 @@ impl PostgresStore {
             ids.push(p.id.as_uuid());
             tenants.push(v.tenant.as_str());
             topics.push(v.topic.as_str());
+            routes.insert((v.tenant.as_str(), v.topic.as_str()));
             payloads.push(&v.payload);
             okeys.push(v.ordering_key.as_ref().map(|k| k.as_str()));
             ikeys.push(v.idempotency_key.as_ref().map(|k| k.as_str()));
@@ -345,7 +389,9 @@ impl PostgresStore {
             .bind(email_of)
             .bind(email_to)
             .bind(ms(self.inner.clock.now()))
-            .bind(&self.inner.channel)
+            .bind(channel)
+            .bind(routes.iter().map(|r| r.0).collect::<Vec<_>>())
+            .bind(routes.iter().map(|r| r.1).collect::<Vec<_>>())
             .fetch_all(&mut *conn)
             .await
             .db()?;
@@ -408,23 +454,62 @@ fn duplicate_of(existing: Uuid) -> Result<Enqueued> {
     })
 }
 
+impl PostgresStore {
+    fn in_transaction_channel(&self) -> Option<&str> {
+        self.inner
+            .config
+            .notify_in_transaction
+            .then_some(self.inner.channel.as_str())
+    }
+
+    /// Wake the dispatchers of this outbox in every process: this process's listeners at
+    /// once, the others through one `NOTIFY` sent from a background connection (coalesced
+    /// with concurrent calls). Call it after committing a transaction that used
+    /// [`PostgresStore::enqueue_in`] when [`PostgresConfig::notify_in_transaction`] is off.
+    /// Outside a tokio runtime only this process's listeners are woken.
+    pub fn notify(&self) {
+        self.inner.wakeups.wake();
+        self.inner
+            .notifier
+            .request(&self.inner.pool, &self.inner.channel);
+    }
+
+    /// After an own-transaction enqueue committed something: wake this process's listeners
+    /// now, and other processes' through one coalesced `NOTIFY` sent after the commit.
+    async fn notify_committed(&self, conn: &mut PgConnection) -> Result<()> {
+        self.inner.wakeups.wake();
+        if !self
+            .inner
+            .notifier
+            .request(&self.inner.pool, &self.inner.channel)
+        {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(&self.inner.channel)
+                .execute(&mut *conn)
+                .await
+                .db()?;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl MessageStore for PostgresStore {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         let mut conn = self.inner.pool.acquire().await.db()?;
-        let e = self.enqueue_in(&mut conn, message).await?;
+        // One statement: atomic without an explicit transaction, committed on return.
+        let e = self.enqueue_on(&mut conn, message, None).await?;
         if e.deliveries > 0 {
-            self.inner.wakeups.wake();
+            self.notify_committed(&mut conn).await?;
         }
         Ok(e)
     }
 
     async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
         let mut conn = self.inner.pool.acquire().await.db()?;
-        // One statement: atomic without an explicit transaction.
-        let out = self.enqueue_batch_in(&mut conn, messages).await?;
+        let out = self.enqueue_batch_on(&mut conn, messages, None).await?;
         if out.iter().any(|e| e.deliveries > 0) {
-            self.inner.wakeups.wake();
+            self.notify_committed(&mut conn).await?;
         }
         Ok(out)
     }

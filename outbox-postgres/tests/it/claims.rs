@@ -67,7 +67,7 @@ async fn each_delivery_is_claimed_once_across_pools() {
             t.await.unwrap();
         }
 
-        let seen = seen.lock().unwrap();
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
         assert_eq!(seen.len(), DELIVERIES, "every delivery was claimed");
         let twice: Vec<_> = seen.iter().filter(|(_, &n)| n != 1).collect();
         assert!(twice.is_empty(), "claimed more than once: {twice:?}");

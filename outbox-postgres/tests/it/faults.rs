@@ -154,7 +154,7 @@ async fn cut_connections_fail_unavailable_then_recover() {
             t.await.unwrap();
         }
 
-        let done = done.lock().unwrap();
+        let done = std::mem::take(&mut *done.lock().unwrap());
         assert_eq!(done.len(), DELIVERIES, "every delivery completed");
         assert!(done.values().all(|&n| n == 1), "a delivery completed twice");
         assert_eq!(

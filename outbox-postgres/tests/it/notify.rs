@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{Clock, DeliveryStore, MessageStore, Stopwatch, SystemClock, WakeListener};
-use outbox_postgres::sqlx;
+use outbox_core::{
+    Clock, DeliveryStore, MessageStore, OsEntropy, Stopwatch, SystemClock, WakeListener,
+};
+use outbox_postgres::{sqlx, PostgresConfig, PostgresStore};
 
 use crate::support::{order, with_db, TestDb};
 
@@ -91,6 +93,43 @@ async fn enqueue_from_another_pool_wakes_the_listener_even_after_a_cut() {
             "a committed enqueue_in did not wake"
         );
         assert_eq!(listening.stats().await.unwrap().pending, 3);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_after_commit_wakes_when_not_notifying_in_the_transaction() {
+    with_db(|db| async move {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let app = db.app("listen2");
+        let listening = db.ready_store(db.pool(&app, 2).await, clock.clone()).await;
+        let config = PostgresConfig {
+            notify_in_transaction: false,
+            ..PostgresConfig::new(db.schema.clone())
+        };
+        let writer = PostgresStore::new(
+            db.pool(&db.app("writer2"), 2).await,
+            config,
+            clock,
+            Arc::new(OsEntropy),
+        )
+        .unwrap();
+        let mut listener = listening
+            .wake_listener()
+            .expect("postgres has a wake listener");
+        assert!(woken(&mut listener).await, "no wake-up after connecting");
+        listening_backend(&db, &app, None).await;
+        drain(&mut listener).await;
+
+        let mut tx = writer.pool().begin().await.unwrap();
+        writer.enqueue_in(&mut tx, order(1)).await.unwrap();
+        tx.commit().await.unwrap();
+        writer.notify();
+        assert!(
+            woken(&mut listener).await,
+            "notify() after the commit did not wake"
+        );
+        assert_eq!(listening.stats().await.unwrap().pending, 1);
     })
     .await;
 }
