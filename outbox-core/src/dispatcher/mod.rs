@@ -202,12 +202,23 @@ impl Dispatcher {
         let mut tasks: JoinSet<Done> = JoinSet::new();
         let mut leases: HashMap<Id, Lease> = HashMap::new();
         let mut finished: Vec<Done> = Vec::new();
+        // At most one batch of completions is being written while the loop claims on.
+        let mut settling: Option<tokio::task::JoinHandle<Report>> = None;
         let mut listener = s.store.wake_listener();
         loop {
             while let Some(r) = tasks.try_join_next_with_id() {
                 finished.push(Self::joined(r, &mut leases));
             }
-            self.settle(&mut finished, &mut report).await;
+            if settling.as_ref().is_some_and(|h| h.is_finished()) {
+                report.absorb(settled(&mut settling).await);
+                settling = None;
+            }
+            if settling.is_none() && !finished.is_empty() {
+                settling = Some(tokio::spawn(settle(
+                    s.clone(),
+                    std::mem::take(&mut finished),
+                )));
+            }
             // A busy loop never reaches the idle wait below: look at the shutdown signal on
             // every turn (a future is never polled again once it has completed).
             if !run.stopping.is_cancelled() {
@@ -264,7 +275,11 @@ impl Dispatcher {
                     }
                 }
             }
-            if matches!(mode, Mode::Once) && tasks.is_empty() {
+            if matches!(mode, Mode::Once)
+                && tasks.is_empty()
+                && settling.is_none()
+                && finished.is_empty()
+            {
                 break;
             }
             let woken = async {
@@ -279,11 +294,17 @@ impl Dispatcher {
                     Mode::Once => std::future::pending().await,
                 }
             };
+            let mut written = None;
             tokio::select! {
                 Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => finished.push(Self::joined(r, &mut leases)),
+                r = settled(&mut settling), if settling.is_some() => written = Some(r),
                 () = woken => {}
                 () = s.clock.sleep(s.config.poll_interval) => {}
                 () = shutdown => run.stopping.cancel(),
+            }
+            if let Some(r) = written {
+                settling = None;
+                report.absorb(r);
             }
         }
         // Stop: let in-flight work finish within the grace period (run) or by its
@@ -306,7 +327,10 @@ impl Dispatcher {
         while let Some(r) = tasks.join_next_with_id().await {
             finished.push(Self::joined(r, &mut leases));
         }
-        self.settle(&mut finished, &mut report).await;
+        if settling.is_some() {
+            report.absorb(settled(&mut settling).await);
+        }
+        report.absorb(settle(s.clone(), finished).await);
         report.run_time = s.clock.now().duration_since(start);
         report.stats = tokio::time::timeout(s.config.stats_deadline, s.store.stats())
             .await
@@ -336,85 +360,102 @@ impl Dispatcher {
             },
         }
     }
+}
 
-    /// Write what finished: verdicts in one `complete_many`, releases grouped by delay.
-    async fn settle(&self, finished: &mut Vec<Done>, report: &mut Report) {
-        if finished.is_empty() {
-            return;
-        }
-        let s = &self.shared;
-        let mut items: Vec<(Lease, Completion)> = Vec::new();
-        let mut metas: Vec<Meta> = Vec::new();
-        let mut releases: BTreeMap<Duration, Vec<Lease>> = BTreeMap::new();
-        for done in finished.drain(..) {
-            match done {
-                Done::Completed {
-                    lease,
-                    completion,
-                    meta,
-                } => {
-                    items.push((lease, completion));
-                    metas.push(meta);
-                }
-                Done::Release {
-                    lease,
-                    delay,
-                    duplicate,
-                } => {
-                    if duplicate {
-                        report.duplicate_in_run += 1;
-                    }
-                    releases.entry(delay).or_default().push(lease);
-                }
-                Done::LeaseLost => report.lease_lost += 1,
+/// Write what finished — verdicts in one `complete_many`, releases grouped by delay — and
+/// return what that adds to the report. Runs beside the claim loop, so a batch's completion
+/// overlaps the next batch's claim.
+async fn settle(shared: Arc<Shared>, finished: Vec<Done>) -> Report {
+    let mut report = Report::default();
+    let s = &shared;
+    let mut items: Vec<(Lease, Completion)> = Vec::new();
+    let mut metas: Vec<Meta> = Vec::new();
+    let mut releases: BTreeMap<Duration, Vec<Lease>> = BTreeMap::new();
+    for done in finished {
+        match done {
+            Done::Completed {
+                lease,
+                completion,
+                meta,
+            } => {
+                items.push((lease, completion));
+                metas.push(meta);
             }
+            Done::Release {
+                lease,
+                delay,
+                duplicate,
+            } => {
+                if duplicate {
+                    report.duplicate_in_run += 1;
+                }
+                releases.entry(delay).or_default().push(lease);
+            }
+            Done::LeaseLost => report.lease_lost += 1,
         }
-        if !items.is_empty() {
-            let results = retry_store(|| s.store.complete_many(&items)).await;
-            match results {
-                Ok(results) => {
-                    for (((lease, completion), meta), r) in items.iter().zip(&metas).zip(results) {
-                        match r {
-                            Ok(()) => self.completed(report, lease, completion, meta),
-                            Err(e) if e.is_lease_lost() => report.lease_lost += 1,
-                            Err(e) => {
-                                tracing::warn!(error = %e, delivery_id = %lease.delivery_id, "completing a delivery failed; its lease will expire")
-                            }
+    }
+    if !items.is_empty() {
+        match retry_store(|| s.store.complete_many(&items)).await {
+            Ok(results) => {
+                for (((lease, completion), meta), r) in items.iter().zip(&metas).zip(results) {
+                    match r {
+                        Ok(()) => completed(s, &mut report, lease, completion, meta),
+                        Err(e) if e.is_lease_lost() => report.lease_lost += 1,
+                        Err(e) => {
+                            tracing::warn!(error = %e, delivery_id = %lease.delivery_id, "completing a delivery failed; its lease will expire")
                         }
                     }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, count = items.len(), "completing deliveries failed; their leases will expire and they will run again")
-                }
             }
-        }
-        for (delay, leases) in releases {
-            match retry_store(|| s.store.release(&leases, delay)).await {
-                Ok(r) => {
-                    report.released += u64::from(r.released);
-                    report.lease_lost += u64::from(r.lost);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "releasing deliveries failed; their leases will expire")
-                }
+            Err(e) => {
+                tracing::error!(error = %e, count = items.len(), "completing deliveries failed; their leases will expire and they will run again")
             }
         }
     }
-
-    fn completed(&self, report: &mut Report, lease: &Lease, completion: &Completion, meta: &Meta) {
-        report.record_verdict(&meta.topic, lease.delivery_id, &completion.verdict);
-        tracing::debug!(delivery_id = %lease.delivery_id, verdict = completion.verdict.name(), "delivery completed");
-        if let Some(o) = &self.shared.observer {
-            let event = DeliveryEvent {
-                delivery_id: lease.delivery_id,
-                topic: &meta.topic,
-                kind: meta.kind,
-                attempt: meta.attempt,
-                verdict: &completion.verdict,
-                duration: meta.duration,
-            };
-            observe(|| o.on_delivery(&event));
+    for (delay, leases) in releases {
+        match retry_store(|| s.store.release(&leases, delay)).await {
+            Ok(r) => {
+                report.released += u64::from(r.released);
+                report.lease_lost += u64::from(r.lost);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "releasing deliveries failed; their leases will expire")
+            }
         }
+    }
+    report
+}
+
+fn completed(
+    shared: &Shared,
+    report: &mut Report,
+    lease: &Lease,
+    completion: &Completion,
+    meta: &Meta,
+) {
+    report.record_verdict(&meta.topic, lease.delivery_id, &completion.verdict);
+    tracing::debug!(delivery_id = %lease.delivery_id, verdict = completion.verdict.name(), "delivery completed");
+    if let Some(o) = &shared.observer {
+        let event = DeliveryEvent {
+            delivery_id: lease.delivery_id,
+            topic: &meta.topic,
+            kind: meta.kind,
+            attempt: meta.attempt,
+            verdict: &completion.verdict,
+            duration: meta.duration,
+        };
+        observe(|| o.on_delivery(&event));
+    }
+}
+
+/// Wait for the settle in flight (never resolves when there is none).
+async fn settled(settling: &mut Option<tokio::task::JoinHandle<Report>>) -> Report {
+    match settling {
+        Some(h) => h.await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "writing completions failed; their leases will expire");
+            Report::default()
+        }),
+        None => std::future::pending().await,
     }
 }
 

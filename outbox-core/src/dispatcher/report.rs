@@ -103,6 +103,32 @@ impl Report {
         }
     }
 
+    /// Add another report's counts to this one (run time and stats are left alone).
+    pub fn absorb(&mut self, other: Report) {
+        self.claimed += other.claimed;
+        self.succeeded += other.succeeded;
+        self.retried += other.retried;
+        self.held += other.held;
+        self.snoozed += other.snoozed;
+        self.parked += other.parked;
+        self.dead += other.dead;
+        self.released += other.released;
+        self.lease_lost += other.lease_lost;
+        self.duplicate_in_run += other.duplicate_in_run;
+        self.batches += other.batches;
+        for (topic, t) in other.per_topic {
+            let mine = self.per_topic.entry(topic).or_default();
+            mine.claimed += t.claimed;
+            mine.succeeded += t.succeeded;
+            mine.retried += t.retried;
+            mine.held += t.held;
+            mine.snoozed += t.snoozed;
+            mine.dead += t.dead;
+        }
+        let room = DEAD_IDS_LIMIT.saturating_sub(self.dead_ids.len());
+        self.dead_ids.extend(other.dead_ids.into_iter().take(room));
+    }
+
     /// Deliveries that reached a verdict.
     pub fn completed(&self) -> u64 {
         self.succeeded + self.retried + self.held + self.snoozed + self.parked + self.dead
@@ -154,5 +180,41 @@ pub trait Observer: Send + Sync + fmt::Debug + 'static {
 pub(crate) fn observe(f: impl FnOnce()) {
     if catch_unwind(AssertUnwindSafe(f)).is_err() {
         tracing::warn!("an outbox observer panicked; the outcome is unchanged");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DeadReason;
+
+    fn id(n: u128) -> DeliveryId {
+        DeliveryId::from_uuid(uuid::Uuid::from_u128(
+            0x0190_0000_0000_7000_8000_0000_0000_0000 | n,
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn absorbing_partial_reports_adds_up_and_keeps_25_dead_ids() {
+        let t = Topic::new("a.b").unwrap();
+        let dead = Verdict::Dead {
+            reason: DeadReason::Permanent,
+        };
+        let mut total = Report::default();
+        for chunk in 0..3u128 {
+            let mut part = Report::default();
+            for i in 0..10 {
+                part.record_claim(&t);
+                part.record_verdict(&t, id(chunk * 10 + i), &dead);
+            }
+            part.record_verdict(&t, id(999), &Verdict::Succeeded);
+            total.absorb(part);
+        }
+        assert_eq!((total.claimed, total.dead, total.succeeded), (30, 30, 3));
+        assert_eq!(total.per_topic[&t].dead, 30);
+        assert_eq!(total.dead_ids.len(), DEAD_IDS_LIMIT);
+        assert_eq!(total.dead_ids[0], id(0));
+        assert_eq!(total.completed(), 33);
     }
 }

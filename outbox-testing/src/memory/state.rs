@@ -33,6 +33,9 @@ pub(super) struct State {
     pub(super) due: BTreeSet<(Timestamp, u64, DeliveryId)>,
     /// Unfinished rows with an ordering key, by slot and sequence.
     pub(super) ordered: HashMap<OrderingSlot, BTreeMap<u64, DeliveryId>>,
+    /// Claimable, not-held rows that have spent attempts, by attempts: the only rows the
+    /// exhausted-row pass of a claim needs to look at.
+    pub(super) spent: BTreeSet<(u32, DeliveryId)>,
     pub(super) attempts: HashMap<DeliveryId, Vec<Attempt>>,
     pub(super) endpoints: HashMap<EndpointId, Endpoint>,
     pub(super) consumers: BTreeMap<ConsumerName, Consumer>,
@@ -55,13 +58,21 @@ fn slot(d: &Delivery) -> Option<OrderingSlot> {
     Some((d.tenant.clone(), d.destination.clone(), key.clone()))
 }
 
+fn spends(r: &Row) -> bool {
+    claimable(r.d.status) && r.d.status != DeliveryStatus::Held && r.d.attempts > 0
+}
+
 fn index_add(
     due: &mut BTreeSet<(Timestamp, u64, DeliveryId)>,
     ordered: &mut HashMap<OrderingSlot, BTreeMap<u64, DeliveryId>>,
+    spent: &mut BTreeSet<(u32, DeliveryId)>,
     r: &Row,
 ) {
     if claimable(r.d.status) {
         due.insert((r.d.next_attempt_at, r.seq, r.d.id));
+    }
+    if spends(r) {
+        spent.insert((r.d.attempts, r.d.id));
     }
     if let Some(s) = slot(&r.d).filter(|_| !r.d.status.is_finished()) {
         ordered.entry(s).or_default().insert(r.seq, r.d.id);
@@ -71,9 +82,11 @@ fn index_add(
 fn index_remove(
     due: &mut BTreeSet<(Timestamp, u64, DeliveryId)>,
     ordered: &mut HashMap<OrderingSlot, BTreeMap<u64, DeliveryId>>,
+    spent: &mut BTreeSet<(u32, DeliveryId)>,
     r: &Row,
 ) {
     due.remove(&(r.d.next_attempt_at, r.seq, r.d.id));
+    spent.remove(&(r.d.attempts, r.d.id));
     if let Some(s) = slot(&r.d) {
         if let Some(m) = ordered.get_mut(&s) {
             m.remove(&r.seq);
@@ -108,9 +121,9 @@ impl State {
     /// Change one row, keeping the indexes right.
     fn modify<R>(&mut self, id: DeliveryId, f: impl FnOnce(&mut Row) -> R) -> Option<R> {
         let row = self.rows.get_mut(&id)?;
-        index_remove(&mut self.due, &mut self.ordered, row);
+        index_remove(&mut self.due, &mut self.ordered, &mut self.spent, row);
         let out = f(row);
-        index_add(&mut self.due, &mut self.ordered, row);
+        index_add(&mut self.due, &mut self.ordered, &mut self.spent, row);
         Some(out)
     }
 
@@ -121,13 +134,13 @@ impl State {
             token: None,
         };
         self.next_seq += 1;
-        index_add(&mut self.due, &mut self.ordered, &row);
+        index_add(&mut self.due, &mut self.ordered, &mut self.spent, &row);
         self.rows.insert(row.d.id, row);
     }
 
     pub(super) fn remove_row(&mut self, id: DeliveryId) {
         if let Some(row) = self.rows.remove(&id) {
-            index_remove(&mut self.due, &mut self.ordered, &row);
+            index_remove(&mut self.due, &mut self.ordered, &mut self.spent, &row);
         }
         self.attempts.remove(&id);
     }
@@ -204,47 +217,62 @@ impl State {
         now: Timestamp,
         entropy: &dyn Entropy,
     ) -> Vec<Claimed> {
-        let due: Vec<DeliveryId> = self
-            .due
+        // Exhausted rows (§6.5): every due, served, not-held row at or past its budget dies,
+        // batch or no batch. Only rows that have spent attempts can qualify.
+        let min_budget = req
+            .sources()
             .iter()
-            .take_while(|k| k.0 <= now)
-            .map(|k| k.2)
+            .map(|src| match src {
+                outbox_core::ClaimSource::Handler { max_attempts, .. }
+                | outbox_core::ClaimSource::Webhooks { max_attempts }
+                | outbox_core::ClaimSource::Email { max_attempts } => *max_attempts,
+            })
+            .min()
+            .unwrap_or(u32::MAX);
+        let exhausted: Vec<DeliveryId> = self
+            .spent
+            .iter()
+            .rev()
+            .take_while(|(attempts, _)| *attempts >= min_budget)
+            .map(|(_, id)| *id)
+            .filter(|id| {
+                self.rows.get(id).is_some_and(|r| {
+                    r.d.next_attempt_at <= now
+                        && req.serves(&r.d.topic, &r.d.destination)
+                        && r.d.attempts >= req.budget_for(&r.d.destination).unwrap_or(0)
+                })
+            })
             .collect();
-        let mut live = Vec::new();
-        for id in due {
-            let Some(r) = self.rows.get(&id) else {
-                continue;
-            };
-            if !req.serves(&r.d.topic, &r.d.destination) {
-                continue;
-            }
-            let budget = req.budget_for(&r.d.destination).unwrap_or(0);
-            if r.d.status != DeliveryStatus::Held && r.d.attempts >= budget {
-                self.modify(id, |r| {
-                    r.d.status = DeliveryStatus::Dead;
-                    r.d.dead_reason = Some(DeadReason::MaxAttempts);
-                    r.d.completed_at = Some(now);
-                    r.d.lease_until = None;
-                    r.token = None;
-                    r.d.updated_at = now;
-                });
-            } else {
-                live.push(id);
-            }
+        for id in exhausted {
+            self.modify(id, |r| {
+                r.d.status = DeliveryStatus::Dead;
+                r.d.dead_reason = Some(DeadReason::MaxAttempts);
+                r.d.completed_at = Some(now);
+                r.d.lease_until = None;
+                r.token = None;
+                r.d.updated_at = now;
+            });
         }
+        // Then the due rows in order, lazily, until the batch is full.
         let batch = req.batch_size() as usize;
-        let until = now.saturating_add(req.lease());
-        let mut out = Vec::new();
-        for id in live {
-            if out.len() >= batch {
+        let mut live = Vec::with_capacity(batch);
+        for &(at, _, id) in &self.due {
+            if at > now || live.len() >= batch {
                 break;
             }
             let Some(r) = self.rows.get(&id) else {
                 continue;
             };
-            if self.blocked(r, req.dormant()) {
-                continue;
+            if req.serves(&r.d.topic, &r.d.destination) && !self.blocked(r, req.dormant()) {
+                live.push(id);
             }
+        }
+        let until = now.saturating_add(req.lease());
+        let mut out = Vec::with_capacity(live.len());
+        for id in live {
+            let Some(r) = self.rows.get(&id) else {
+                continue;
+            };
             let Some(message) = self.messages.get(&r.d.message_id).cloned() else {
                 continue;
             };
