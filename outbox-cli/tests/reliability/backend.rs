@@ -101,12 +101,10 @@ impl Backend {
         let mut key = [0u8; 32];
         entropy.fill(&mut key);
         let vault_key: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        let vault: Arc<DynSecretVault> = Arc::new(
-            AeadVault::from_hex(&vault_key, entropy.clone()).expect("a valid vault key"),
-        );
+        let vault: Arc<DynSecretVault> =
+            Arc::new(AeadVault::from_hex(&vault_key, entropy.clone()).expect("a valid vault key"));
         let app_name = format!("outbox-rel-{tag}");
-        let (typed, store_url, namespace, cleanup): (Typed, String, String, Cleanup) = match kind
-        {
+        let (typed, store_url, namespace, cleanup): (Typed, String, String, Cleanup) = match kind {
             Kind::Postgres => {
                 let url = postgres_url();
                 let pool = match PgPoolOptions::new()
@@ -133,7 +131,12 @@ impl Backend {
                     pool.close().await;
                     drop_schema(&schema).await;
                 });
-                (Typed::Postgres(store), relay_url, format!("rel_{tag}"), cleanup)
+                (
+                    Typed::Postgres(store),
+                    relay_url,
+                    format!("rel_{tag}"),
+                    cleanup,
+                )
             }
             Kind::Sqlite => {
                 let path = dir.path().join("outbox.db");
@@ -145,7 +148,12 @@ impl Backend {
                 .await
                 .expect("open the sqlite store");
                 let url = format!("sqlite:{}", path.display());
-                (Typed::Sqlite(store), url, "outbox".to_owned(), Box::pin(async {}))
+                (
+                    Typed::Sqlite(store),
+                    url,
+                    "outbox".to_owned(),
+                    Box::pin(async {}),
+                )
             }
             Kind::Redis => {
                 let namespace = format!("rel-{tag}");

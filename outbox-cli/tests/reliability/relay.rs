@@ -205,6 +205,15 @@ impl Workers {
         Ok(())
     }
 
+    /// The last lines of every relay's output (for failure messages).
+    pub fn tails(&self, n: usize) -> String {
+        self.relays
+            .iter()
+            .map(|r| format!("--- {} ---\n{}", r.name, r.tail(n)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     pub fn pids(&self) -> Vec<u32> {
         self.relays.iter().map(Relay::pid).collect()
     }
@@ -218,8 +227,7 @@ impl Workers {
     pub async fn stop(&mut self) -> usize {
         let mut clean = 0;
         for r in &mut self.relays {
-            if r
-                .terminate(Duration::from_secs(10))
+            if r.terminate(Duration::from_secs(10))
                 .await
                 .is_some_and(|s| s.success())
             {
