@@ -7,7 +7,7 @@ use outbox_core::{
 
 use crate::error::CliResult;
 use crate::store::StoreArgs;
-use crate::util::{parse_duration, table};
+use crate::util::{parse_flag_duration, table};
 
 /// `outbox deliveries`.
 #[derive(Debug, Subcommand)]
@@ -107,7 +107,11 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
                 topic: a.topic.as_deref().map(Topic::new).transpose()?,
                 ..DeliveryFilter::default()
             };
-            let since = a.since.as_deref().map(parse_duration).transpose()?;
+            let since = a
+                .since
+                .as_deref()
+                .map(|d| parse_flag_duration("since", d))
+                .transpose()?;
             let page = PageRequest {
                 limit: a.limit,
                 cursor: a.cursor.as_deref().map(Cursor::decode).transpose()?,

@@ -96,7 +96,8 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         vault.clone(),
         clock.clone(),
         env.entropy.clone(),
-    );
+    )
+    .with_url_policy(Arc::new(loopback_policy()));
     let (shop_ep, shop_secret) = admin
         .create(
             &tenant,

@@ -134,26 +134,25 @@ fn endpoint_id(s: &str) -> CliResult<EndpointId> {
     Ok(EndpointId::parse(s)?)
 }
 
-/// Refuse a URL the egress policy would refuse, before anything is written: the scheme,
-/// and every address the host resolves to.
-pub async fn check_destination(url: &EndpointUrl, egress: EgressArgs) -> CliResult<()> {
-    let policy = egress_policy(egress);
-    policy
-        .check_url(url)
-        .map_err(|e| CliError::usage(format!("refused url: {e}{}", hint(egress))))?;
-    policy
-        .resolve(&url.host())
-        .await
-        .map_err(|e| CliError::usage(format!("refused url: {e}{}", hint(egress))))?;
-    Ok(())
+/// An endpoint administration that refuses, before writing, any URL the relay's egress
+/// policy with these flags would refuse (the scheme and every resolved address).
+fn admin_for(env: &Env, egress: EgressArgs) -> CliResult<EndpointAdmin> {
+    Ok(admin(env)?.with_url_policy(std::sync::Arc::new(egress_policy(egress))))
 }
 
-fn hint(egress: EgressArgs) -> &'static str {
-    match (egress.allow_http, egress.allow_private) {
-        (false, _) => " (use --allow-http for plain http, --allow-private for internal receivers)",
-        (true, false) => " (use --allow-private for internal receivers)",
-        _ => "",
+/// Add a hint to a refused URL when a flag would change the answer.
+fn with_hint(e: outbox_core::Error, url: &EndpointUrl, egress: EgressArgs) -> CliError {
+    let mut err = CliError::from(e.clone());
+    if e.field() == Some("url") && e.kind() == outbox_core::ErrorKind::InvalidInput {
+        if url.scheme() == "http" && !egress.allow_http {
+            err.message
+                .push_str(" (use --allow-http for a plain http receiver)");
+        } else if !egress.allow_private && !e.message().contains("metadata") {
+            err.message
+                .push_str(" (use --allow-private for an internal receiver)");
+        }
     }
+    err
 }
 
 /// The egress policy the flags describe.
@@ -184,7 +183,6 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
     match cmd {
         EndpointsCmd::Add(a) => {
             let url = EndpointUrl::parse(&a.url)?;
-            check_destination(&url, a.egress).await?;
             let env = a.store.open().await?;
             let new = NewEndpoint {
                 url: a.url,
@@ -198,7 +196,10 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 rate_limit: None,
                 secret: a.secret,
             };
-            let (e, secret) = admin(&env)?.create(&env.tenant, new).await?;
+            let (e, secret) = admin_for(&env, a.egress)?
+                .create(&env.tenant, new)
+                .await
+                .map_err(|e| with_hint(e, &url, a.egress))?;
             println!("created endpoint {}", e.id);
             println!("signing secret (shown once): {}", secret.expose());
         }
@@ -252,9 +253,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             let id = endpoint_id(&a.id)?;
             let mut update = EndpointUpdate::default();
             if let Some(u) = &a.url {
-                let url = EndpointUrl::parse(u)?;
-                check_destination(&url, a.egress).await?;
-                update.url = Some(url);
+                update.url = Some(EndpointUrl::parse(u)?);
             }
             update.description = a.description;
             update.filter = a.filter.as_deref().map(TopicFilter::parse).transpose()?;
@@ -265,7 +264,14 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 .transpose()?;
             update.validate()?;
             let env = a.store.open().await?;
-            let e = admin(&env)?.update(&env.tenant, id, update).await?;
+            let url = update.url.clone();
+            let e = admin_for(&env, a.egress)?
+                .update(&env.tenant, id, update)
+                .await
+                .map_err(|e| match &url {
+                    Some(u) => with_hint(e, u, a.egress),
+                    None => CliError::from(e),
+                })?;
             println!("updated endpoint {}", e.id);
         }
         EndpointsCmd::Pause(a) => set_status(a, EndpointStatus::Paused).await?,

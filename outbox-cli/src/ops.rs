@@ -5,7 +5,7 @@ use outbox_core::{DeliveryId, EndpointId, NewMessage, Operator};
 
 use crate::error::{CliError, CliResult};
 use crate::store::StoreArgs;
-use crate::util::parse_duration;
+use crate::util::parse_flag_duration;
 
 /// `enqueue`.
 #[derive(Debug, Args)]
@@ -138,7 +138,7 @@ pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
 
 /// `purge`.
 pub async fn purge(a: PurgeArgs) -> CliResult<()> {
-    let older = parse_duration(&a.older_than)?;
+    let older = parse_flag_duration("older-than", &a.older_than)?;
     outbox_core::store::check_purge_limit(a.batch)?;
     let env = a.store.open().await?;
     let r = Operator::new(env.store.clone(), env.clock.clone())

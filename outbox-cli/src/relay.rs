@@ -8,7 +8,7 @@ use outbox_core::{DispatcherConfig, Observer, RetryPolicy, TenantPolicy};
 use crate::endpoints::{egress_policy, EgressArgs};
 use crate::error::{CliError, CliResult};
 use crate::store::{vault_from, StoreArgs};
-use crate::util::parse_duration;
+use crate::util::parse_flag_duration;
 
 /// `relay`.
 #[derive(Debug, Args)]
@@ -66,7 +66,7 @@ impl Observer for BatchLog {
 pub fn schedule(s: &str) -> CliResult<RetryPolicy> {
     let steps = s
         .split(',')
-        .map(parse_duration)
+        .map(|d| parse_flag_duration("retry-schedule", d))
         .collect::<CliResult<Vec<_>>>()?;
     Ok(RetryPolicy::schedule(steps)?)
 }
@@ -99,17 +99,17 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
     let mut config = DispatcherConfig {
         batch_size: a.batch_size,
         concurrency: a.concurrency,
-        poll_interval: parse_duration(&a.poll_interval)?,
-        webhook_timeout: parse_duration(&a.webhook_timeout)?,
-        shutdown_grace: parse_duration(&a.shutdown_grace)?,
+        poll_interval: parse_flag_duration("poll-interval", &a.poll_interval)?,
+        webhook_timeout: parse_flag_duration("webhook-timeout", &a.webhook_timeout)?,
+        shutdown_grace: parse_flag_duration("shutdown-grace", &a.shutdown_grace)?,
         ..DispatcherConfig::default()
     };
     config.lease = match &a.lease {
-        Some(l) => parse_duration(l)?,
+        Some(l) => parse_flag_duration("lease", l)?,
         None => config.webhook_timeout + std::time::Duration::from_secs(30),
     };
     if let Some(h) = &a.held_probe_interval {
-        config.held_probe_interval = parse_duration(h)?;
+        config.held_probe_interval = parse_flag_duration("held-probe-interval", h)?;
     }
     let policy = match &a.retry_schedule {
         Some(s) => schedule(s)?,

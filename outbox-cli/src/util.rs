@@ -4,12 +4,19 @@ use std::time::Duration;
 
 use crate::error::{CliError, CliResult};
 
+/// Parse the value of `--flag`: `30d`, `12h`, `5m`, `10s`, `250ms` (a bare number is
+/// seconds). The error names the flag.
+pub fn parse_flag_duration(flag: &str, s: &str) -> CliResult<Duration> {
+    parse_duration(s)
+        .map_err(|e| CliError::usage(format!("invalid input: --{flag}: {}", e.message)))
+}
+
 /// Parse `30d`, `12h`, `5m`, `10s`, `250ms` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> CliResult<Duration> {
     let s = s.trim();
     let bad = || {
         CliError::usage(format!(
-            "invalid duration {s:?}: use a number with ms, s, m, h or d (e.g. 30d)"
+            "{s:?} is not a duration: use a number with ms, s, m, h or d (e.g. 30d)"
         ))
     };
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -85,6 +92,13 @@ mod tests {
         for bad in ["", "-1d", "1y", "d", "99999999999999999999d", "1.5h"] {
             assert_eq!(parse_duration(bad).unwrap_err().code, 2, "{bad}");
         }
+    }
+
+    #[test]
+    fn flag_errors_name_the_flag() {
+        let e = parse_flag_duration("older-than", "-1d").unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(e.message.contains("--older-than"), "{}", e.message);
     }
 
     #[test]

@@ -97,6 +97,45 @@ impl From<EndpointUrl> for String {
     }
 }
 
+/// Decides, before anything is written, whether an endpoint may point at a URL.
+///
+/// # Contract
+/// - A refusal MUST be `InvalidInput` naming the field `url`, without the URL in the message.
+#[async_trait::async_trait]
+pub trait UrlPolicy: Send + Sync + fmt::Debug + 'static {
+    /// `Ok` when `url` is acceptable.
+    async fn check(&self, url: &EndpointUrl) -> Result<()>;
+}
+
+/// The default of [`crate::EndpointAdmin`]: `https` only. Private and metadata addresses
+/// are refused at every delivery by the transport's egress policy; to refuse them at
+/// creation too, use `outbox_http::EgressPolicy` as the admin's policy.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpsOnly;
+
+#[async_trait::async_trait]
+impl UrlPolicy for HttpsOnly {
+    async fn check(&self, url: &EndpointUrl) -> Result<()> {
+        if url.scheme() == "https" {
+            Ok(())
+        } else {
+            Err(Error::invalid_input("url", "must use https"))
+        }
+    }
+}
+
+/// Accepts every syntactically valid URL: for tests and local demos with loopback
+/// receivers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AnyUrl;
+
+#[async_trait::async_trait]
+impl UrlPolicy for AnyUrl {
+    async fn check(&self, _url: &EndpointUrl) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// An endpoint's status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", content = "reason", rename_all = "lowercase")]

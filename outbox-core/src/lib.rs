@@ -49,8 +49,8 @@ pub use dispatcher::{
     Report,
 };
 pub use endpoint::{
-    BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate, EndpointUrl,
-    SealedSecret,
+    AnyUrl, BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate,
+    EndpointUrl, HttpsOnly, SealedSecret, UrlPolicy,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{

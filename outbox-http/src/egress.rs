@@ -452,3 +452,54 @@ mod allow_private_tests {
         assert!(strict.check_ip("10.1.2.3".parse().unwrap()).is_err());
     }
 }
+
+/// The egress policy as an endpoint-creation check: the scheme, then every address the host
+/// resolves to, so `EndpointAdmin` refuses what deliveries would refuse, before writing.
+#[async_trait::async_trait]
+impl outbox_core::UrlPolicy for EgressPolicy {
+    async fn check(&self, url: &EndpointUrl) -> outbox_core::Result<()> {
+        let refused = |why: String| {
+            outbox_core::Error::invalid_input("url", format!("refused by the egress policy: {why}"))
+        };
+        self.check_url(url).map_err(|e| refused(e.to_string()))?;
+        self.resolve(&url.host())
+            .await
+            .map_err(|e| refused(e.to_string()))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod url_policy_tests {
+    use super::*;
+    use outbox_core::UrlPolicy;
+
+    #[tokio::test]
+    async fn the_policy_refuses_at_creation_what_it_refuses_at_delivery() {
+        let strict = EgressPolicy::default();
+        let private = EgressPolicy::default().allow_http(true).allow_private(true);
+        let cases = [
+            ("http://93.184.215.14/x", false, true),
+            ("https://127.0.0.1/x", false, true),
+            ("https://[::1]/x", false, true),
+            ("https://[::ffff:10.0.0.1]/x", false, true),
+            ("https://localhost/x", false, true),
+            ("https://169.254.169.254/latest", false, false),
+            ("https://nonexistent.invalid/x", false, false),
+            ("https://93.184.215.14/x", true, true),
+        ];
+        for (url, strict_ok, private_ok) in cases {
+            let u = EndpointUrl::parse(url).unwrap();
+            let r = strict.check(&u).await;
+            assert_eq!(r.is_ok(), strict_ok, "{url} strict");
+            if let Err(e) = r {
+                assert_eq!(
+                    (e.kind(), e.field()),
+                    (outbox_core::ErrorKind::InvalidInput, Some("url"))
+                );
+                assert!(!e.to_string().contains(url), "the url is not echoed");
+            }
+            assert_eq!(private.check(&u).await.is_ok(), private_ok, "{url} private");
+        }
+    }
+}

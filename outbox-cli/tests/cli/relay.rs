@@ -51,7 +51,8 @@ async fn relay_on_postgres_delivers_and_stops_on_sigterm() {
         vault,
         Arc::new(SystemClock),
         Arc::new(OsEntropy),
-    );
+    )
+    .with_url_policy(Arc::new(outbox_core::AnyUrl));
     let tenant = TenantId::default();
     let (_, secret) = admin
         .create(

@@ -217,6 +217,12 @@ impl Backend {
             self.clock.clone(),
             self.entropy.clone(),
         )
+        // The receivers live on loopback over http: the relay's own flags, and no more.
+        .with_url_policy(std::sync::Arc::new(
+            outbox_http::EgressPolicy::default()
+                .allow_http(true)
+                .allow_private(true),
+        ))
     }
 
     /// Create a webhook endpoint for every topic at `url`; returns its id and secret.

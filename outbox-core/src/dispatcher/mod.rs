@@ -36,7 +36,7 @@ use self::report::observe;
 use self::webhook::EndpointCache;
 use crate::claim::{ClaimRequest, Completion, Lease};
 use crate::endpoint::Consumer;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::ids::ConsumerName;
 use crate::mail::DynMailer;
 use crate::retry::TenantPolicy;
@@ -265,13 +265,27 @@ impl Dispatcher {
                             continue;
                         }
                         Ok(_) => {}
-                        Err(e) if e.is_retryable() => {
-                            tracing::warn!(error = %e, "claim failed; backing off");
+                        // A bad request or configuration stops the run; an outage or a
+                        // row the store cannot read must not stop delivery for everyone
+                        // else: log it and try again after a pause.
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                ErrorKind::InvalidInput | ErrorKind::Misconfigured
+                            ) =>
+                        {
+                            return Err(e)
+                        }
+                        Err(e) => {
+                            if e.is_retryable() {
+                                tracing::warn!(error = %e, "claim failed; backing off");
+                            } else {
+                                tracing::error!(error = %e, "claim failed; backing off");
+                            }
                             tokio::time::sleep(s.config.poll_interval.min(Duration::from_secs(1)))
                                 .await;
                             continue;
                         }
-                        Err(e) => return Err(e),
                     }
                 }
             }

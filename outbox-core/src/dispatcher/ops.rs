@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::endpoint::{
     check_description, BodyFormat, Endpoint, EndpointStatus, EndpointUpdate, EndpointUrl,
+    HttpsOnly, UrlPolicy,
 };
 use crate::error::{Error, Result};
 use crate::ids::{DeliveryId, EndpointId, TenantId, TopicFilter};
@@ -91,10 +92,12 @@ pub struct EndpointAdmin {
     vault: Arc<DynSecretVault>,
     clock: Arc<DynClock>,
     entropy: Arc<DynEntropy>,
+    urls: Arc<dyn UrlPolicy>,
 }
 
 impl EndpointAdmin {
-    /// Administration over `store`, sealing secrets with `vault`.
+    /// Administration over `store`, sealing secrets with `vault`. URLs must be `https`
+    /// ([`HttpsOnly`]); see [`EndpointAdmin::with_url_policy`].
     pub fn new(
         store: Arc<DynStore>,
         vault: Arc<DynSecretVault>,
@@ -106,7 +109,16 @@ impl EndpointAdmin {
             vault,
             clock,
             entropy,
+            urls: Arc::new(HttpsOnly),
         }
+    }
+
+    /// Check new and changed URLs with `policy` (e.g. `outbox_http::EgressPolicy`, which also
+    /// refuses private and metadata addresses; [`crate::endpoint::AnyUrl`] for loopback
+    /// receivers in tests).
+    pub fn with_url_policy(mut self, policy: Arc<dyn UrlPolicy>) -> Self {
+        self.urls = policy;
+        self
     }
 
     fn secret(&self, given: Option<&str>) -> Result<WebhookSecret> {
@@ -136,6 +148,8 @@ impl EndpointAdmin {
             ));
         }
         let secret = self.secret(new.secret.as_deref())?;
+        // Last, as it may resolve the host: every other field is checked first.
+        self.urls.check(&url).await?;
         let now = self.clock.now();
         let id = EndpointId::generate(now, &*self.entropy);
         let sealed = self
@@ -204,6 +218,9 @@ impl EndpointAdmin {
         update: EndpointUpdate,
     ) -> Result<Endpoint> {
         update.validate()?;
+        if let Some(url) = &update.url {
+            self.urls.check(url).await?;
+        }
         self.store.update_endpoint(tenant, id, &update).await
     }
 

@@ -241,3 +241,55 @@ async fn paused_endpoints_park_without_spending_and_retry_after_is_honoured() {
         "Retry-After: 900 beats the 60 s step"
     );
 }
+
+#[tokio::test]
+async fn endpoint_admin_refuses_what_its_url_policy_refuses_and_writes_nothing() {
+    let w = world();
+    let vault = Arc::new(outbox_core::PlaintextVault);
+    let strict = outbox_core::EndpointAdmin::new(
+        w.store.clone(),
+        vault.clone(),
+        w.clock.clone(),
+        outbox_testing::SeededEntropy::new(1),
+    );
+    let egress = outbox_core::EndpointAdmin::new(
+        w.store.clone(),
+        vault,
+        w.clock.clone(),
+        outbox_testing::SeededEntropy::new(2),
+    )
+    .with_url_policy(Arc::new(EgressPolicy::default()));
+    let new = |url: &str| outbox_core::NewEndpoint {
+        url: url.into(),
+        ..Default::default()
+    };
+    let cases = [
+        (&strict, "http://hooks.example/x"),
+        (&egress, "http://hooks.example/x"),
+        (&egress, "https://127.0.0.1/x"),
+        (&egress, "https://[::ffff:10.0.0.1]/x"),
+        (&egress, "https://169.254.169.254/latest"),
+        (&egress, "https://localhost/x"),
+    ];
+    for (admin, url) in cases {
+        let e = admin.create(&w.tenant, new(url)).await.unwrap_err();
+        assert_eq!(
+            (e.kind(), e.field()),
+            (outbox_core::ErrorKind::InvalidInput, Some("url")),
+            "{url}"
+        );
+    }
+    // A URL change is checked too.
+    let (ok, _) = strict
+        .create(&w.tenant, new("https://hooks.example/x"))
+        .await
+        .unwrap();
+    let change = outbox_core::EndpointUpdate {
+        url: Some(outbox_core::EndpointUrl::parse("http://hooks.example/y").unwrap()),
+        ..Default::default()
+    };
+    assert!(strict.update(&w.tenant, ok.id, change).await.is_err());
+    let endpoints = w.store.list_endpoints(&w.tenant).await.unwrap();
+    assert_eq!(endpoints.len(), 1);
+    assert_eq!(endpoints[0].url.as_str(), "https://hooks.example/x");
+}
