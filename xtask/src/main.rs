@@ -1,4 +1,5 @@
-//! `cargo xtask <command>`: `ci` (what `.ci/run` runs after starting services), `tidy`.
+//! `cargo xtask <command>`: `ci` (what `.ci/run` runs after starting services), `tidy`,
+//! `bench` (the benchmark harness, `outbox-bench`, built in release mode).
 
 use std::process::{Command, ExitCode};
 
@@ -9,6 +10,14 @@ fn cargo(args: &[&str]) -> bool {
         .current_dir(xtask::workspace_root())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// `cargo run --release -p outbox-bench -- <args>`: the harness prints the table and writes
+/// `target/bench/bench.{json,md}`.
+fn bench(args: &[String]) -> bool {
+    let mut all = vec!["run", "--release", "--quiet", "-p", "outbox-bench", "--"];
+    all.extend(args.iter().map(String::as_str));
+    cargo(&all)
 }
 
 fn tidy() -> bool {
@@ -26,6 +35,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let ok = match args.first().map(String::as_str) {
         Some("tidy") => tidy(),
+        Some("bench") => bench(&args[1..]),
         Some("ci") => {
             tidy()
                 && cargo(&["fmt", "--all", "--check"])
@@ -40,7 +50,7 @@ fn main() -> ExitCode {
                 && cargo(&["test", "--workspace"])
         }
         _ => {
-            eprintln!("usage: cargo xtask <ci|tidy>\n\n  ci    tidy, fmt --check, clippy -D warnings, test --workspace\n  tidy  house rules: no ignored tests, no todo!/unimplemented!, workspace lints, files <= 800 lines");
+            eprintln!("usage: cargo xtask <ci|tidy|bench>\n\n  ci     tidy, fmt --check, clippy -D warnings, test --workspace\n  tidy   house rules: no ignored tests, no todo!/unimplemented!, workspace lints, files <= 800 lines\n  bench  [--quick] [--only NAME] [--list]: each scenario beside a raw baseline (release build);\n         table printed and written to target/bench/bench.{{json,md}}");
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,541 @@
+//! # outbox-bench
+//!
+//! The benchmark harness behind `cargo xtask bench [--quick] [--only NAME]` (DESIGN §12).
+//! Each scenario runs the library the way a user would and, in the same run on the same
+//! machine, a raw baseline doing the same work by hand; the table shows both rates, their
+//! ratio, the target and whether it is met. The table is printed and written to
+//! `target/bench/bench.{json,md}`.
+//!
+//! - `--quick` divides every size by ten (the RSS pair becomes 10k vs 100k) and says so in
+//!   the size column.
+//! - `--only NAME[,NAME…]` runs the scenarios whose key contains one of the names
+//!   (`--list` prints the keys).
+//! - Backends come from `OUTBOX_BENCH_POSTGRES_URL` (default
+//!   `postgres://postgres@127.0.0.1:5432/test`) and `OUTBOX_BENCH_REDIS_URL` (default
+//!   `redis://127.0.0.1:6379`); an unreachable one is reported as skipped.
+//! - Every scenario works in a fresh schema, file or key prefix and removes it afterwards.
+//!
+//! Nothing here asserts a timing; the unit tests cover the pure helpers only.
+
+mod common;
+mod memory;
+mod pg;
+mod pg_dispatch;
+mod redis_bench;
+mod report;
+mod sqlite;
+mod timed;
+mod webhook;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use outbox_core::{Clock, Stopwatch, SystemClock};
+use serde::Serialize;
+
+use crate::common::Scale;
+use crate::report::{markdown_table, text_table, Row, Status, Target};
+
+/// What every scenario needs to know.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    /// Full or quick.
+    pub scale: Scale,
+    /// The PostgreSQL URL.
+    pub pg_url: String,
+    /// The Redis URL.
+    pub redis_url: String,
+    /// Where scratch files go (SQLite databases).
+    pub scratch: PathBuf,
+}
+
+impl Ctx {
+    /// How many times the short measurements alternate ours and raw (the best rate of
+    /// each is kept, to damp other work on the machine): 3 in a full run, 1 in a quick one.
+    pub fn reps(&self) -> usize {
+        if self.scale.quick {
+            1
+        } else {
+            3
+        }
+    }
+}
+
+/// The scenario keys, in run order, with the targets their rows carry.
+const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "pg-enqueue",
+        "postgres enqueue, 1 message per transaction, 1 and 8 writers",
+    ),
+    ("pg-bulk", "postgres bulk enqueue in batches of 1,000"),
+    ("pg-dispatch", "postgres dispatch burn-down, no-op handler"),
+    (
+        "pg-latency",
+        "postgres enqueue → handler start with NOTIFY, p50 and p99",
+    ),
+    (
+        "pg-rss",
+        "postgres dispatcher peak RSS, small vs large backlog (child process)",
+    ),
+    (
+        "sqlite-enqueue",
+        "sqlite enqueue, 1 message per transaction",
+    ),
+    (
+        "sqlite-dispatch",
+        "sqlite dispatch burn-down, no-op handler",
+    ),
+    ("redis-enqueue", "redis enqueue, 8 writers"),
+    ("redis-dispatch", "redis dispatch burn-down, no-op handler"),
+    (
+        "memory-dispatch",
+        "in-memory dispatch burn-down (library overhead)",
+    ),
+    (
+        "webhook",
+        "webhook delivery to a local keep-alive receiver, c = 1, 16, 64",
+    ),
+];
+
+#[derive(Debug, Default)]
+struct Args {
+    quick: bool,
+    size: Option<usize>,
+    only: Vec<String>,
+    list: bool,
+    child: Option<(String, u64)>,
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut out = Args::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => out.quick = true,
+            "--list" => out.list = true,
+            "--size" => {
+                let n = it
+                    .next()
+                    .and_then(|v| v.replace('_', "").parse().ok())
+                    .ok_or("--size needs a number")?;
+                out.size = Some(n);
+            }
+            "--only" => {
+                let v = it.next().ok_or("--only needs a scenario name")?;
+                out.only.extend(
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(String::from),
+                );
+            }
+            "--child-rss" => {
+                let schema = it.next().ok_or("--child-rss needs a schema")?.clone();
+                let count = it
+                    .next()
+                    .and_then(|c| c.parse().ok())
+                    .ok_or("--child-rss needs a count")?;
+                out.child = Some((schema, count));
+            }
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(out)
+}
+
+fn selected(only: &[String], key: &str) -> bool {
+    only.is_empty() || only.iter().any(|o| key.contains(o.as_str()))
+}
+
+const USAGE: &str =
+    "usage: outbox-bench [--quick] [--only NAME[,NAME...]] [--size N] [--list]\n\n  \
+    --quick  every size divided by ten (finishes in a few minutes)\n  \
+    --size   use N as every selected scenario's size (profiling)\n  \
+    --only   run the scenarios whose key contains NAME (see --list)\n  \
+    --list   print the scenario keys";
+
+/// The machine and backend versions, for the report header.
+#[derive(Debug, Serialize)]
+struct Machine {
+    cpus: usize,
+    memory_mib: u64,
+    kernel: String,
+    /// The 1-minute load average before and after the run (other work on the machine).
+    load: (String, String),
+    /// `git describe --always --dirty` of the workspace measured.
+    commit: String,
+    postgres: Option<String>,
+    redis: Option<String>,
+    sqlite: String,
+}
+
+/// The workspace's commit, `-dirty` when the working tree differs from it.
+fn git_describe() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The 1-minute load average.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|t| t.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn meminfo_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib / 1024)
+}
+
+#[derive(Debug, Serialize)]
+struct Output<'a> {
+    quick: bool,
+    started_at: String,
+    seconds: f64,
+    machine: &'a Machine,
+    rows: &'a [Row],
+}
+
+/// The rows of the scenarios that need a backend: (scenario key, row key, what, target),
+/// reported as skipped when the backend is unreachable.
+const BACKEND_ROWS: &[(&str, &str, &str, Target)] = &[
+    (
+        "pg-enqueue",
+        "pg-enqueue-1",
+        "postgres enqueue, 1 writer",
+        Target::None,
+    ),
+    (
+        "pg-enqueue",
+        "pg-enqueue-8",
+        "postgres enqueue, 8 writers",
+        Target::MinRatio(0.9),
+    ),
+    (
+        "pg-enqueue",
+        "pg-enqueue-8-notify-after",
+        "postgres enqueue, 8 writers, notify after commit",
+        Target::MinRatio(0.9),
+    ),
+    (
+        "pg-bulk",
+        "pg-bulk",
+        "postgres bulk enqueue",
+        Target::MinRatio(0.7),
+    ),
+    (
+        "pg-dispatch",
+        "pg-dispatch",
+        "postgres dispatch burn-down",
+        Target::MinRatio(0.7),
+    ),
+    (
+        "pg-latency",
+        "pg-latency-p50",
+        "postgres enqueue → handler, p50",
+        Target::MaxMillis(5.0),
+    ),
+    (
+        "pg-latency",
+        "pg-latency-p99",
+        "postgres enqueue → handler, p99",
+        Target::MaxMillis(50.0),
+    ),
+    (
+        "pg-rss",
+        "pg-rss",
+        "postgres dispatcher peak RSS",
+        Target::Flat(0.1),
+    ),
+    (
+        "redis-enqueue",
+        "redis-enqueue",
+        "redis enqueue",
+        Target::None,
+    ),
+    (
+        "redis-dispatch",
+        "redis-dispatch",
+        "redis dispatch burn-down",
+        Target::MinRatio(0.5),
+    ),
+];
+
+fn skipped_rows(key: &str, why: &str) -> Vec<Row> {
+    BACKEND_ROWS
+        .iter()
+        .filter(|r| r.0 == key)
+        .map(|r| Row::not_run(r.1, r.2, r.3, Status::Skipped(why.to_owned())))
+        .collect()
+}
+
+async fn run(args: Args) -> ExitCode {
+    let scale = Scale {
+        quick: args.quick,
+        size: args.size,
+    };
+    let ctx = Ctx {
+        scale,
+        pg_url: std::env::var("OUTBOX_BENCH_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned()),
+        redis_url: std::env::var("OUTBOX_BENCH_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned()),
+        scratch: out_dir().join(format!("scratch-{}", common::unique())),
+    };
+    let started_at = SystemClock.now().to_rfc3339();
+    let sw = Stopwatch::start();
+    let mut machine = Machine {
+        cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        memory_mib: meminfo_mib(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default(),
+        load: (loadavg(), String::new()),
+        commit: git_describe(),
+        postgres: pg::probe(&ctx.pg_url).await,
+        redis: redis_bench::probe(&ctx.redis_url).await,
+        sqlite: rusqlite::version().to_owned(),
+    };
+    eprintln!(
+        "outbox-bench ({}) at {}: {} cpus, {} MiB; postgres {}, redis {}, sqlite {}; load {}",
+        if scale.quick { "quick" } else { "full" },
+        machine.commit,
+        machine.cpus,
+        machine.memory_mib,
+        machine.postgres.as_deref().unwrap_or("unreachable"),
+        machine.redis.as_deref().unwrap_or("unreachable"),
+        machine.sqlite,
+        machine.load.0
+    );
+    let pg_up = machine.postgres.is_some();
+    let redis_up = machine.redis.is_some();
+    let mut rows: Vec<Row> = Vec::new();
+    for (key, _) in SCENARIOS {
+        if !selected(&args.only, key) {
+            continue;
+        }
+        eprintln!("== {key}");
+        let sw = Stopwatch::start();
+        let down = match *key {
+            k if k.starts_with("pg-") && !pg_up => Some("postgres unreachable"),
+            k if k.starts_with("redis-") && !redis_up => Some("redis unreachable"),
+            _ => None,
+        };
+        let new: Vec<Row> = match (*key, down) {
+            (_, Some(why)) => skipped_rows(key, why),
+            ("pg-enqueue", _) => pg::enqueue(&ctx).await,
+            ("pg-bulk", _) => vec![pg::bulk(&ctx).await],
+            ("pg-dispatch", _) => vec![pg_dispatch::dispatch(&ctx).await],
+            ("pg-latency", _) => pg_dispatch::latency(&ctx).await,
+            ("pg-rss", _) => vec![pg_dispatch::rss(&ctx).await],
+            ("sqlite-enqueue", _) => vec![sqlite::enqueue(&ctx).await],
+            ("sqlite-dispatch", _) => vec![sqlite::dispatch(&ctx).await],
+            ("redis-enqueue", _) => vec![redis_bench::enqueue(&ctx).await],
+            ("redis-dispatch", _) => vec![redis_bench::dispatch(&ctx).await],
+            ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
+            ("webhook", _) => webhook::run(&ctx).await,
+            _ => Vec::new(),
+        };
+        eprint!("{}", text_table(&new));
+        eprintln!("   ({:.1} s)", sw.elapsed().as_secs_f64());
+        rows.extend(new);
+    }
+    let _ = std::fs::remove_dir_all(&ctx.scratch);
+    machine.load.1 = loadavg();
+    let seconds = sw.elapsed().as_secs_f64();
+    println!();
+    print!("{}", text_table(&rows));
+    println!(
+        "\n{} run in {:.0} s{}; load average {} before, {} after",
+        if scale.quick { "quick" } else { "full" },
+        seconds,
+        if scale.quick {
+            " (sizes divided by ten)"
+        } else {
+            ""
+        },
+        machine.load.0,
+        machine.load.1
+    );
+    let out = Output {
+        quick: scale.quick,
+        started_at,
+        seconds,
+        machine: &machine,
+        rows: &rows,
+    };
+    if let Err(e) = write_outputs(&out) {
+        eprintln!("could not write target/bench: {e}");
+    }
+    if rows.iter().any(|r| matches!(r.status, Status::Error(_))) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// `target/bench` of this workspace (or `OUTBOX_BENCH_OUT`).
+fn out_dir() -> PathBuf {
+    std::env::var_os("OUTBOX_BENCH_OUT").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+                .join("bench")
+        },
+        PathBuf::from,
+    )
+}
+
+fn write_outputs(out: &Output<'_>) -> std::io::Result<()> {
+    let dir = out_dir();
+    std::fs::create_dir_all(&dir)?;
+    let json = serde_json::to_string_pretty(out).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("bench.json"), json)?;
+    let m = out.machine;
+    let md = format!(
+        "# outbox benchmarks ({} run, {})\n\n\
+         Machine: {} CPUs, {} MiB, Linux {}; PostgreSQL {}, Redis {}, SQLite {}. \
+         Commit {}. Run time {:.0} s; 1-minute load average {} before, {} after.\n\n{}",
+        if out.quick {
+            "quick: sizes ÷ 10"
+        } else {
+            "full"
+        },
+        out.started_at,
+        m.cpus,
+        m.memory_mib,
+        m.kernel,
+        m.postgres.as_deref().unwrap_or("unreachable"),
+        m.redis.as_deref().unwrap_or("unreachable"),
+        m.sqlite,
+        m.commit,
+        out.seconds,
+        m.load.0,
+        m.load.1,
+        markdown_table(out.rows)
+    );
+    std::fs::write(dir.join("bench.md"), md)?;
+    eprintln!("wrote {}", dir.join("bench.{json,md}").display());
+    Ok(())
+}
+
+fn child(schema: &str, count: u64) -> ExitCode {
+    let url = std::env::var("OUTBOX_BENCH_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(pg_dispatch::child_rss(&url, schema, count)) {
+        Ok(r) => {
+            println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("{e}");
+            }
+            eprintln!("{USAGE}");
+            return if e.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    if let Some((schema, count)) = &args.child {
+        return child(schema, *count);
+    }
+    if args.list {
+        for (key, what) in SCENARIOS {
+            println!("{key:<16} {what}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(run(args)),
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let a = parse_args(&strings(&["--quick", "--only", "pg,redis-dispatch"])).unwrap();
+        assert!(a.quick);
+        assert_eq!(a.only, vec!["pg", "redis-dispatch"]);
+        assert_eq!(
+            parse_args(&strings(&["--size", "50_000"])).unwrap().size,
+            Some(50_000)
+        );
+        let c = parse_args(&strings(&["--child-rss", "s1", "10000"])).unwrap();
+        assert_eq!(c.child, Some(("s1".to_owned(), 10_000)));
+        assert!(parse_args(&strings(&["--only"])).is_err());
+        assert!(parse_args(&strings(&["--fast"])).is_err());
+        assert_eq!(parse_args(&strings(&["--help"])).unwrap_err(), "");
+    }
+
+    #[test]
+    fn unreachable_backends_skip_every_row_of_their_scenarios() {
+        let rows = skipped_rows("pg-enqueue", "postgres unreachable");
+        assert_eq!(rows.len(), 3);
+        assert!(rows
+            .iter()
+            .all(|r| r.status == Status::Skipped("postgres unreachable".into())));
+        for (key, _) in SCENARIOS {
+            let needs_backend = key.starts_with("pg-") || key.starts_with("redis-");
+            assert_eq!(!skipped_rows(key, "x").is_empty(), needs_backend, "{key}");
+        }
+    }
+
+    #[test]
+    fn only_matches_substrings_of_keys() {
+        assert!(selected(&[], "webhook"));
+        let only = strings(&["pg"]);
+        assert!(selected(&only, "pg-dispatch"));
+        assert!(!selected(&only, "sqlite-dispatch"));
+        let only = strings(&["dispatch"]);
+        assert!(selected(&only, "redis-dispatch"));
+        assert!(!selected(&only, "pg-bulk"));
+    }
+}

@@ -1,0 +1,267 @@
+//! Webhook delivery to a local keep-alive receiver at concurrency 1, 16 and 64: the
+//! dispatcher with `HttpTransport` beside raw `reqwest` POSTs of the same bodies at the same
+//! concurrency, both to the same lean hyper server of this crate (it only reads the body and
+//! answers 200, so its own bookkeeping stays out of both figures).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use outbox_core::{
+    Clock, Dispatcher, DispatcherConfig, DynStore, DynWebhookTransport, EndpointAdmin, Envelope,
+    MessageStore, NewEndpoint, OsEntropy, PlaintextVault, SignedRequest, Stopwatch, SystemClock,
+    TenantId, WebhookResponse, WebhookTransport,
+};
+use outbox_http::{EgressPolicy, HttpTransport};
+use outbox_testing::InMemoryStore;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::common::TOPIC;
+use crate::common::{burn_down, chunks, err, message, payload, secs, BenchResult, Progress};
+use crate::report::{per_second, Figure, Row, Status, Target};
+use crate::Ctx;
+
+/// A minimal HTTP/1.1 keep-alive server on a loopback port: reads each body, answers 200.
+struct Receiver {
+    addr: SocketAddr,
+    requests: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Receiver {
+    async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let requests = Arc::new(AtomicU64::new(0));
+        let count = requests.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let count = count.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let count = count.clone();
+                        async move {
+                            let _ = req.into_body().collect().await;
+                            count.fetch_add(1, Ordering::Relaxed);
+                            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+                        }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+                while conns.try_join_next().is_some() {}
+            }
+        });
+        Ok(Receiver {
+            addr,
+            requests,
+            task,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+}
+
+/// A transport that answers 200 at once: the dispatcher and the store without HTTP, to see
+/// how much of our time is not the network path.
+#[derive(Debug)]
+struct NullTransport;
+
+#[async_trait::async_trait]
+impl WebhookTransport for NullTransport {
+    async fn send(&self, request: SignedRequest) -> WebhookResponse {
+        std::hint::black_box(&request.body);
+        WebhookResponse::answered(200, None, "")
+    }
+}
+
+/// The real transport with the loopback-allowing egress policy.
+fn http() -> BenchResult<Arc<DynWebhookTransport>> {
+    let policy = EgressPolicy::default().allow_http(true).allow_private(true);
+    Ok(Arc::new(
+        HttpTransport::new(policy).map_err(err("transport"))?,
+    ))
+}
+
+/// The dispatcher's side: a backlog of `n` webhook deliveries to `url` over the in-memory
+/// store, burned down at concurrency `c` through `transport`.
+async fn ours(
+    url: &str,
+    n: usize,
+    c: usize,
+    transport: Arc<DynWebhookTransport>,
+) -> BenchResult<crate::common::BurnDown> {
+    let store: Arc<DynStore> = Arc::new(InMemoryStore::new(Arc::new(SystemClock)));
+    // The receiver is on loopback over http.
+    let admin = EndpointAdmin::new(
+        store.clone(),
+        Arc::new(PlaintextVault),
+        Arc::new(SystemClock),
+        Arc::new(OsEntropy),
+    )
+    .with_url_policy(Arc::new(outbox_core::AnyUrl));
+    admin
+        .create(
+            &TenantId::default(),
+            NewEndpoint {
+                url: url.to_owned(),
+                ..NewEndpoint::default()
+            },
+        )
+        .await
+        .map_err(err("endpoint"))?;
+    for ch in chunks(n, 1000) {
+        store
+            .enqueue_batch(ch.map(message).collect())
+            .await
+            .map_err(err("load"))?;
+    }
+    let progress = Progress::new(n as u64);
+    let config = DispatcherConfig {
+        batch_size: 100,
+        concurrency: c,
+        ..DispatcherConfig::default()
+    };
+    let d = Dispatcher::builder(store)
+        .webhooks(transport, Arc::new(PlaintextVault))
+        .config(config)
+        .observer(progress.clone())
+        .build()
+        .map_err(err("dispatcher"))?;
+    burn_down(&d, &progress, n as u64, None).await
+}
+
+/// The raw side: `c` tasks POSTing the prepared bodies with one reqwest client.
+async fn raw(url: &str, bodies: Arc<Vec<Bytes>>, c: usize) -> BenchResult<f64> {
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| format!("reqwest: {e}"))?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let sw = Stopwatch::start();
+    let mut set = JoinSet::new();
+    for _ in 0..c {
+        let (client, bodies, next, url) =
+            (client.clone(), bodies.clone(), next.clone(), url.to_owned());
+        set.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else {
+                    return Ok::<(), String>(());
+                };
+                let r = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .map_err(|e| format!("post: {e}"))?;
+                if !r.status().is_success() {
+                    return Err(format!("status {}", r.status()));
+                }
+                let _ = r.bytes().await;
+            }
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.map_err(|e| format!("task: {e}"))??;
+    }
+    Ok(secs(&sw))
+}
+
+/// The envelope bodies the dispatcher sends for messages `0..n`.
+fn bodies(n: usize) -> Vec<Bytes> {
+    let now = SystemClock.now().to_rfc3339();
+    (0..n)
+        .map(|i| {
+            let e = Envelope {
+                kind: TOPIC.to_owned(),
+                timestamp: now.clone(),
+                data: serde_json::from_slice(&payload(i)).unwrap_or_default(),
+            };
+            Bytes::from(e.to_bytes())
+        })
+        .collect()
+}
+
+/// Webhook delivery at concurrency 1, 16 and 64.
+pub async fn run(ctx: &Ctx) -> Vec<Row> {
+    let n = ctx.scale.n(20_000);
+    let reps = ctx.reps();
+    let target = Target::MinRatio(0.7);
+    let mut rows = Vec::new();
+    for c in [1usize, 16, 64] {
+        let key = format!("webhook-c{c}");
+        let scenario = format!("webhook delivery, concurrency {c}");
+        let r = async {
+            let receiver = Receiver::start()
+                .await
+                .map_err(|e| format!("receiver: {e}"))?;
+            let url = receiver.url();
+            let body_set = Arc::new(bodies(n));
+            let mut best: Option<crate::common::BurnDown> = None;
+            let mut best_raw = f64::MAX;
+            for _ in 0..reps {
+                let b = ours(&url, n, c, http()?).await?;
+                if best.as_ref().is_none_or(|x| b.rate > x.rate) {
+                    best = Some(b);
+                }
+                best_raw = best_raw.min(raw(&url, body_set.clone(), c).await?);
+            }
+            let seen = receiver.requests.load(Ordering::Relaxed);
+            if seen != 2 * (reps * n) as u64 {
+                return Err(format!("the receiver saw {seen} requests"));
+            }
+            let null = ours(&url, n, c, Arc::new(NullTransport)).await?;
+            let b = best.ok_or("no repetition ran")?;
+            Ok::<_, String>((b, per_second(n as u64, best_raw), null.rate))
+        }
+        .await;
+        rows.push(match r {
+            Ok((b, raw, null)) => Row::measured(
+                &key,
+                scenario,
+                ctx.scale.label(n),
+                Figure::requests(b.rate),
+                Some(Figure::requests(raw)),
+                target,
+                format!(
+                    "ours: Dispatcher + HttpTransport (signed, loopback allowed) burning \
+                     down a backlog in InMemoryStore, batch 100, concurrency {c} (mean claim \
+                     {:.1}); the same with a no-op transport: {}; raw: reqwest POSTs of the \
+                     same bodies; receiver: lean hyper server; best of {reps}",
+                    b.mean_batch,
+                    Figure::requests(null).human(),
+                ),
+            ),
+            Err(e) => Row::not_run(&key, scenario, target, Status::Error(e)),
+        });
+    }
+    rows
+}
