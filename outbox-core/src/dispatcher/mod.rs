@@ -204,6 +204,11 @@ impl Dispatcher {
         let mut finished: Vec<Done> = Vec::new();
         // At most one batch of completions is being written while the loop claims on.
         let mut settling: Option<tokio::task::JoinHandle<Report>> = None;
+        // How many deliveries that settle holds: they still hold their leases, so they count
+        // against `concurrency` like running ones (memory and completion size stay bounded).
+        let mut settling_len = 0usize;
+        // Refill in batches, not one free slot at a time.
+        let refill = (s.config.concurrency.min(s.config.batch_size as usize) / 2).max(1);
         let mut listener = s.store.wake_listener();
         loop {
             while let Some(r) = tasks.try_join_next_with_id() {
@@ -212,8 +217,10 @@ impl Dispatcher {
             if settling.as_ref().is_some_and(|h| h.is_finished()) {
                 report.absorb(settled(&mut settling).await);
                 settling = None;
+                settling_len = 0;
             }
             if settling.is_none() && !finished.is_empty() {
+                settling_len = finished.len();
                 settling = Some(tokio::spawn(settle(
                     s.clone(),
                     std::mem::take(&mut finished),
@@ -235,8 +242,9 @@ impl Dispatcher {
             if run.stopping.is_cancelled() || spent {
                 break;
             }
-            let free = s.config.concurrency.saturating_sub(tasks.len());
-            if free > 0 {
+            let held = tasks.len() + finished.len() + settling_len;
+            let free = s.config.concurrency.saturating_sub(held);
+            if free >= refill {
                 if let Some(req) = self.claim_request(&run, free, now) {
                     let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
                     match s.store.claim(&req).instrument(span).await {
@@ -318,6 +326,7 @@ impl Dispatcher {
             }
             if let Some(r) = written {
                 settling = None;
+                settling_len = 0;
                 report.absorb(r);
             }
         }

@@ -181,18 +181,33 @@ async fn after_a_crash_every_unfinished_delivery_runs_exactly_once_more() {
     assert_eq!(w.count(DeliveryStatus::Succeeded).await, 10);
 }
 
-/// A store that hands the first claimed delivery out twice in one batch.
+/// A store that hands the first claimed delivery out twice in one batch (when `double`),
+/// writes completions slowly, and remembers the largest completion batch.
 #[derive(Debug)]
-struct Doubling(Arc<dyn outbox_core::Store>);
+struct Doubling(
+    Arc<dyn outbox_core::Store>,
+    bool,
+    std::sync::atomic::AtomicUsize,
+);
 
 #[async_trait::async_trait]
 impl outbox_core::DeliveryStore for Doubling {
     async fn claim(&self, r: &ClaimRequest) -> outbox_core::Result<Vec<Claimed>> {
         let mut v = self.0.claim(r).await?;
-        if let Some(first) = v.first().cloned() {
-            v.push(first);
+        if self.1 {
+            if let Some(first) = v.first().cloned() {
+                v.push(first);
+            }
         }
         Ok(v)
+    }
+    async fn complete_many(
+        &self,
+        items: &[(Lease, Completion)],
+    ) -> outbox_core::Result<Vec<outbox_core::Result<()>>> {
+        self.2.fetch_max(items.len(), Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.0.complete_many(items).await
     }
     async fn complete(&self, l: &Lease, c: &Completion) -> outbox_core::Result<()> {
         self.0.complete(l, c).await
@@ -332,7 +347,8 @@ async fn a_delivery_handed_out_twice_runs_once() {
     let w = world();
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
-    let store: Arc<dyn outbox_core::Store> = Arc::new(Doubling(w.store.clone()));
+    let store: Arc<dyn outbox_core::Store> =
+        Arc::new(Doubling(w.store.clone(), true, Default::default()));
     let d = outbox_core::Dispatcher::builder(store)
         .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
@@ -467,5 +483,37 @@ async fn shutdown_is_noticed_under_continuous_load() {
     assert_eq!(
         (stats.succeeded, stats.succeeded + stats.pending),
         (r.succeeded, 2000)
+    );
+}
+
+/// Completions that wait to be written still hold their leases: they count against the
+/// concurrency limit, so a slow store never makes completion batches (or memory) grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_batches_stay_within_the_concurrency_limit() {
+    let w = world();
+    let slow = Arc::new(Doubling(w.store.clone(), false, Default::default()));
+    let d = outbox_core::Dispatcher::builder(slow.clone())
+        .clock(w.clock.clone())
+        .config(outbox_core::DispatcherConfig {
+            batch_size: 50,
+            concurrency: 50,
+            ..Default::default()
+        })
+        .handler("h", "*", |_c: Context, _m: Message| async {
+            HandlerResult::Ok
+        })
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    let batch: Vec<NewMessage> = (0..2000)
+        .map(|i| NewMessage::new("a.b", serde_json::json!({ "i": i })))
+        .collect();
+    w.store.enqueue_batch(batch).await.unwrap();
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!(r.succeeded, 2000, "{r}");
+    let largest = slow.2.load(Ordering::SeqCst);
+    assert!(
+        (1..=50).contains(&largest),
+        "largest completion batch {largest}"
     );
 }
