@@ -133,3 +133,57 @@ async fn notify_after_commit_wakes_when_not_notifying_in_the_transaction() {
     })
     .await;
 }
+
+/// A dispatcher that polls only every 30 s handles a message enqueued from another pool
+/// well before that poll: LISTEN/NOTIFY wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_dispatcher_is_woken_by_an_enqueue_long_before_its_poll() {
+    with_db(|db| async move {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let store = db
+            .ready_store(db.pool(&db.app("dispatcher"), 4).await, clock.clone())
+            .await;
+        let writer = db.store(db.pool(&db.app("writer"), 2).await, clock.clone());
+        let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let dispatcher = outbox_core::Dispatcher::builder(Arc::new(store.clone()))
+            .clock(clock)
+            .config(outbox_core::DispatcherConfig {
+                poll_interval: std::time::Duration::from_secs(30),
+                ..outbox_core::DispatcherConfig::default()
+            })
+            .handler(
+                "worker",
+                "*",
+                move |_c: outbox_core::Context, _m: outbox_core::Message| {
+                    let seen = seen_tx.clone();
+                    async move {
+                        let _ = seen.send(());
+                        outbox_core::HandlerResult::Ok
+                    }
+                },
+            )
+            .build()
+            .unwrap();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(async move {
+            dispatcher
+                .run(async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        });
+        // Let it claim nothing and go idle, listening.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        writer.enqueue(order(1)).await.unwrap();
+        let handled =
+            tokio::time::timeout(std::time::Duration::from_secs(10), seen_rx.recv()).await;
+        let _ = stop_tx.send(());
+        let report = run.await.unwrap().unwrap();
+        assert!(
+            handled.is_ok(),
+            "the handler did not run before the 30 s poll: {report}"
+        );
+        assert_eq!(report.succeeded, 1, "{report}");
+    })
+    .await;
+}
