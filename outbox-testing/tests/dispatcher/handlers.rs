@@ -142,12 +142,7 @@ async fn a_snooze_refunds_and_trips_the_breaker() {
         .build()
         .unwrap();
     d.register().await.unwrap();
-    for i in 0..5 {
-        w.store
-            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
-            .await
-            .unwrap();
-    }
+    w.enqueue_n(5).await;
     let r = d.run_once(BUDGET).await.unwrap();
     assert_eq!((r.claimed, r.snoozed, r.released), (5, 1, 4), "{r}");
     for del in w.deliveries().await {

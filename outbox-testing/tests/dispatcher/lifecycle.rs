@@ -37,12 +37,7 @@ async fn a_budget_releases_what_cannot_finish_in_time() {
         .build()
         .unwrap();
     d.register().await.unwrap();
-    for i in 0..5 {
-        w.store
-            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
-            .await
-            .unwrap();
-    }
+    w.enqueue_n(5).await;
     // 45 s: 20 s timeout + 2 s margin fits at 0, 10 and 20 s, not at 30 s.
     let r = d.run_once(Duration::from_secs(45)).await.unwrap();
     assert_eq!((r.succeeded, r.released), (3, 2), "{r}");
@@ -81,12 +76,7 @@ async fn shutdown_releases_what_is_still_claimed() {
         .build()
         .unwrap();
     d.register().await.unwrap();
-    for i in 0..5 {
-        w.store
-            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
-            .await
-            .unwrap();
-    }
+    w.enqueue_n(5).await;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let run = tokio::spawn({
         let d = d.clone();
@@ -136,12 +126,7 @@ async fn after_a_crash_every_unfinished_delivery_runs_exactly_once_more() {
         .build()
         .unwrap();
     first.register().await.unwrap();
-    for i in 0..10 {
-        w.store
-            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
-            .await
-            .unwrap();
-    }
+    w.enqueue_n(10).await;
     let crashed = tokio::spawn({
         let d = first.clone();
         async move { d.run(std::future::pending()).await }
@@ -463,10 +448,7 @@ async fn shutdown_is_noticed_under_continuous_load() {
         .build()
         .unwrap();
     d.register().await.unwrap();
-    let batch: Vec<NewMessage> = (0..2000)
-        .map(|i| NewMessage::new("a.b", serde_json::json!({ "i": i })))
-        .collect();
-    w.store.enqueue_batch(batch).await.unwrap();
+    w.enqueue_n(2000).await;
     let run = d.run(async {
         let _ = rx.await;
     });
@@ -505,10 +487,7 @@ async fn completion_batches_stay_within_the_concurrency_limit() {
         .build()
         .unwrap();
     d.register().await.unwrap();
-    let batch: Vec<NewMessage> = (0..2000)
-        .map(|i| NewMessage::new("a.b", serde_json::json!({ "i": i })))
-        .collect();
-    w.store.enqueue_batch(batch).await.unwrap();
+    w.enqueue_n(2000).await;
     let r = d.run_once(BUDGET).await.unwrap();
     assert_eq!(r.succeeded, 2000, "{r}");
     let largest = slow.2.load(Ordering::SeqCst);

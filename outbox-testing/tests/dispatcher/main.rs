@@ -113,6 +113,14 @@ impl World {
             .count()
     }
 
+    /// Enqueue `n` messages of topic `a.b`, each `{"i": i}`.
+    pub async fn enqueue_n(&self, n: usize) {
+        let batch: Vec<outbox_core::NewMessage> = (0..n)
+            .map(|i| outbox_core::NewMessage::new("a.b", serde_json::json!({ "i": i })))
+            .collect();
+        self.store.enqueue_batch(batch).await.unwrap();
+    }
+
     pub fn advance(&self, d: Duration) {
         self.clock.advance(d);
     }
