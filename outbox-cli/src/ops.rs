@@ -85,10 +85,11 @@ pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
     for e in a.email {
         m = m.email(e);
     }
-    // Validate before opening the store: bad input never touches it.
+    // Validate before opening the store, so bad input is exit 2 even when the store is
+    // unreachable; the store validates again (with its own limits) before writing.
     m.clone().validate(
         &outbox_core::Limits::default(),
-        outbox_core::Timestamp::EPOCH.saturating_add(std::time::Duration::from_secs(1)),
+        outbox_core::Clock::now(&outbox_core::SystemClock),
     )?;
     let env = a.store.open().await?;
     let r = env.store.enqueue(m).await?;

@@ -34,8 +34,6 @@ pub(crate) struct RunState {
     pub(crate) breakers: Mutex<HashMap<ConsumerName, Timestamp>>,
     /// Deliveries this run has started (`run_once`: all of them; `run`: those in flight).
     pub(crate) started: Mutex<HashSet<crate::ids::DeliveryId>>,
-    /// Whether `started` covers the whole run (`run_once`).
-    pub(crate) whole_run: bool,
 }
 
 impl RunState {
@@ -45,8 +43,12 @@ impl RunState {
             stopping: CancellationToken::new(),
             breakers: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
-            whole_run: deadline.is_some(),
         }
+    }
+
+    /// Whether `started` covers the whole run (`run_once`, which has a deadline).
+    fn whole_run(&self) -> bool {
+        self.deadline.is_some()
     }
 
     pub(crate) fn tripped_until(
@@ -135,7 +137,7 @@ pub(crate) async fn deliver(
         }
         Destination::Email(r) => email_path(&shared, &run, lease, &delivery, &message, r).await,
     };
-    if !run.whole_run || matches!(done, Done::Release { .. }) {
+    if !run.whole_run() || matches!(done, Done::Release { .. }) {
         run.started
             .lock()
             .unwrap_or_else(|p| p.into_inner())
