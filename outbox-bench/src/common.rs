@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     DeliveryEvent, Dispatcher, EntropyExt, HandlerResult, NewMessage, Observer, OsEntropy, Report,
     Stopwatch, Verdict,
 };
@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 pub type BenchResult<T> = Result<T, String>;
 
 /// Turn any error into the table's text.
-pub fn err(what: &str) -> impl Fn(outbox_core::Error) -> String + '_ {
+pub fn err(what: &str) -> impl Fn(outboxkit_core::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
@@ -163,7 +163,7 @@ impl Observer for Progress {
 }
 
 /// The no-op handler of the burn-down scenarios.
-pub async fn noop(_ctx: outbox_core::Context, _m: outbox_core::Message) -> HandlerResult {
+pub async fn noop(_ctx: outboxkit_core::Context, _m: outboxkit_core::Message) -> HandlerResult {
     HandlerResult::Ok
 }
 

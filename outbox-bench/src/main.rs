@@ -30,7 +30,7 @@ mod webhook;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use outbox_core::{Clock, Stopwatch, SystemClock};
+use outboxkit_core::{Clock, Stopwatch, SystemClock};
 use serde::Serialize;
 
 use crate::common::Scale;

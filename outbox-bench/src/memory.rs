@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use outbox_core::{Entropy, OsEntropy, Stopwatch, SystemClock, Timestamp};
-use outbox_testing::InMemoryStore;
+use outboxkit_core::{Entropy, OsEntropy, Stopwatch, SystemClock, Timestamp};
+use outboxkit_testing::InMemoryStore;
 
 use crate::common::{burn_down, payload, secs, BenchResult, Progress};
 use crate::pg_dispatch::{burn_config, load, noop_dispatcher, BATCH, CONCURRENCY};
@@ -49,7 +49,7 @@ fn bare_loop(jobs: &mut [Job], batch: usize) -> u64 {
     let mut claimed: Vec<usize> = Vec::with_capacity(batch);
     let mut tokens = vec![0u8; batch * 16];
     loop {
-        let now = outbox_core::Clock::now(&clock).as_unix_millis();
+        let now = outboxkit_core::Clock::now(&clock).as_unix_millis();
         claimed.clear();
         OsEntropy.fill(&mut tokens);
         while claimed.len() < batch && next < jobs.len() {

@@ -6,11 +6,11 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Clock, Consumer, ConsumerName, DeliveryId, EndpointStore, MessageId, MessageStore, OsEntropy,
     Stopwatch, SystemClock, TopicFilter,
 };
-use outbox_postgres::{PostgresConfig, PostgresStore};
+use outboxkit_postgres::{PostgresConfig, PostgresStore};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 use crate::common::{

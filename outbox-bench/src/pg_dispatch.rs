@@ -5,11 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Clock, DeliveryStore, Dispatcher, DispatcherConfig, DynStore, HandlerResult, MessageStore,
     NewMessage, Stopwatch, SystemClock,
 };
-use outbox_postgres::PostgresStore;
+use outboxkit_postgres::PostgresStore;
 use sqlx::postgres::PgListener;
 use sqlx::Row as _;
 use tokio::sync::Notify;
@@ -261,7 +261,7 @@ pub async fn latency(ctx: &Ctx) -> Vec<Row> {
         let samples = Arc::new(Samples::default());
         let (e, s) = (epoch.clone(), samples.clone());
         let d = Dispatcher::builder(Arc::new(store.clone()))
-            .handler(CONSUMER, "*", move |_ctx, m: outbox_core::Message| {
+            .handler(CONSUMER, "*", move |_ctx, m: outboxkit_core::Message| {
                 let (e, s) = (e.clone(), s.clone());
                 async move {
                     let now = e.elapsed().as_micros() as f64;
@@ -388,7 +388,7 @@ async fn raw_notify_latency(
         let now = SystemClock.now();
         let mut tx = pool.begin().await.map_err(|e| format!("begin: {e}"))?;
         sqlx::query(&insert)
-            .bind(outbox_core::MessageId::generate(now, &outbox_core::OsEntropy).as_uuid())
+            .bind(outboxkit_core::MessageId::generate(now, &outboxkit_core::OsEntropy).as_uuid())
             .bind(TOPIC)
             .bind(crate::common::payload(i))
             .bind(now.as_unix_millis())
@@ -449,9 +449,9 @@ pub async fn child_rss(url: &str, schema: &str, count: u64) -> BenchResult<Child
     let pool = pool(url, 4).await?;
     let store = PostgresStore::new(
         pool,
-        outbox_postgres::PostgresConfig::new(schema),
+        outboxkit_postgres::PostgresConfig::new(schema),
         Arc::new(SystemClock),
-        Arc::new(outbox_core::OsEntropy),
+        Arc::new(outboxkit_core::OsEntropy),
     )
     .map_err(err("postgres store"))?;
     let timed = Arc::new(Timed::new(Arc::new(store)));

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Clock, Consumer, ConsumerName, DeliveryId, DeliveryStore, EndpointStore, Entropy, MessageId,
     OsEntropy, Stopwatch, SystemClock, TopicFilter,
 };
-use outbox_redis::{RedisConfig, RedisStore};
+use outboxkit_redis::{RedisConfig, RedisStore};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
@@ -188,7 +188,7 @@ pub async fn enqueue(ctx: &Ctx) -> Row {
             let ours_secs = concurrently(n, writers, move |i| {
                 let st = st.clone();
                 async move {
-                    outbox_core::MessageStore::enqueue(&st, message(i))
+                    outboxkit_core::MessageStore::enqueue(&st, message(i))
                         .await
                         .map(|_| ())
                         .map_err(err("enqueue"))

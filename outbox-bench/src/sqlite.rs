@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use outbox_core::{
+use outboxkit_core::{
     Clock, Consumer, ConsumerName, DeliveryId, DeliveryStore, EndpointStore, MessageId,
     MessageStore, OsEntropy, Stopwatch, SystemClock, TopicFilter,
 };
-use outbox_sqlite::{SqliteConfig, SqliteStore};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::{params, Connection, TransactionBehavior};
 
 use crate::common::{

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, DynStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
     Enqueued, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, Page, PageRequest,

@@ -15,13 +15,13 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use outbox_core::{
+use outboxkit_core::{
     Clock, Dispatcher, DispatcherConfig, DynStore, DynWebhookTransport, EndpointAdmin, Envelope,
     MessageStore, NewEndpoint, OsEntropy, PlaintextVault, SignedRequest, Stopwatch, SystemClock,
     TenantId, WebhookResponse, WebhookTransport,
 };
-use outbox_http::{EgressPolicy, HttpTransport};
-use outbox_testing::InMemoryStore;
+use outboxkit_http::{EgressPolicy, HttpTransport};
+use outboxkit_testing::InMemoryStore;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -122,7 +122,7 @@ async fn ours(
         Arc::new(SystemClock),
         Arc::new(OsEntropy),
     )
-    .with_url_policy(Arc::new(outbox_core::AnyUrl));
+    .with_url_policy(Arc::new(outboxkit_core::AnyUrl));
     admin
         .create(
             &TenantId::default(),

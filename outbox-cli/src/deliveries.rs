@@ -1,7 +1,7 @@
 //! `outbox deliveries list|show`.
 
 use clap::{Args, Subcommand};
-use outbox_core::{
+use outboxkit_core::{
     Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, PageRequest, Topic,
 };
 
@@ -81,7 +81,7 @@ pub fn row(d: &Delivery) -> Vec<String> {
 
 fn short_target(d: &Delivery) -> String {
     match &d.destination {
-        outbox_core::Destination::Email(_) => "(recipient)".to_owned(),
+        outboxkit_core::Destination::Email(_) => "(recipient)".to_owned(),
         other => other.target(),
     }
 }
@@ -164,7 +164,7 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
 }
 
 /// The attempt ledger as a table.
-pub fn attempts_table(attempts: &[outbox_core::Attempt]) -> String {
+pub fn attempts_table(attempts: &[outboxkit_core::Attempt]) -> String {
     let rows: Vec<Vec<String>> = attempts
         .iter()
         .map(|a| {

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use outbox_core::{
+use outboxkit_core::{
     AeadVault, Clock, DeliveryFilter, DeliveryStatus, DispatcherConfig, EndpointAdmin, EndpointId,
     EndpointStatus, HandlerOptions, HandlerResult, Jitter, MailErrorCode, MailOutcome, NewEndpoint,
     NewMessage, PageRequest, RetryPolicy, Store, SystemClock, TenantId, TenantPolicy,
     WebhookSecret,
 };
-use outbox_testing::{MailStandIn, Reply, WebhookReceiver};
+use outboxkit_testing::{MailStandIn, Reply, WebhookReceiver};
 
 use crate::deliveries::attempts_table;
 use crate::error::{CliError, CliResult};
@@ -89,7 +89,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         .await
         .map_err(|e| CliError::failed(format!("receiver: {e}")))?;
     let mut key = [0u8; 32];
-    outbox_core::Entropy::fill(&*env.entropy, &mut key);
+    outboxkit_core::Entropy::fill(&*env.entropy, &mut key);
     let vault = Arc::new(AeadVault::new(&key, env.entropy.clone())?);
     let admin = EndpointAdmin::new(
         store.clone(),
@@ -154,14 +154,14 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         RetryPolicy::handler_default()
     };
     let h = handled.clone();
-    let dispatcher = outbox_core::Dispatcher::builder(store.clone())
+    let dispatcher = outboxkit_core::Dispatcher::builder(store.clone())
         .config(config)
         .clock(clock.clone())
         .entropy(env.entropy.clone())
         .handler_with(
             "audit-log",
             "*",
-            move |ctx: outbox_core::Context, m: outbox_core::Message| {
+            move |ctx: outboxkit_core::Context, m: outboxkit_core::Message| {
                 let h = h.clone();
                 async move {
                     let v = m.json().unwrap_or_default();
@@ -181,7 +181,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
             },
         )
         .webhooks(
-            Arc::new(outbox_http::HttpTransport::new(loopback_policy())?),
+            Arc::new(outboxkit_http::HttpTransport::new(loopback_policy())?),
             vault,
         )
         .webhook_policy(TenantPolicy::uniform(webhook_policy))
@@ -361,8 +361,8 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
     Ok(())
 }
 
-fn loopback_policy() -> outbox_http::EgressPolicy {
-    outbox_http::EgressPolicy::default()
+fn loopback_policy() -> outboxkit_http::EgressPolicy {
+    outboxkit_http::EgressPolicy::default()
         .allow_http(true)
         .allow_private(true)
 }
@@ -372,7 +372,7 @@ async fn ids(
     tenant: &TenantId,
     endpoint: EndpointId,
     status: DeliveryStatus,
-) -> CliResult<Vec<outbox_core::DeliveryId>> {
+) -> CliResult<Vec<outboxkit_core::DeliveryId>> {
     let f = DeliveryFilter {
         endpoint: Some(endpoint),
         status: Some(status),
@@ -398,7 +398,7 @@ async fn list_all(
     store: &dyn Store,
     tenant: &TenantId,
     filter: &DeliveryFilter,
-) -> CliResult<Vec<outbox_core::Delivery>> {
+) -> CliResult<Vec<outboxkit_core::Delivery>> {
     let mut out = Vec::new();
     let mut page = PageRequest::first(1000);
     loop {

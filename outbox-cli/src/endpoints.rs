@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use outbox_core::{
+use outboxkit_core::{
     dispatcher::signed_request, BodyFormat, Clock, DisabledReason, EndpointAdmin, EndpointId,
     EndpointStatus, EndpointUpdate, EndpointUrl, HeaderNames, Message, MessageId, NewEndpoint,
     TenantId, Topic, TopicFilter, WebhookResponse, WebhookTransport,
@@ -141,9 +141,9 @@ fn admin_for(env: &Env, egress: EgressArgs) -> CliResult<EndpointAdmin> {
 }
 
 /// Add a hint to a refused URL when a flag would change the answer.
-fn with_hint(e: outbox_core::Error, url: &EndpointUrl, egress: EgressArgs) -> CliError {
+fn with_hint(e: outboxkit_core::Error, url: &EndpointUrl, egress: EgressArgs) -> CliError {
     let mut err = CliError::from(e.clone());
-    if e.field() == Some("url") && e.kind() == outbox_core::ErrorKind::InvalidInput {
+    if e.field() == Some("url") && e.kind() == outboxkit_core::ErrorKind::InvalidInput {
         if url.scheme() == "http" && !egress.allow_http {
             err.message
                 .push_str(" (use --allow-http for a plain http receiver)");
@@ -156,8 +156,8 @@ fn with_hint(e: outbox_core::Error, url: &EndpointUrl, egress: EgressArgs) -> Cl
 }
 
 /// The egress policy the flags describe.
-pub fn egress_policy(egress: EgressArgs) -> outbox_http::EgressPolicy {
-    outbox_http::EgressPolicy::default()
+pub fn egress_policy(egress: EgressArgs) -> outboxkit_http::EgressPolicy {
+    outboxkit_http::EgressPolicy::default()
         .allow_http(egress.allow_http)
         .allow_private(egress.allow_private)
 }
@@ -279,7 +279,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
         EndpointsCmd::RotateSecret(a) => {
             let id = endpoint_id(&a.id)?;
             if let Some(s) = &a.secret {
-                outbox_core::WebhookSecret::parse(s)?;
+                outboxkit_core::WebhookSecret::parse(s)?;
             }
             let env = a.store.open().await?;
             let admin = admin(&env)?;
@@ -335,7 +335,7 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
         cause: None,
         created_at: now,
     };
-    let delivery = outbox_core::DeliveryId::generate(now, &*env.entropy);
+    let delivery = outboxkit_core::DeliveryId::generate(now, &*env.entropy);
     let req = signed_request(
         &e,
         &secrets,
@@ -345,7 +345,7 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
         &HeaderNames::default(),
         std::time::Duration::from_secs(10),
     );
-    let transport = outbox_http::HttpTransport::new(egress_policy(a.egress))?;
+    let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
     match Arc::new(transport).send(req).await {
         WebhookResponse::Answered {
             status, excerpt, ..

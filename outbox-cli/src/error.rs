@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use outbox_core::ErrorKind;
+use outboxkit_core::ErrorKind;
 
 /// A failure with its exit code.
 #[derive(Debug)]
@@ -40,8 +40,8 @@ impl fmt::Display for CliError {
     }
 }
 
-impl From<outbox_core::Error> for CliError {
-    fn from(e: outbox_core::Error) -> Self {
+impl From<outboxkit_core::Error> for CliError {
+    fn from(e: outboxkit_core::Error) -> Self {
         let code = match e.kind() {
             ErrorKind::InvalidInput | ErrorKind::Misconfigured => 2,
             _ => 1,

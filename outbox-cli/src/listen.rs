@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
-use outbox_core::WebhookSecret;
-use outbox_testing::WebhookReceiver;
+use outboxkit_core::WebhookSecret;
+use outboxkit_testing::WebhookReceiver;
 
 use crate::error::{CliError, CliResult};
 

@@ -77,7 +77,7 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Listen(a) => listen::run(a).await,
         Command::Keygen => {
             let mut key = [0u8; 32];
-            outbox_core::Entropy::fill(&outbox_core::OsEntropy, &mut key);
+            outboxkit_core::Entropy::fill(&outboxkit_core::OsEntropy, &mut key);
             println!(
                 "{}",
                 key.iter().map(|b| format!("{b:02x}")).collect::<String>()

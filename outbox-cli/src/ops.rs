@@ -1,7 +1,7 @@
 //! `outbox enqueue | replay | release-held | retry | purge | stats`.
 
 use clap::Args;
-use outbox_core::{DeliveryId, EndpointId, NewMessage, Operator};
+use outboxkit_core::{DeliveryId, EndpointId, NewMessage, Operator};
 
 use crate::error::{CliError, CliResult};
 use crate::store::StoreArgs;
@@ -88,8 +88,8 @@ pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
     // Validate before opening the store, so bad input is exit 2 even when the store is
     // unreachable; the store validates again (with its own limits) before writing.
     m.clone().validate(
-        &outbox_core::Limits::default(),
-        outbox_core::Clock::now(&outbox_core::SystemClock),
+        &outboxkit_core::Limits::default(),
+        outboxkit_core::Clock::now(&outboxkit_core::SystemClock),
     )?;
     let env = a.store.open().await?;
     let r = env.store.enqueue(m).await?;
@@ -140,7 +140,7 @@ pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
 /// `purge`.
 pub async fn purge(a: PurgeArgs) -> CliResult<()> {
     let older = parse_flag_duration("older-than", &a.older_than)?;
-    outbox_core::store::check_purge_limit(a.batch)?;
+    outboxkit_core::store::check_purge_limit(a.batch)?;
     let env = a.store.open().await?;
     let r = Operator::new(env.store.clone(), env.clock.clone())
         .purge(older, a.batch)
@@ -160,7 +160,7 @@ pub async fn stats(a: StatsArgs) -> CliResult<()> {
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
         return Ok(());
     }
-    for st in outbox_core::DeliveryStatus::ALL {
+    for st in outboxkit_core::DeliveryStatus::ALL {
         println!("{:<11} {}", st.as_str(), s.count(st));
     }
     match s.oldest_due_age {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use clap::Args;
-use outbox_core::{DispatcherConfig, Observer, RetryPolicy, TenantPolicy};
+use outboxkit_core::{DispatcherConfig, Observer, RetryPolicy, TenantPolicy};
 
 use crate::endpoints::{egress_policy, EgressArgs};
 use crate::error::{CliError, CliResult};
@@ -117,8 +117,8 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
     };
     let env = a.store.open().await?;
     let vault = vault_from(&env)?;
-    let transport = outbox_http::HttpTransport::new(egress_policy(a.egress))?;
-    let mut builder = outbox_core::Dispatcher::builder(env.store.clone())
+    let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
+    let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())
         .entropy(env.entropy.clone())
@@ -129,11 +129,11 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         let key = a.mail_api_key.ok_or_else(|| {
             CliError::usage("--mail-url needs --mail-api-key (or OUTBOX_MAIL_API_KEY)")
         })?;
-        let mailer = outbox_http::HttpMailer::new(outbox_http::HttpMailerConfig {
+        let mailer = outboxkit_http::HttpMailer::new(outboxkit_http::HttpMailerConfig {
             url,
             api_key: key,
             idempotent: a.mail_idempotent,
-            ..outbox_http::HttpMailerConfig::default()
+            ..outboxkit_http::HttpMailerConfig::default()
         })?;
         builder = builder.mailer(Arc::new(mailer));
     }

@@ -4,12 +4,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use outbox_core::{
+use outboxkit_core::{
     AeadVault, Clock, DynSecretVault, Entropy, OsEntropy, Store, SystemClock, TenantId,
 };
-use outbox_postgres::{PostgresConfig, PostgresStore};
-use outbox_redis::{RedisConfig, RedisStore};
-use outbox_sqlite::{SqliteConfig, SqliteStore};
+use outboxkit_postgres::{PostgresConfig, PostgresStore};
+use outboxkit_redis::{RedisConfig, RedisStore};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 
 use crate::error::{CliError, CliResult};
 
@@ -113,7 +113,7 @@ pub async fn open_url(
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let entropy: Arc<dyn Entropy> = Arc::new(OsEntropy);
     let unavailable =
-        |e: outbox_core::Error| CliError::failed(format!("cannot open the store: {e}"));
+        |e: outboxkit_core::Error| CliError::failed(format!("cannot open the store: {e}"));
     let backend = match parse(url)? {
         Url::Sqlite(path) => {
             if !create && !path.exists() {
@@ -126,8 +126,8 @@ pub async fn open_url(
             let s = SqliteStore::open(SqliteConfig::new(path), clock.clone(), entropy.clone())
                 .await
                 .map_err(|e| match e.kind() {
-                    outbox_core::ErrorKind::Misconfigured
-                    | outbox_core::ErrorKind::InvalidInput => CliError::usage(e.to_string()),
+                    outboxkit_core::ErrorKind::Misconfigured
+                    | outboxkit_core::ErrorKind::InvalidInput => CliError::usage(e.to_string()),
                     _ => unavailable(e),
                 })?;
             Backend::Sqlite(s)

@@ -109,7 +109,7 @@ pub trait UrlPolicy: Send + Sync + fmt::Debug + 'static {
 
 /// The default of [`crate::EndpointAdmin`]: `https` only. Private and metadata addresses
 /// are refused at every delivery by the transport's egress policy; to refuse them at
-/// creation too, use `outbox_http::EgressPolicy` as the admin's policy.
+/// creation too, use `outboxkit_http::EgressPolicy` as the admin's policy.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HttpsOnly;
 

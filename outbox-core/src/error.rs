@@ -65,7 +65,7 @@ pub struct Error {
     source: Option<Source>,
 }
 
-/// `Result<T, outbox_core::Error>`.
+/// `Result<T, outboxkit_core::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {

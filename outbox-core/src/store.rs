@@ -1,5 +1,5 @@
 //! The store traits (DESIGN §5) and the values they exchange. Each `# Contract` line names
-//! the conformance case in `outbox_testing::conformance` that checks it.
+//! the conformance case in `outboxkit_testing::conformance` that checks it.
 
 use std::fmt;
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use outbox_core::EndpointUrl;
+use outboxkit_core::EndpointUrl;
 
 use crate::error::HttpError;
 
@@ -232,7 +232,7 @@ pub enum EgressError {
 ///
 /// ```
 /// use std::net::IpAddr;
-/// use outbox_http::EgressPolicy;
+/// use outboxkit_http::EgressPolicy;
 ///
 /// let policy = EgressPolicy::default();
 /// assert!(policy.check_ip("10.1.2.3".parse::<IpAddr>()?).is_err());
@@ -273,7 +273,7 @@ impl EgressPolicy {
 
     /// Admit addresses in this CIDR (`127.0.0.0/8`, `fd00::/8`) or this single address,
     /// whatever their kind.
-    pub fn allow_cidr(mut self, cidr: &str) -> outbox_core::Result<Self> {
+    pub fn allow_cidr(mut self, cidr: &str) -> outboxkit_core::Result<Self> {
         let text = cidr.trim();
         let net = text
             .parse::<IpNet>()
@@ -456,10 +456,13 @@ mod allow_private_tests {
 /// The egress policy as an endpoint-creation check: the scheme, then every address the host
 /// resolves to, so `EndpointAdmin` refuses what deliveries would refuse, before writing.
 #[async_trait::async_trait]
-impl outbox_core::UrlPolicy for EgressPolicy {
-    async fn check(&self, url: &EndpointUrl) -> outbox_core::Result<()> {
+impl outboxkit_core::UrlPolicy for EgressPolicy {
+    async fn check(&self, url: &EndpointUrl) -> outboxkit_core::Result<()> {
         let refused = |why: String| {
-            outbox_core::Error::invalid_input("url", format!("refused by the egress policy: {why}"))
+            outboxkit_core::Error::invalid_input(
+                "url",
+                format!("refused by the egress policy: {why}"),
+            )
         };
         self.check_url(url).map_err(|e| refused(e.to_string()))?;
         self.resolve(&url.host())
@@ -472,7 +475,7 @@ impl outbox_core::UrlPolicy for EgressPolicy {
 #[cfg(test)]
 mod url_policy_tests {
     use super::*;
-    use outbox_core::UrlPolicy;
+    use outboxkit_core::UrlPolicy;
 
     #[tokio::test]
     async fn the_policy_refuses_at_creation_what_it_refuses_at_delivery() {
@@ -495,7 +498,7 @@ mod url_policy_tests {
             if let Err(e) = r {
                 assert_eq!(
                     (e.kind(), e.field()),
-                    (outbox_core::ErrorKind::InvalidInput, Some("url"))
+                    (outboxkit_core::ErrorKind::InvalidInput, Some("url"))
                 );
                 assert!(!e.to_string().contains(url), "the url is not echoed");
             }

@@ -1,14 +1,14 @@
 //! Error mapping: reqwest / hyper / io failures to webhook error classes and mail errors,
-//! and this crate's configuration errors to `outbox_core::Error`.
+//! and this crate's configuration errors to `outboxkit_core::Error`.
 
 use std::error::Error as StdError;
 use std::io;
 
-use outbox_core::{ErrorClass, ErrorKind, MailError, MailErrorCode, MailOutcome};
+use outboxkit_core::{ErrorClass, ErrorKind, MailError, MailErrorCode, MailOutcome};
 
 use crate::egress::EgressError;
 
-/// This crate's own failures, mapped to [`outbox_core::ErrorKind`] by `From`.
+/// This crate's own failures, mapped to [`outboxkit_core::ErrorKind`] by `From`.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HttpError {
     /// The HTTP client could not be built (no TLS backend, bad settings).
@@ -25,18 +25,19 @@ pub(crate) enum HttpError {
     InvalidCidr,
 }
 
-impl From<HttpError> for outbox_core::Error {
+impl From<HttpError> for outboxkit_core::Error {
     fn from(e: HttpError) -> Self {
         match e {
-            HttpError::Client(source) => {
-                outbox_core::Error::new(ErrorKind::Unexpected, "the http client could not be built")
-                    .with_source(source)
-            }
+            HttpError::Client(source) => outboxkit_core::Error::new(
+                ErrorKind::Unexpected,
+                "the http client could not be built",
+            )
+            .with_source(source),
             HttpError::Setting { field, message } => {
-                outbox_core::Error::misconfigured(field, message)
+                outboxkit_core::Error::misconfigured(field, message)
             }
             HttpError::InvalidCidr => {
-                outbox_core::Error::invalid_input("cidr", "must be a cidr or an ip address")
+                outboxkit_core::Error::invalid_input("cidr", "must be a cidr or an ip address")
             }
         }
     }

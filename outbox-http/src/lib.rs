@@ -1,4 +1,4 @@
-//! # outbox-http
+//! # outboxkit-http
 //!
 //! The webhook transport ([`HttpTransport`]) and an HTTP mail-API mailer ([`HttpMailer`])
 //! of the outbox on `reqwest` with rustls (no OpenSSL), and the [`EgressPolicy`] that keeps
@@ -8,10 +8,10 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use outbox_core::{EndpointUrl, SignedRequest, WebhookTransport};
-//! use outbox_http::{EgressPolicy, HttpTransport};
+//! use outboxkit_core::{EndpointUrl, SignedRequest, WebhookTransport};
+//! use outboxkit_http::{EgressPolicy, HttpTransport};
 //!
-//! # async fn demo() -> outbox_core::Result<()> {
+//! # async fn demo() -> outboxkit_core::Result<()> {
 //! let transport = HttpTransport::new(EgressPolicy::default())?;
 //! let answer = transport
 //!     .send(SignedRequest {
@@ -31,7 +31,7 @@
 //! A mailer for a JSON mail API:
 //!
 //! ```no_run
-//! use outbox_http::{HttpMailer, HttpMailerConfig};
+//! use outboxkit_http::{HttpMailer, HttpMailerConfig};
 //!
 //! let mailer = HttpMailer::new(HttpMailerConfig {
 //!     url: "https://mail.example.com/v1/send".into(),
@@ -39,7 +39,7 @@
 //!     idempotent: true,
 //!     ..HttpMailerConfig::default()
 //! })?;
-//! # Ok::<(), outbox_core::Error>(())
+//! # Ok::<(), outboxkit_core::Error>(())
 //! ```
 
 pub mod config;

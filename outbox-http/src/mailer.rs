@@ -1,7 +1,7 @@
 //! [`HttpMailer`]: a [`Mailer`] for JSON mail APIs.
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     Accepted, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage, MailOutcome,
     Mailer,
 };
@@ -31,7 +31,7 @@ use crate::error::{mail_failure, HttpError};
 /// from the environment is used.
 ///
 /// ```no_run
-/// use outbox_http::{HttpMailer, HttpMailerConfig};
+/// use outboxkit_http::{HttpMailer, HttpMailerConfig};
 ///
 /// let mailer = HttpMailer::new(HttpMailerConfig {
 ///     url: "https://mail.example.com/v1/send".into(),
@@ -39,7 +39,7 @@ use crate::error::{mail_failure, HttpError};
 ///     idempotent: true,
 ///     ..HttpMailerConfig::default()
 /// })?;
-/// # Ok::<(), outbox_core::Error>(())
+/// # Ok::<(), outboxkit_core::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct HttpMailer {
@@ -50,7 +50,7 @@ pub struct HttpMailer {
 
 impl HttpMailer {
     /// A mailer with these settings (validated here: a bad one is `Misconfigured`).
-    pub fn new(config: HttpMailerConfig) -> outbox_core::Result<Self> {
+    pub fn new(config: HttpMailerConfig) -> outboxkit_core::Result<Self> {
         let url = config.validate()?;
         let client = reqwest::Client::builder()
             .use_rustls_tls()

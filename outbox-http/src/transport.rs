@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{ErrorClass, SignedRequest, WebhookResponse, WebhookTransport};
+use outboxkit_core::{ErrorClass, SignedRequest, WebhookResponse, WebhookTransport};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 
 use crate::config::HttpTransportConfig;
@@ -28,10 +28,10 @@ const EXCERPT_BYTES: usize = 1024;
 /// - Reuses connections (a pool per host).
 ///
 /// ```no_run
-/// use outbox_http::{EgressPolicy, HttpTransport};
+/// use outboxkit_http::{EgressPolicy, HttpTransport};
 ///
 /// let transport = HttpTransport::new(EgressPolicy::default())?;
-/// # Ok::<(), outbox_core::Error>(())
+/// # Ok::<(), outboxkit_core::Error>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct HttpTransport {
@@ -42,7 +42,7 @@ pub struct HttpTransport {
 
 impl HttpTransport {
     /// A transport with the default settings.
-    pub fn new(policy: EgressPolicy) -> outbox_core::Result<Self> {
+    pub fn new(policy: EgressPolicy) -> outboxkit_core::Result<Self> {
         Self::with_config(policy, HttpTransportConfig::default())
     }
 
@@ -50,7 +50,7 @@ impl HttpTransport {
     pub fn with_config(
         policy: EgressPolicy,
         config: HttpTransportConfig,
-    ) -> outbox_core::Result<Self> {
+    ) -> outboxkit_core::Result<Self> {
         config.validate()?;
         let policy = Arc::new(policy);
         let client = reqwest::Client::builder()

@@ -2,16 +2,16 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, Limits, Result};
+use outboxkit_core::{Error, Limits, Result};
 
 /// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`).
 const MAX_IDENT: usize = 63;
 
 /// How a [`crate::PostgresStore`] is set up. Validated once by
-/// [`crate::PostgresStore::new`]; bad values are [`outbox_core::ErrorKind::Misconfigured`].
+/// [`crate::PostgresStore::new`]; bad values are [`outboxkit_core::ErrorKind::Misconfigured`].
 ///
 /// ```
-/// use outbox_postgres::PostgresConfig;
+/// use outboxkit_postgres::PostgresConfig;
 ///
 /// let config = PostgresConfig { schema: "billing_outbox".into(), ..PostgresConfig::default() };
 /// assert_eq!(config.channel(), "outbox_wake_billing_outbox");

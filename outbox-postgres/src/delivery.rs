@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     ClaimRequest, ClaimToken, Claimed, Completion, DeliveryId, DeliveryStatus, DeliveryStore,
     EndpointId, Error, ErrorKind, Lease, ReleaseReport, Result, Stats, TenantId, WakeListener,
 };

@@ -1,8 +1,8 @@
 //! `EndpointStore`: webhook endpoints (tenant-scoped) and consumers (global).
 
 use async_trait::async_trait;
-use outbox_core::endpoint::check_description;
-use outbox_core::{
+use outboxkit_core::endpoint::check_description;
+use outboxkit_core::{
     Consumer, ConsumerName, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Error, Result,
     TenantId,
 };

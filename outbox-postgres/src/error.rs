@@ -1,4 +1,4 @@
-//! Driver errors → [`outbox_core::Error`]: the classification table.
+//! Driver errors → [`outboxkit_core::Error`]: the classification table.
 //!
 //! | driver error | kind |
 //! | --- | --- |
@@ -14,7 +14,7 @@
 //! Messages are fixed lowercase text naming the SQLSTATE at most; the driver error is kept
 //! as the source.
 
-use outbox_core::{Error, ErrorKind};
+use outboxkit_core::{Error, ErrorKind};
 
 /// Errors of this crate that are not driver errors.
 #[derive(Debug, thiserror::Error)]
@@ -96,11 +96,11 @@ pub fn map_err(e: sqlx::Error) -> Error {
 /// `.db()` on driver results.
 pub(crate) trait DbResult<T> {
     /// Map the error with [`map_err`].
-    fn db(self) -> outbox_core::Result<T>;
+    fn db(self) -> outboxkit_core::Result<T>;
 }
 
 impl<T> DbResult<T> for std::result::Result<T, sqlx::Error> {
-    fn db(self) -> outbox_core::Result<T> {
+    fn db(self) -> outboxkit_core::Result<T> {
         self.map_err(map_err)
     }
 }

@@ -1,5 +1,5 @@
 //! Wake-ups across processes: a background task holding a `PgListener` on the outbox's
-//! channel turns each notification into an in-process wake-up (`outbox_core::Wakeups`).
+//! channel turns each notification into an in-process wake-up (`outboxkit_core::Wakeups`).
 //!
 //! The task starts on the first `wake_listener()` call (it needs a tokio runtime), uses a
 //! dedicated one-connection pool built from the store pool's connect options (so it never
@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use outbox_core::Wakeups;
+use outboxkit_core::Wakeups;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::watch;
 

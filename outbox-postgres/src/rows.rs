@@ -2,21 +2,21 @@
 
 use std::collections::BTreeMap;
 
-use outbox_core::{
+use outboxkit_core::{
     Attempt, AttemptOutcome, AttemptRecord, BodyFormat, Cause, ConsumerName, DeadReason, Delivery,
     DeliveryId, DeliveryStatus, Destination, EndpointId, EndpointStatus, EndpointUrl,
     IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey, Result, SealedSecret, TenantId,
     Timestamp, Topic, TopicFilter, TopicPattern,
 };
-use outbox_core::{Consumer, Endpoint};
+use outboxkit_core::{Consumer, Endpoint};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
 use crate::error::{DbResult, StoreError};
 
-fn corrupt(column: &'static str) -> impl FnOnce(outbox_core::Error) -> outbox_core::Error {
-    move |e| outbox_core::Error::from(StoreError::Corrupt(column)).with_source(e)
+fn corrupt(column: &'static str) -> impl FnOnce(outboxkit_core::Error) -> outboxkit_core::Error {
+    move |e| outboxkit_core::Error::from(StoreError::Corrupt(column)).with_source(e)
 }
 
 /// A column as `T`.

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     fanout, Clock, DeliveryId, Enqueued, Entropy, Error, ErrorKind, MessageId, MessageStore,
     NewMessage, OsEntropy, Result, SystemClock, ValidMessage, Wakeups,
 };
@@ -25,7 +25,7 @@ use crate::sql::Sql;
 const MIGRATIONS: &[(i32, &str, &str)] =
     &[(1, "init", include_str!("../migrations/0001_init.sql"))];
 
-/// The outbox on PostgreSQL: every store trait of `outbox-core` on one `sqlx` pool.
+/// The outbox on PostgreSQL: every store trait of `outboxkit-core` on one `sqlx` pool.
 ///
 /// Cheap to clone (one shared inner value). See the crate docs for set-up, enqueue in a
 /// transaction, and dispatch.
@@ -164,7 +164,7 @@ impl PostgresStore {
         if current > latest {
             return Err(Error::misconfigured(
                 "schema",
-                "the schema was migrated by a newer version of outbox-postgres",
+                "the schema was migrated by a newer version of outboxkit-postgres",
             ));
         }
         let mut applied = 0;

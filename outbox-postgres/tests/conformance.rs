@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{EntropyExt, OsEntropy, Store};
-use outbox_postgres::sqlx::postgres::{PgPool, PgPoolOptions};
-use outbox_postgres::{PostgresConfig, PostgresStore};
-use outbox_testing::conformance::{backend_unavailable, Fixture};
-use outbox_testing::ManualClock;
+use outboxkit_core::{EntropyExt, OsEntropy, Store};
+use outboxkit_postgres::sqlx::postgres::{PgPool, PgPoolOptions};
+use outboxkit_postgres::{PostgresConfig, PostgresStore};
+use outboxkit_testing::conformance::{backend_unavailable, Fixture};
+use outboxkit_testing::ManualClock;
 
 fn url() -> String {
     std::env::var("OUTBOX_TEST_POSTGRES_URL")
@@ -16,7 +16,7 @@ fn url() -> String {
 }
 
 /// Small pools: the suite runs many cases at once against one server.
-async fn small_pool(url: &str) -> Result<PgPool, outbox_postgres::sqlx::Error> {
+async fn small_pool(url: &str) -> Result<PgPool, outboxkit_postgres::sqlx::Error> {
     PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(30))
@@ -52,7 +52,7 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
     };
     let cleanup = async move {
         let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-        if let Err(e) = outbox_postgres::sqlx::query(&drop).execute(&pool).await {
+        if let Err(e) = outboxkit_postgres::sqlx::query(&drop).execute(&pool).await {
             eprintln!("could not drop test schema {schema}: {e}");
         }
         pool.close().await;
@@ -64,4 +64,4 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
     )
 }
 
-outbox_testing::conformance_tests!(setup);
+outboxkit_testing::conformance_tests!(setup);

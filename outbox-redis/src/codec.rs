@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use outbox_core::{
+use outboxkit_core::{
     Attempt, AttemptRecord, BodyFormat, Cause, ClaimToken, Consumer, ConsumerName, DeadReason,
     Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId, EndpointStatus,
     EndpointUrl, Enqueued, IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey, Result,

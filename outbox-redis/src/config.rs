@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, Limits, Result};
+use outboxkit_core::{Error, Limits, Result};
 
 /// How a [`crate::RedisStore`] stores and talks to Redis. Validated once by
 /// [`crate::RedisStore::new`].
@@ -111,7 +111,7 @@ mod tests {
             let r = RedisConfig::with_prefix(prefix).validate();
             assert_eq!(r.is_ok(), ok, "{prefix:?}");
             if let Err(e) = r {
-                assert_eq!(e.kind(), outbox_core::ErrorKind::Misconfigured);
+                assert_eq!(e.kind(), outboxkit_core::ErrorKind::Misconfigured);
                 assert_eq!(e.field(), Some("prefix"));
             }
         }

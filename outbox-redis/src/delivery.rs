@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     ClaimRequest, ClaimSource, ClaimToken, Claimed, Completion, DeliveryId, DeliveryStatus,
     DeliveryStore, EndpointId, Entropy, Error, Lease, ReleaseReport, Result, Stats, TenantId,
     WakeListener,
@@ -299,7 +299,8 @@ impl DeliveryStore for RedisStore {
             }
         }
         if let Some(ms) = int(oldest) {
-            let at = outbox_core::Timestamp::from_unix_millis(ms).map_err(|_| corrupt("reply"))?;
+            let at =
+                outboxkit_core::Timestamp::from_unix_millis(ms).map_err(|_| corrupt("reply"))?;
             stats.oldest_due_at = Some(at);
             stats.oldest_due_age = Some(now.duration_since(at));
         }

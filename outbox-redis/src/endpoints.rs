@@ -2,8 +2,8 @@
 //! creation) and consumers (one hash of `name → created_at|filter`).
 
 use async_trait::async_trait;
-use outbox_core::endpoint::check_description;
-use outbox_core::{
+use outboxkit_core::endpoint::check_description;
+use outboxkit_core::{
     Consumer, ConsumerName, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Error, ErrorKind,
     Result, TenantId,
 };

@@ -1,4 +1,4 @@
-//! Mapping `redis` errors and script replies to [`outbox_core::Error`].
+//! Mapping `redis` errors and script replies to [`outboxkit_core::Error`].
 //!
 //! - I/O failures (refused, reset, dropped, timed out), `TRYAGAIN`, `CLUSTERDOWN`,
 //!   `LOADING`, `MASTERDOWN`, `READONLY` (a failover in progress) and `OOM` →
@@ -9,10 +9,10 @@
 //!   client configuration) → `Misconfigured`.
 //! - Everything else (wrong types, unreadable replies, unknown codes) → `Unexpected`.
 
-use outbox_core::{Error, ErrorKind};
+use outboxkit_core::{Error, ErrorKind};
 use redis::{ErrorKind as RedisKind, RedisError};
 
-/// What went wrong below the store's API, before it becomes an [`outbox_core::Error`].
+/// What went wrong below the store's API, before it becomes an [`outboxkit_core::Error`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StoreError {
     /// The driver or the server failed.

@@ -1,8 +1,8 @@
 //! [`Ledger`] for [`RedisStore`]: listings, single reads, attempts and retention.
 
 use async_trait::async_trait;
-use outbox_core::store::check_purge_limit;
-use outbox_core::{
+use outboxkit_core::store::check_purge_limit;
+use outboxkit_core::{
     Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Ledger, Message, MessageId, Page,
     PageRequest, PurgeReport, Result, TenantId, Timestamp,
 };

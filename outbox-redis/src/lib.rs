@@ -1,15 +1,15 @@
-//! # outbox-redis
+//! # outboxkit-redis
 //!
 //! The outbox store on Redis: [`RedisStore`] implements every store trait of
-//! [`outbox_core`] (`DeliveryStore`, `MessageStore`, `EndpointStore`, `Ledger`) with the
+//! [`outboxkit_core`] (`DeliveryStore`, `MessageStore`, `EndpointStore`, `Ledger`) with the
 //! semantics of the store contract, on the [`redis`] crate (async, one multiplexed
 //! connection through a reconnecting `ConnectionManager`). It needs Redis 7.0 or later.
 //!
 //! ```no_run
-//! use outbox_core::{ClaimRequest, MessageStore, DeliveryStore, NewMessage};
-//! use outbox_redis::RedisStore;
+//! use outboxkit_core::{ClaimRequest, MessageStore, DeliveryStore, NewMessage};
+//! use outboxkit_redis::RedisStore;
 //!
-//! # async fn demo() -> outbox_core::Result<()> {
+//! # async fn demo() -> outboxkit_core::Result<()> {
 //! let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
 //! store.enqueue(NewMessage::new("order.created", serde_json::json!({"id": 42}))).await?;
 //! let claimed = store
@@ -29,9 +29,9 @@
 //! from it, so all of them hash to the prefix's slot and one outbox lives in one Redis
 //! Cluster slot.
 //!
-//! Time is the injected [`outbox_core::Clock`]'s (passed to every script in milliseconds;
+//! Time is the injected [`outboxkit_core::Clock`]'s (passed to every script in milliseconds;
 //! Redis `TIME` is never used), and ids and claim tokens come from the injected
-//! [`outbox_core::Entropy`].
+//! [`outboxkit_core::Entropy`].
 //!
 //! ## Keys (after `<prefix>:`)
 //!
@@ -48,14 +48,14 @@
 //! | `e:<id>`, `te:<tenant>`, `h:<endpoint>` | hash, zset, set | endpoints, a tenant's endpoints by creation, an endpoint's held deliveries |
 //! | `consumers`, `stats`, `seq`, `qs`, `pt`, `purge` | misc | consumers, per-status counters, the sequence, the due-set registry, tenants with something to purge, the retention rotation |
 //!
-//! Finished deliveries leave the due sets; retention ([`outbox_core::Ledger::purge_completed`])
+//! Finished deliveries leave the due sets; retention ([`outboxkit_core::Ledger::purge_completed`])
 //! deletes them, their ledgers, emptied messages and their idempotency keys, so nothing grows
 //! without bound.
 //!
 //! ## Wake-ups
 //!
 //! Scripts `PUBLISH` on `<prefix>:wake` when work may have arrived. The first
-//! [`outbox_core::DeliveryStore::wake_listener`] call starts a background task holding a
+//! [`outboxkit_core::DeliveryStore::wake_listener`] call starts a background task holding a
 //! pub/sub connection that turns those messages into wake-ups, reconnecting with backoff
 //! and waking once after each reconnect.
 //!

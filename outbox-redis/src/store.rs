@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     fanout, Clock, DeliveryId, Enqueued, Entropy, Error, MessageStore, NewMessage, OsEntropy,
     Result, SystemClock, Timestamp, ValidMessage, Wakeups,
 };
@@ -203,9 +203,9 @@ impl RedisStore {
     /// you want to know whether the message was a duplicate.
     ///
     /// ```no_run
-    /// # async fn f(store: outbox_redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
-    /// use outbox_core::NewMessage;
-    /// use outbox_redis::EnqueueReply;
+    /// # async fn f(store: outboxkit_redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use outboxkit_core::NewMessage;
+    /// use outboxkit_redis::EnqueueReply;
     ///
     /// let mut pipe = redis::pipe();
     /// pipe.atomic().set("order:42", "paid").ignore();

@@ -1,11 +1,11 @@
 //! The wake-up listener: a background task on its own pub/sub connection that turns the
-//! scripts' `PUBLISH` on `<prefix>:wake` into [`outbox_core::Wakeups`] signals, so idle
+//! scripts' `PUBLISH` on `<prefix>:wake` into [`outboxkit_core::Wakeups`] signals, so idle
 //! dispatchers in any process react to an enqueue without waiting for their poll interval.
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use outbox_core::Wakeups;
+use outboxkit_core::Wakeups;
 
 use crate::store::RedisStore;
 

@@ -2,18 +2,18 @@
 
 use std::sync::Arc;
 
-use outbox_core::{EntropyExt, OsEntropy, Store};
-use outbox_redis::{RedisConfig, RedisStore};
-use outbox_testing::conformance::{backend_unavailable, Fixture};
-use outbox_testing::ManualClock;
+use outboxkit_core::{EntropyExt, OsEntropy, Store};
+use outboxkit_redis::{RedisConfig, RedisStore};
+use outboxkit_testing::conformance::{backend_unavailable, Fixture};
+use outboxkit_testing::ManualClock;
 
 fn url() -> String {
     std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
-async fn open(prefix: String, clock: Arc<ManualClock>) -> outbox_core::Result<RedisStore> {
+async fn open(prefix: String, clock: Arc<ManualClock>) -> outboxkit_core::Result<RedisStore> {
     let client = redis::Client::open(url()).map_err(|e| {
-        outbox_core::Error::misconfigured("url", "is not a redis url").with_source(e)
+        outboxkit_core::Error::misconfigured("url", "is not a redis url").with_source(e)
     })?;
     RedisStore::new(
         client,
@@ -78,4 +78,4 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
     )
 }
 
-outbox_testing::conformance_tests!(setup);
+outboxkit_testing::conformance_tests!(setup);

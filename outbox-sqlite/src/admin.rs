@@ -1,6 +1,6 @@
 //! Operator calls, stats, endpoints and consumers.
 
-use outbox_core::{
+use outboxkit_core::{
     Consumer, ConsumerName, DeliveryId, DeliveryStatus, Endpoint, EndpointId, EndpointUpdate,
     Error, Stats, TenantId, Timestamp,
 };
@@ -49,7 +49,7 @@ fn guarded(
         .optional()?;
     match status {
         None => Err(Error::not_found("delivery").into()),
-        Some(_) => Err(Error::new(outbox_core::ErrorKind::Conflict, conflict).into()),
+        Some(_) => Err(Error::new(outboxkit_core::ErrorKind::Conflict, conflict).into()),
     }
 }
 
@@ -130,7 +130,7 @@ fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 13] {
 
 /// Store a new endpoint; an existing id is a `Conflict`.
 pub(crate) fn create_endpoint(conn: &Connection, e: &Endpoint) -> Result<()> {
-    outbox_core::endpoint::check_description(&e.description)?;
+    outboxkit_core::endpoint::check_description(&e.description)?;
     if e.rate_limit == Some(0) {
         return Err(Error::invalid_input("rate_limit", "must be at least 1 per second").into());
     }

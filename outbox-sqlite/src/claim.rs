@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     AttemptRecord, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryUpdate, Entropy, Error,
     Lease, Message, MessageId, ReleaseReport, Timestamp,
 };
@@ -31,7 +31,7 @@ impl Sources {
             .consumers()
             .map(|(name, budget)| (name.to_string(), budget.into()))
             .collect();
-        let topics = |set: &std::collections::BTreeSet<outbox_core::Topic>| {
+        let topics = |set: &std::collections::BTreeSet<outboxkit_core::Topic>| {
             serde_json::to_string(&set.iter().map(|t| t.as_str()).collect::<Vec<_>>())
         };
         let min_budget = request
@@ -232,7 +232,7 @@ pub(crate) fn complete_many(
     conn: &Connection,
     items: &[(Lease, Completion)],
     now: Timestamp,
-) -> Result<Vec<outbox_core::Result<()>>> {
+) -> Result<Vec<outboxkit_core::Result<()>>> {
     let mut out = Vec::with_capacity(items.len());
     for (lease, completion) in items {
         match complete(conn, lease, completion, now) {

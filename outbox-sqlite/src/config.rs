@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use outbox_core::{Error, Limits, Result};
+use outboxkit_core::{Error, Limits, Result};
 
 /// How hard SQLite syncs to disk at commit (`PRAGMA synchronous`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -29,7 +29,7 @@ impl Synchronous {
 /// How to open a [`crate::SqliteStore`].
 ///
 /// ```
-/// use outbox_sqlite::{SqliteConfig, Synchronous};
+/// use outboxkit_sqlite::{SqliteConfig, Synchronous};
 /// let mut config = SqliteConfig::new("outbox.db");
 /// config.synchronous = Synchronous::Full;
 /// assert_eq!(config.busy_timeout, std::time::Duration::from_secs(5));

@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use outbox_core::{Error, ErrorKind, Stopwatch, Timestamp};
+use outboxkit_core::{Error, ErrorKind, Stopwatch, Timestamp};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use tokio::sync::oneshot;
 
@@ -110,7 +110,7 @@ impl Pool {
     }
 
     /// Run `f` on the writer connection.
-    pub(crate) async fn write<T, F>(&self, f: F) -> outbox_core::Result<T>
+    pub(crate) async fn write<T, F>(&self, f: F) -> outboxkit_core::Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
@@ -119,7 +119,7 @@ impl Pool {
     }
 
     /// Run `f` on a reader connection (the writer when there are no readers).
-    pub(crate) async fn read<T, F>(&self, f: F) -> outbox_core::Result<T>
+    pub(crate) async fn read<T, F>(&self, f: F) -> outboxkit_core::Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
@@ -128,7 +128,7 @@ impl Pool {
     }
 }
 
-async fn run<T, F>(lane: &mpsc::Sender<Job>, f: F) -> outbox_core::Result<T>
+async fn run<T, F>(lane: &mpsc::Sender<Job>, f: F) -> outboxkit_core::Result<T>
 where
     T: Send + 'static,
     F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,

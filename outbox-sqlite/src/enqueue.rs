@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use outbox_core::{
+use outboxkit_core::{
     fanout, Consumer, Endpoint, Enqueued, Entropy, Limits, MessageId, NewMessage, TenantId,
     Timestamp, ValidMessage,
 };
@@ -18,7 +18,7 @@ pub(crate) fn validate_all(
     messages: Vec<NewMessage>,
     limits: &Limits,
     now: Timestamp,
-) -> outbox_core::Result<Vec<ValidMessage>> {
+) -> outboxkit_core::Result<Vec<ValidMessage>> {
     messages
         .into_iter()
         .map(|m| m.validate(limits, now))

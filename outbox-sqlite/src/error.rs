@@ -1,4 +1,4 @@
-//! Driver errors mapped to [`outbox_core::ErrorKind`].
+//! Driver errors mapped to [`outboxkit_core::ErrorKind`].
 //!
 //! | SQLite | kind |
 //! | --- | --- |
@@ -14,12 +14,12 @@
 //! | a stored value that does not decode | `Unexpected` (corrupt data) |
 //! | anything else | `Unexpected` |
 
-use outbox_core::{Error, ErrorKind};
+use outboxkit_core::{Error, ErrorKind};
 use rusqlite::ffi;
 use rusqlite::ErrorCode;
 
 /// The crate's own failures; every fallible internal step returns this and the public API
-/// turns it into an [`outbox_core::Error`].
+/// turns it into an [`outboxkit_core::Error`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SqliteError {
     /// An error from SQLite or rusqlite.

@@ -1,6 +1,6 @@
 //! What an operator reads, and retention.
 
-use outbox_core::{
+use outboxkit_core::{
     Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Message, MessageId, Page,
     PageRequest, PurgeReport, TenantId, Timestamp,
 };

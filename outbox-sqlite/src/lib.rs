@@ -1,7 +1,7 @@
-//! # outbox-sqlite
+//! # outboxkit-sqlite
 //!
 //! The embedded store of the outbox on SQLite (through `rusqlite`, bundled): [`SqliteStore`]
-//! implements every store trait of `outbox-core` on one database file — the application's
+//! implements every store trait of `outboxkit-core` on one database file — the application's
 //! own file, or one of its own.
 //!
 //! - **Transactional enqueue.** [`SqliteStore::enqueue_in`] writes a message and its
@@ -19,8 +19,8 @@
 //!   `ErrorKind::Misconfigured` before anything is written to it.
 //!
 //! ```no_run
-//! use outbox_core::{ClaimRequest, MessageStore, DeliveryStore, NewMessage};
-//! use outbox_sqlite::SqliteStore;
+//! use outboxkit_core::{ClaimRequest, MessageStore, DeliveryStore, NewMessage};
+//! use outboxkit_sqlite::SqliteStore;
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = SqliteStore::open_path("app.db").await?;
 //!

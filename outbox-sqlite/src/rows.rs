@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use outbox_core::{
+use outboxkit_core::{
     Attempt, AttemptOutcome, AttemptRecord, BodyFormat, ClaimToken, Consumer, ConsumerName,
     DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId,
     EndpointStatus, EndpointUrl, IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey,

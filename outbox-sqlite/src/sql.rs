@@ -113,7 +113,7 @@ pub(crate) const MESSAGES_BY_IDS: &str = concat!(
 
 // ---- settle, release, extend, mark sending ----
 
-/// Write a [`outbox_core::DeliveryUpdate`] under the fence (token matches, row claimed).
+/// Write a [`outboxkit_core::DeliveryUpdate`] under the fence (token matches, row claimed).
 pub(crate) const SETTLE: &str = "UPDATE outbox_deliveries \
      SET status = ?4, attempts = ?5, snoozes = ?6, next_attempt_at = ?7, completed_at = ?8, \
          dead_reason = ?9, \

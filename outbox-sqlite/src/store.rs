@@ -1,4 +1,4 @@
-//! [`SqliteStore`]: every store trait of `outbox-core` on one SQLite database.
+//! [`SqliteStore`]: every store trait of `outboxkit-core` on one SQLite database.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::store::check_purge_limit;
-use outbox_core::{
+use outboxkit_core::store::check_purge_limit;
+use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Clock, Completion, Consumer, ConsumerName, Delivery,
     DeliveryFilter, DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
     Enqueued, Entropy, Error, ErrorKind, Lease, Ledger, Limits, Message, MessageId, MessageStore,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
-use outbox_core::Wakeups;
+use outboxkit_core::Wakeups;
 
 type Registry = Mutex<HashMap<PathBuf, Weak<Wakeups>>>;
 

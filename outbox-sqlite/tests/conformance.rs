@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use outbox_core::{OsEntropy, Store};
-use outbox_sqlite::{SqliteConfig, SqliteStore};
-use outbox_testing::conformance::Fixture;
-use outbox_testing::ManualClock;
+use outboxkit_core::{OsEntropy, Store};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore};
+use outboxkit_testing::conformance::Fixture;
+use outboxkit_testing::ManualClock;
 
 async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -29,4 +29,4 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
     Some(fixture)
 }
 
-outbox_testing::conformance_tests!(setup);
+outboxkit_testing::conformance_tests!(setup);

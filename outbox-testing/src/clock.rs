@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{Clock, Entropy, Timestamp};
+use outboxkit_core::{Clock, Entropy, Timestamp};
 use tokio::sync::watch;
 
 /// A [`Clock`] that only moves when told. Sleepers wake as soon as the clock is set or
@@ -101,7 +101,7 @@ impl Entropy for SeededEntropy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::ClockExt;
+    use outboxkit_core::ClockExt;
 
     #[tokio::test]
     async fn sleepers_follow_the_manual_clock() {

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use outbox_testing::{FaultyStore, InMemoryStore, ManualClock};
+//! use outboxkit_testing::{FaultyStore, InMemoryStore, ManualClock};
 //!
 //! let flaky = FaultyStore::new(InMemoryStore::new(ManualClock::new()), 7)
 //!     .error_ratio(0.2)
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
     Error, ErrorKind, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, Page,

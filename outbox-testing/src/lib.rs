@@ -1,4 +1,4 @@
-//! # outbox-testing
+//! # outboxkit-testing
 //!
 //! Everything needed to test code that uses outbox, and to prove a store correct:
 //!

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     Accepted, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage, MailOutcome,
     Mailer,
 };
@@ -19,8 +19,8 @@ use outbox_core::{
 ///   [`MailStandIn::heal`]; a refused send records nothing.
 ///
 /// ```
-/// use outbox_core::{MailErrorCode, MailOutcome, Mailer};
-/// use outbox_testing::MailStandIn;
+/// use outboxkit_core::{MailErrorCode, MailOutcome, Mailer};
+/// use outboxkit_testing::MailStandIn;
 ///
 /// let mail = MailStandIn::idempotent();
 /// assert!(mail.capabilities().idempotent);

@@ -3,9 +3,9 @@
 //!
 //! ```
 //! use proptest::prelude::*;
-//! use outbox_core::{Limits, Timestamp};
+//! use outboxkit_core::{Limits, Timestamp};
 //!
-//! proptest!(|(m in outbox_testing::strategies::new_message())| {
+//! proptest!(|(m in outboxkit_testing::strategies::new_message())| {
 //!     let now = Timestamp::from_unix_millis(1_767_225_600_000).unwrap();
 //!     prop_assert!(m.validate(&Limits::default(), now).is_ok());
 //! });
@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{NewMessage, TenantId, Topic};
+use outboxkit_core::{NewMessage, TenantId, Topic};
 use proptest::collection::{btree_map, vec};
 use proptest::option;
 use proptest::prelude::*;
@@ -128,7 +128,7 @@ pub fn new_message() -> impl Strategy<Value = NewMessage> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_core::{Limits, Timestamp};
+    use outboxkit_core::{Limits, Timestamp};
 
     fn now() -> Timestamp {
         Timestamp::from_unix_millis(1_767_225_600_000).expect("a valid time")

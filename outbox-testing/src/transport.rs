@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{EntropyExt, ErrorClass, SignedRequest, WebhookResponse, WebhookTransport};
+use outboxkit_core::{EntropyExt, ErrorClass, SignedRequest, WebhookResponse, WebhookTransport};
 
 use crate::clock::SeededEntropy;
 
@@ -18,8 +18,8 @@ use crate::clock::SeededEntropy;
 /// set), and records every request. Clones share the queue and the record.
 ///
 /// ```
-/// use outbox_core::{WebhookResponse, WebhookTransport};
-/// use outbox_testing::ScriptedTransport;
+/// use outboxkit_core::{WebhookResponse, WebhookTransport};
+/// use outboxkit_testing::ScriptedTransport;
 ///
 /// let transport = ScriptedTransport::new();
 /// transport.push(WebhookResponse::answered(503, Some("5".into()), "busy"));

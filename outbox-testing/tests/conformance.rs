@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use outbox_core::Store;
-use outbox_testing::conformance::Fixture;
-use outbox_testing::{FaultyStore, InMemoryStore, ManualClock};
+use outboxkit_core::Store;
+use outboxkit_testing::conformance::Fixture;
+use outboxkit_testing::{FaultyStore, InMemoryStore, ManualClock};
 
 fn memory(clock: &Arc<ManualClock>) -> InMemoryStore {
     InMemoryStore::new(clock.clone())
@@ -32,7 +32,7 @@ mod direct {
         }))
     }
 
-    outbox_testing::conformance_tests!(setup);
+    outboxkit_testing::conformance_tests!(setup);
 }
 
 mod boxed {
@@ -43,7 +43,7 @@ mod boxed {
         Some(fixture(store, clock))
     }
 
-    outbox_testing::conformance_tests!(setup);
+    outboxkit_testing::conformance_tests!(setup);
 }
 
 mod nested_arc {
@@ -54,7 +54,7 @@ mod nested_arc {
         Some(fixture(store, clock))
     }
 
-    outbox_testing::conformance_tests!(setup);
+    outboxkit_testing::conformance_tests!(setup);
 }
 
 mod faulty_at_zero {
@@ -65,5 +65,5 @@ mod faulty_at_zero {
         Some(fixture(store, clock))
     }
 
-    outbox_testing::conformance_tests!(setup);
+    outboxkit_testing::conformance_tests!(setup);
 }

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     ClaimRequest, ClaimToken, Clock, Completion, ConsumerName, DeadReason, DeliveryFilter,
     DeliveryId, DeliveryStatus as S, DeliveryStore, EndpointStore, ErrorKind, Lease, Ledger,
     MessageStore, NewMessage, PageRequest, TenantId, Timestamp, Verdict,
 };
-use outbox_testing::{InMemoryStore, ManualClock, SeededEntropy};
+use outboxkit_testing::{InMemoryStore, ManualClock, SeededEntropy};
 use proptest::prelude::*;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -141,9 +141,9 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         .map(|n| ConsumerName::new(*n).expect("name"))
         .collect();
     for n in &names {
-        let c = outbox_core::Consumer {
+        let c = outboxkit_core::Consumer {
             name: n.clone(),
-            filter: outbox_core::TopicFilter::all(),
+            filter: outboxkit_core::TopicFilter::all(),
             created_at: clock.now(),
         };
         store.put_consumer(&c).await.expect("put_consumer");
@@ -176,7 +176,8 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         .iter()
                         .find(|d| {
                             d.message_id == e.message_id
-                                && d.destination == outbox_core::Destination::Handler(name.clone())
+                                && d.destination
+                                    == outboxkit_core::Destination::Handler(name.clone())
                         })
                         .expect("the new delivery");
                     ids.push(d.id);

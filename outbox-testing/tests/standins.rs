@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     sign, EndpointUrl, ErrorClass, IdempotencyKey, MailErrorCode, MailMessage, MailOutcome, Mailer,
     SignedRequest, VerifyError, WebhookResponse, WebhookSecret, WebhookTransport,
 };
-use outbox_testing::{FaultyTransport, MailStandIn, Reply, ScriptedTransport, WebhookReceiver};
+use outboxkit_testing::{FaultyTransport, MailStandIn, Reply, ScriptedTransport, WebhookReceiver};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -300,8 +300,8 @@ fn secret(byte: u8) -> WebhookSecret {
 }
 
 fn now_secs() -> i64 {
-    use outbox_core::Clock;
-    outbox_core::SystemClock.now().as_unix_seconds()
+    use outboxkit_core::Clock;
+    outboxkit_core::SystemClock.now().as_unix_seconds()
 }
 
 async fn post_signed(r: &WebhookReceiver, secrets: &[&WebhookSecret], ts: i64) {
@@ -360,8 +360,8 @@ async fn signatures_are_verified_against_any_secret() {
 
 #[tokio::test]
 async fn timestamps_can_be_checked_against_a_manual_clock() {
-    let clock = outbox_testing::ManualClock::new();
-    let start = outbox_testing::ManualClock::START / 1000;
+    let clock = outboxkit_testing::ManualClock::new();
+    let start = outboxkit_testing::ManualClock::START / 1000;
     let r = WebhookReceiver::start()
         .await
         .unwrap()
@@ -427,7 +427,7 @@ async fn scripted_transport_answers_in_order_then_the_default() {
     );
     assert_eq!(
         got[1].outcome(),
-        outbox_core::Outcome::Http {
+        outboxkit_core::Outcome::Http {
             status: 429,
             retry_after: Some("3".into())
         }

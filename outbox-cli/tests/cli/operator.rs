@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_testing::WebhookReceiver;
+use outboxkit_testing::WebhookReceiver;
 
 use crate::{id_after, outbox, sqlite_url};
 
@@ -34,7 +34,7 @@ async fn operator_commands_on_sqlite() {
     let ep = id_after(&out, "created endpoint ");
     let secret = id_after(&out, "(shown once): ");
     assert!(secret.starts_with("whsec_"));
-    receiver.set_secrets(vec![outbox_core::WebhookSecret::parse(&secret).unwrap()]);
+    receiver.set_secrets(vec![outboxkit_core::WebhookSecret::parse(&secret).unwrap()]);
 
     assert!(outbox(&["endpoints", "list", "--store", s])
         .ok()

@@ -4,11 +4,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     AeadVault, EndpointAdmin, NewEndpoint, NewMessage, OsEntropy, Store, SystemClock, TenantId,
 };
-use outbox_postgres::{PostgresConfig, PostgresStore};
-use outbox_testing::WebhookReceiver;
+use outboxkit_postgres::{PostgresConfig, PostgresStore};
+use outboxkit_testing::WebhookReceiver;
 
 use crate::{outbox_cmd, VAULT_KEY};
 
@@ -24,12 +24,12 @@ async fn relay_on_postgres_delivers_and_stops_on_sigterm() {
     {
         Ok(p) => p,
         Err(e) => {
-            return outbox_testing::conformance::backend_unavailable::<()>("postgres", e)
+            return outboxkit_testing::conformance::backend_unavailable::<()>("postgres", e)
                 .unwrap_or(())
         }
     };
     let mut b = [0u8; 6];
-    outbox_core::Entropy::fill(&OsEntropy, &mut b);
+    outboxkit_core::Entropy::fill(&OsEntropy, &mut b);
     let ns = format!(
         "cli_relay_{}",
         b.iter().map(|x| format!("{x:02x}")).collect::<String>()
@@ -52,7 +52,7 @@ async fn relay_on_postgres_delivers_and_stops_on_sigterm() {
         Arc::new(SystemClock),
         Arc::new(OsEntropy),
     )
-    .with_url_policy(Arc::new(outbox_core::AnyUrl));
+    .with_url_policy(Arc::new(outboxkit_core::AnyUrl));
     let tenant = TenantId::default();
     let (_, secret) = admin
         .create(

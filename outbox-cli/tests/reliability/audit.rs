@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Delivery, DeliveryFilter, DeliveryStatus, NewMessage, PageRequest, Stats, Stopwatch, Store,
     TenantId,
 };
-use outbox_testing::ReceivedRequest;
+use outboxkit_testing::ReceivedRequest;
 
 /// Enqueue messages `range` on `topic`, `batch` per `enqueue_batch`, each carrying its
 /// sequence number and `marker`.
@@ -177,7 +177,7 @@ pub fn check_at_least_once(
 /// Wait until the receiver has seen `n` requests more than `from`, up to `timeout`; returns
 /// how long it took.
 pub async fn time_until_received(
-    receiver: &outbox_testing::WebhookReceiver,
+    receiver: &outboxkit_testing::WebhookReceiver,
     from: usize,
     n: usize,
     timeout: Duration,

@@ -8,15 +8,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     AeadVault, Clock, DynSecretVault, EndpointAdmin, Entropy, EntropyExt, NewEndpoint, OsEntropy,
     Store, SystemClock, TenantId, WebhookSecret,
 };
-use outbox_postgres::sqlx::postgres::PgPoolOptions;
-use outbox_postgres::{PostgresConfig, PostgresStore};
-use outbox_redis::{RedisConfig, RedisStore};
-use outbox_sqlite::{SqliteConfig, SqliteStore};
-use outbox_testing::conformance::backend_unavailable;
+use outboxkit_postgres::sqlx::postgres::PgPoolOptions;
+use outboxkit_postgres::{PostgresConfig, PostgresStore};
+use outboxkit_redis::{RedisConfig, RedisStore};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore};
+use outboxkit_testing::conformance::backend_unavailable;
 use tempfile::TempDir;
 
 /// Which database.
@@ -219,14 +219,14 @@ impl Backend {
         )
         // The receivers live on loopback over http: the relay's own flags, and no more.
         .with_url_policy(std::sync::Arc::new(
-            outbox_http::EgressPolicy::default()
+            outboxkit_http::EgressPolicy::default()
                 .allow_http(true)
                 .allow_private(true),
         ))
     }
 
     /// Create a webhook endpoint for every topic at `url`; returns its id and secret.
-    pub async fn endpoint(&self, url: &str) -> (outbox_core::EndpointId, WebhookSecret) {
+    pub async fn endpoint(&self, url: &str) -> (outboxkit_core::EndpointId, WebhookSecret) {
         let (e, secret) = self
             .admin()
             .create(
@@ -273,13 +273,17 @@ pub fn block_on_thread<F: Future<Output = ()> + Send + 'static>(f: F) {
 }
 
 async fn drop_schema(schema: &str) {
-    use outbox_postgres::sqlx::Connection;
-    let Ok(mut conn) = outbox_postgres::sqlx::PgConnection::connect(&postgres_url()).await else {
+    use outboxkit_postgres::sqlx::Connection;
+    let Ok(mut conn) = outboxkit_postgres::sqlx::PgConnection::connect(&postgres_url()).await
+    else {
         eprintln!("could not connect to drop schema {schema}");
         return;
     };
     let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-    if let Err(e) = outbox_postgres::sqlx::query(&sql).execute(&mut conn).await {
+    if let Err(e) = outboxkit_postgres::sqlx::query(&sql)
+        .execute(&mut conn)
+        .await
+    {
         eprintln!("could not drop schema {schema}: {e}");
     }
     let _ = conn.close().await;

@@ -12,11 +12,11 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Cursor, DeliveryFilter, DeliveryId, EndpointId, EndpointUrl, Error, ErrorKind, NewEndpoint,
     NewMessage, Operator, PageRequest, TenantId,
 };
-use outbox_http::EgressPolicy;
+use outboxkit_http::EgressPolicy;
 
 use crate::audit::{all_deliveries, stats};
 use crate::backend::{Backend, Kind};
@@ -37,7 +37,7 @@ pub fn stranger() -> TenantId {
 
 pub async fn snapshot(b: &Backend) -> Snapshot {
     let s = stats(&*b.store).await;
-    let counts = outbox_core::DeliveryStatus::ALL
+    let counts = outboxkit_core::DeliveryStatus::ALL
         .iter()
         .map(|st| s.count(*st))
         .collect();

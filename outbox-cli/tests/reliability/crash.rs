@@ -12,8 +12,8 @@
 
 use std::time::Duration;
 
-use outbox_core::{EntropyExt, Stopwatch};
-use outbox_testing::{SeededEntropy, WebhookReceiver};
+use outboxkit_core::{EntropyExt, Stopwatch};
+use outboxkit_testing::{SeededEntropy, WebhookReceiver};
 
 use crate::audit::{
     all_deliveries, check_at_least_once, drained, enqueue_numbered, stats, wait_drained,

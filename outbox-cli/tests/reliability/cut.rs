@@ -17,9 +17,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use outbox_core::Stopwatch;
-use outbox_postgres::sqlx::{self, Connection};
-use outbox_testing::WebhookReceiver;
+use outboxkit_core::Stopwatch;
+use outboxkit_postgres::sqlx::{self, Connection};
+use outboxkit_testing::WebhookReceiver;
 
 use crate::audit::{
     all_deliveries, check_at_least_once, drained, enqueue_numbered, stats, time_until_received,

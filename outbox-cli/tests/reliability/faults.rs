@@ -7,7 +7,7 @@
 //!
 //! The dispatcher runs **in-process** on each store (the real `HttpTransport`), so the
 //! answers come from one script in arrival order: request `i` got answer `i`. That makes the
-//! check exact: replaying each delivery's answers through `outbox_core::classify` (DESIGN §4)
+//! check exact: replaying each delivery's answers through `outboxkit_core::classify` (DESIGN §4)
 //! must give its final status, dead reason and attempt count, and its ledger
 //! (`store.attempts`) must hold one attempt per request the receiver saw for its
 //! `webhook-id`, each with the status or error class of that answer.
@@ -16,13 +16,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     classify, AttemptContext, AttemptOutcome, DeadReason, DeliveryStatus, Dispatcher,
     DispatcherConfig, EntropyExt, ErrorClass, Outcome, RetryPolicy, TenantPolicy, Timestamp,
     Verdict, VerdictPolicy,
 };
-use outbox_http::{EgressPolicy, HttpTransport};
-use outbox_testing::{Reply, SeededEntropy, WebhookReceiver};
+use outboxkit_http::{EgressPolicy, HttpTransport};
+use outboxkit_testing::{Reply, SeededEntropy, WebhookReceiver};
 
 use crate::audit::{all_deliveries, enqueue_numbered, stats};
 use crate::backend::{Backend, Kind};
@@ -130,11 +130,11 @@ fn expected(
     }
 }
 
-type Running = tokio::task::JoinHandle<outbox_core::Result<outbox_core::Report>>;
+type Running = tokio::task::JoinHandle<outboxkit_core::Result<outboxkit_core::Report>>;
 
 /// Wait until nothing is pending or in flight (only succeeded, dead and held remain);
 /// fails at once when the dispatcher stopped on its own.
-async fn settle(store: &dyn outbox_core::Store, running: &mut Running) -> outbox_core::Stats {
+async fn settle(store: &dyn outboxkit_core::Store, running: &mut Running) -> outboxkit_core::Stats {
     for _ in 0..1_200 {
         if running.is_finished() {
             let r = running.await;

@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{NewMessage, Stopwatch, Store};
-use outbox_testing::WebhookReceiver;
+use outboxkit_core::{NewMessage, Stopwatch, Store};
+use outboxkit_testing::WebhookReceiver;
 use tokio::task::JoinSet;
 
 use crate::audit::{all_deliveries, check_at_least_once, wait_drained};

@@ -26,7 +26,7 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox_core::{EntropyExt, OsEntropy};
+use outboxkit_core::{EntropyExt, OsEntropy};
 
 /// Tests that run three relays at once take turns, so two of them never share the two
 /// cores (which would only stretch both and prove nothing more).

@@ -18,11 +18,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Dispatcher, DispatcherConfig, NewEndpoint, NewMessage, RetryPolicy, TenantPolicy, WebhookSecret,
 };
-use outbox_http::{EgressPolicy, HttpMailer, HttpMailerConfig, HttpTransport};
-use outbox_testing::{Reply, WebhookReceiver};
+use outboxkit_http::{EgressPolicy, HttpMailer, HttpMailerConfig, HttpTransport};
+use outboxkit_testing::{Reply, WebhookReceiver};
 
 use crate::audit::wait_drained;
 use crate::backend::{Backend, Kind};
@@ -77,7 +77,7 @@ struct Setup {
     hooks: WebhookReceiver,
     mail: WebhookReceiver,
     secrets: Secrets,
-    endpoint: outbox_core::EndpointId,
+    endpoint: outboxkit_core::EndpointId,
     url: String,
     mail_key: String,
     total: u64,
@@ -255,7 +255,7 @@ async fn in_process_scenario(kind: Kind, capture: Capture) {
         ("part of a secret", partial[6..].to_owned()),
         ("a malformed address", "bad\u{7}@example.org".to_owned()),
     ]);
-    let attempts: Vec<outbox_core::Result<()>> = vec![
+    let attempts: Vec<outboxkit_core::Result<()>> = vec![
         admin
             .create(
                 &b.tenant,

@@ -113,7 +113,7 @@ impl EndpointAdmin {
         }
     }
 
-    /// Check new and changed URLs with `policy` (e.g. `outbox_http::EgressPolicy`, which also
+    /// Check new and changed URLs with `policy` (e.g. `outboxkit_http::EgressPolicy`, which also
     /// refuses private and metadata addresses; [`crate::endpoint::AnyUrl`] for loopback
     /// receivers in tests).
     pub fn with_url_policy(mut self, policy: Arc<dyn UrlPolicy>) -> Self {

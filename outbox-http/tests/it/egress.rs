@@ -4,9 +4,9 @@
 
 use std::net::IpAddr;
 
-use outbox_core::{EndpointUrl, ErrorClass, ErrorKind, WebhookTransport};
-use outbox_http::{AddressKind, EgressError, EgressPolicy, EgressRefusal, HttpTransport};
-use outbox_testing::WebhookReceiver;
+use outboxkit_core::{EndpointUrl, ErrorClass, ErrorKind, WebhookTransport};
+use outboxkit_http::{AddressKind, EgressError, EgressPolicy, EgressRefusal, HttpTransport};
+use outboxkit_testing::WebhookReceiver;
 
 use crate::support::*;
 
@@ -280,7 +280,7 @@ async fn an_allowed_host_name_reaches_the_receiver() {
 
 #[test]
 fn bad_transport_settings_are_misconfigured() {
-    use outbox_http::HttpTransportConfig;
+    use outboxkit_http::HttpTransportConfig;
     let cases = [
         HttpTransportConfig {
             timeout: std::time::Duration::ZERO,

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     ErrorKind, IdempotencyKey, MailErrorCode as C, MailMessage, MailOutcome as O, Mailer,
 };
-use outbox_http::{HttpMailer, HttpMailerConfig};
-use outbox_testing::{Reply, WebhookReceiver};
+use outboxkit_http::{HttpMailer, HttpMailerConfig};
+use outboxkit_testing::{Reply, WebhookReceiver};
 
 use crate::support::closed_port;
 

@@ -1,4 +1,4 @@
-//! outbox-http against loopback stand-ins only: no traffic leaves the machine.
+//! outboxkit-http against loopback stand-ins only: no traffic leaves the machine.
 
 mod egress;
 mod mailer;

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     classify, sign, AttemptContext, Clock, EndpointUrl, ErrorClass, RetryPolicy, SignedRequest,
     SystemClock, Timestamp, Verdict, VerdictPolicy, WebhookResponse, WebhookSecret,
 };
-use outbox_http::{EgressPolicy, HttpTransport, HttpTransportConfig};
+use outboxkit_http::{EgressPolicy, HttpTransport, HttpTransportConfig};
 
 pub const WAIT: Duration = Duration::from_secs(10);
 

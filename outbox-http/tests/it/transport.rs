@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     AttemptOutcome, DeadReason, ErrorClass, Verdict, WebhookResponse, WebhookTransport,
 };
-use outbox_testing::{Reply, WebhookReceiver};
+use outboxkit_testing::{Reply, WebhookReceiver};
 
 use crate::support::*;
 
@@ -168,7 +168,7 @@ async fn retry_after_reaches_the_verdict() {
     let resp = t.send(plain(&r.url(), WAIT)).await;
     assert_eq!(
         resp.outcome(),
-        outbox_core::Outcome::Http {
+        outboxkit_core::Outcome::Http {
             status: 503,
             retry_after: Some("7200".into())
         }
@@ -211,7 +211,7 @@ async fn a_rotated_secret_signs_twice_and_either_receiver_accepts() {
         .await;
     assert_eq!(
         stranger.requests()[0].signature,
-        Some(Err(outbox_core::VerifyError::Mismatch))
+        Some(Err(outboxkit_core::VerifyError::Mismatch))
     );
 }
 

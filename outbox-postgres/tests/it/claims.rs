@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{Clock, DeliveryId, DeliveryStore, MessageStore, Stopwatch, SystemClock};
-use outbox_postgres::PostgresStore;
+use outboxkit_core::{Clock, DeliveryId, DeliveryStore, MessageStore, Stopwatch, SystemClock};
+use outboxkit_postgres::PostgresStore;
 
 use crate::support::{claim_request, count, order, success, with_db};
 

@@ -3,10 +3,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use outbox_core::{
+use outboxkit_core::{
     DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, SystemClock, TenantId,
 };
-use outbox_postgres::sqlx;
+use outboxkit_postgres::sqlx;
 
 use crate::support::{claim_request, count, order, with_db};
 

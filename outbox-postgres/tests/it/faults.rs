@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Clock, Completion, DeliveryId, DeliveryStore, ErrorKind, Lease, MessageStore, Stopwatch,
 };
-use outbox_postgres::{sqlx, PostgresStore};
-use outbox_testing::ManualClock;
+use outboxkit_postgres::{sqlx, PostgresStore};
+use outboxkit_testing::ManualClock;
 
 use crate::support::{claim_request, count, order, success, with_db, LEASE};
 

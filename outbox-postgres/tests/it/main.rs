@@ -1,4 +1,4 @@
-//! Integration tests of `outbox-postgres` against a real PostgreSQL
+//! Integration tests of `outboxkit-postgres` against a real PostgreSQL
 //! (`OUTBOX_TEST_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`). Each test
 //! works in a fresh schema with a random name, dropped afterwards.
 

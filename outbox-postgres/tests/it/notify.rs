@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Clock, DeliveryStore, MessageStore, OsEntropy, Stopwatch, SystemClock, WakeListener,
 };
-use outbox_postgres::{sqlx, PostgresConfig, PostgresStore};
+use outboxkit_postgres::{sqlx, PostgresConfig, PostgresStore};
 
 use crate::support::{order, with_db, TestDb};
 
@@ -145,20 +145,20 @@ async fn an_idle_dispatcher_is_woken_by_an_enqueue_long_before_its_poll() {
             .await;
         let writer = db.store(db.pool(&db.app("writer"), 2).await, clock.clone());
         let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let dispatcher = outbox_core::Dispatcher::builder(Arc::new(store.clone()))
+        let dispatcher = outboxkit_core::Dispatcher::builder(Arc::new(store.clone()))
             .clock(clock)
-            .config(outbox_core::DispatcherConfig {
+            .config(outboxkit_core::DispatcherConfig {
                 poll_interval: std::time::Duration::from_secs(30),
-                ..outbox_core::DispatcherConfig::default()
+                ..outboxkit_core::DispatcherConfig::default()
             })
             .handler(
                 "worker",
                 "*",
-                move |_c: outbox_core::Context, _m: outbox_core::Message| {
+                move |_c: outboxkit_core::Context, _m: outboxkit_core::Message| {
                     let seen = seen_tx.clone();
                     async move {
                         let _ = seen.send(());
-                        outbox_core::HandlerResult::Ok
+                        outboxkit_core::HandlerResult::Ok
                     }
                 },
             )

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use outbox_core::{
+use outboxkit_core::{
     AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, Consumer, ConsumerName,
     EntropyExt, NewMessage, OsEntropy, Timestamp, TopicFilter, Verdict,
 };
-use outbox_postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use outbox_postgres::{PostgresConfig, PostgresStore};
-use outbox_testing::conformance::backend_unavailable;
+use outboxkit_postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use outboxkit_postgres::{PostgresConfig, PostgresStore};
+use outboxkit_testing::conformance::backend_unavailable;
 
 /// The lease every test claims with.
 pub const LEASE: Duration = Duration::from_secs(60);
@@ -60,7 +60,7 @@ impl TestDb {
             filter: TopicFilter::all(),
             created_at: clock.now(),
         };
-        outbox_core::EndpointStore::put_consumer(&store, &worker)
+        outboxkit_core::EndpointStore::put_consumer(&store, &worker)
             .await
             .expect("put_consumer");
         store
@@ -99,7 +99,10 @@ where
     });
     let result = AssertUnwindSafe(body(db.clone())).catch_unwind().await;
     let drop = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", db.schema);
-    if let Err(e) = outbox_postgres::sqlx::query(&drop).execute(&db.admin).await {
+    if let Err(e) = outboxkit_postgres::sqlx::query(&drop)
+        .execute(&db.admin)
+        .await
+    {
         eprintln!("could not drop test schema {}: {e}", db.schema);
     }
     if let Err(panic) = result {
@@ -139,7 +142,7 @@ pub fn success(now: Timestamp) -> Completion {
 /// `SELECT count(*)` over a query of this test's schema (`{s}` is the quoted schema).
 pub async fn count(db: &TestDb, query: &str) -> i64 {
     let q = query.replace("{s}", &format!("\"{}\"", db.schema));
-    outbox_postgres::sqlx::query_scalar(&q)
+    outboxkit_postgres::sqlx::query_scalar(&q)
         .fetch_one(&db.admin)
         .await
         .expect("a count query")

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use outbox_core::{DeliveryId, DeliveryStore, MessageStore, NewMessage};
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryId, DeliveryStore, MessageStore, NewMessage};
+use outboxkit_testing::ManualClock;
 use tokio::task::JoinSet;
 
 use crate::common::{add_worker, claim_request, isolated, store, succeeded};
@@ -87,7 +87,7 @@ async fn exhausted_rows_behind_a_full_batch_die_too() {
         let s = store(&prefix, clock.clone()).await;
         add_worker(&s, clock.as_ref()).await;
         let one_try = |batch| {
-            outbox_core::ClaimRequest::new(batch, std::time::Duration::from_secs(60))
+            outboxkit_core::ClaimRequest::new(batch, std::time::Duration::from_secs(60))
                 .handler(crate::common::worker(), 1)
         };
         for i in 0..3 {

@@ -4,12 +4,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     ClaimRequest, Clock, Completion, Consumer, ConsumerName, EndpointStore, EntropyExt, OsEntropy,
     TopicFilter, Verdict,
 };
-use outbox_redis::{RedisConfig, RedisStore};
-use outbox_testing::conformance::backend_unavailable;
+use outboxkit_redis::{RedisConfig, RedisStore};
+use outboxkit_testing::conformance::backend_unavailable;
 
 pub fn url() -> String {
     std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())

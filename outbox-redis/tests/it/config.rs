@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use outbox_core::{ErrorKind, OsEntropy, SystemClock};
-use outbox_redis::{RedisConfig, RedisStore};
+use outboxkit_core::{ErrorKind, OsEntropy, SystemClock};
+use outboxkit_redis::{RedisConfig, RedisStore};
 
 use crate::common::url;
 

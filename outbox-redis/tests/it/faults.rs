@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{DeliveryStore, ErrorKind, MessageStore, NewMessage};
-use outbox_redis::RedisStore;
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryStore, ErrorKind, MessageStore, NewMessage};
+use outboxkit_redis::RedisStore;
+use outboxkit_testing::ManualClock;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 

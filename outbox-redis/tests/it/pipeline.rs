@@ -2,9 +2,9 @@
 
 use std::collections::HashSet;
 
-use outbox_core::{DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, TenantId};
-use outbox_redis::EnqueueReply;
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, TenantId};
+use outboxkit_redis::EnqueueReply;
+use outboxkit_testing::ManualClock;
 use tokio::task::JoinSet;
 
 use crate::common::{add_worker, admin, claim_request, isolated, store};

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     AttemptOutcome, AttemptRecord, Clock, Completion, DeadReason, DeliveryStore, ErrorClass,
     Ledger, MessageStore, NewMessage, Verdict,
 };
-use outbox_testing::ManualClock;
+use outboxkit_testing::ManualClock;
 
 use crate::common::{add_worker, claim_request, isolated, keys, store};
 
@@ -32,7 +32,7 @@ async fn purge_leaves_only_bookkeeping_keys() {
         );
         s.enqueue_batch(batch).await.expect("enqueue");
         let email = s
-            .claim(&outbox_core::ClaimRequest::new(10, Duration::from_secs(60)).email(3))
+            .claim(&outboxkit_core::ClaimRequest::new(10, Duration::from_secs(60)).email(3))
             .await
             .expect("claim email");
         assert_eq!(email.len(), 1);

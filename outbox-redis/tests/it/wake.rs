@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{DeliveryStore, MessageStore, NewMessage};
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryStore, MessageStore, NewMessage};
+use outboxkit_testing::ManualClock;
 
 use crate::common::{add_worker, admin, isolated, store};
 

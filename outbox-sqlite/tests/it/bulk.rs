@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use outbox_core::{DeliveryStore, MessageStore, NewMessage};
-use outbox_sqlite::SqliteStore;
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryStore, MessageStore, NewMessage};
+use outboxkit_sqlite::SqliteStore;
+use outboxkit_testing::ManualClock;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::common::{claim_for, consumer, open, succeeded};

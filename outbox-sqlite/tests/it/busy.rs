@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use outbox_core::{DeliveryStore, ErrorKind, MessageStore, NewMessage};
-use outbox_sqlite::SqliteConfig;
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryStore, ErrorKind, MessageStore, NewMessage};
+use outboxkit_sqlite::SqliteConfig;
+use outboxkit_testing::ManualClock;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::common::{claim_for, consumer, open_with};

@@ -4,13 +4,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{ClaimRequest, Clock};
-use outbox_core::{
+use outboxkit_core::{ClaimRequest, Clock};
+use outboxkit_core::{
     Claimed, Completion, Consumer, ConsumerName, EndpointStore, Lease, OsEntropy, TopicFilter,
     Verdict,
 };
-use outbox_sqlite::{SqliteConfig, SqliteStore};
-use outbox_testing::ManualClock;
+use outboxkit_sqlite::{SqliteConfig, SqliteStore};
+use outboxkit_testing::ManualClock;
 
 /// The lease the tests claim with.
 pub const LEASE: Duration = Duration::from_secs(60);

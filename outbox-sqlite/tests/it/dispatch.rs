@@ -1,12 +1,12 @@
-//! The dispatcher of `outbox-core` running on `SqliteStore`: a message enqueued in the
+//! The dispatcher of `outboxkit-core` running on `SqliteStore`: a message enqueued in the
 //! application's transaction reaches its handler.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{Context, Dispatcher, DynStore, HandlerResult, Ledger, Message, NewMessage};
-use outbox_testing::ManualClock;
+use outboxkit_core::{Context, Dispatcher, DynStore, HandlerResult, Ledger, Message, NewMessage};
+use outboxkit_testing::ManualClock;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::common::open;
@@ -55,11 +55,14 @@ async fn run_once_delivers_what_a_transaction_enqueued() {
         .list_deliveries(
             &Default::default(),
             &Default::default(),
-            outbox_core::PageRequest::first(10),
+            outboxkit_core::PageRequest::first(10),
         )
         .await
         .unwrap();
     assert_eq!(page.items.len(), 1);
     assert_eq!(page.items[0].message_id, e.message_id);
-    assert_eq!(page.items[0].status, outbox_core::DeliveryStatus::Succeeded);
+    assert_eq!(
+        page.items[0].status,
+        outboxkit_core::DeliveryStatus::Succeeded
+    );
 }

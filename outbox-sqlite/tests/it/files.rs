@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
-use outbox_core::{ErrorKind, Ledger, MessageStore, NewMessage, OsEntropy, TenantId};
-use outbox_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
-use outbox_testing::ManualClock;
+use outboxkit_core::{ErrorKind, Ledger, MessageStore, NewMessage, OsEntropy, TenantId};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
+use outboxkit_testing::ManualClock;
 use rusqlite::Connection;
 
 use crate::common::open;
 
-async fn refused(path: &Path) -> outbox_core::Error {
+async fn refused(path: &Path) -> outboxkit_core::Error {
     SqliteStore::open(
         SqliteConfig::new(path),
         ManualClock::new(),
@@ -30,7 +30,7 @@ fn sidecars(path: &Path) -> Vec<String> {
 
 /// Open `bytes` written to a file: the open fails with `Misconfigured`, the file is
 /// unchanged, and SQLite left no files beside it.
-async fn assert_refused_untouched(name: &str, bytes: &[u8]) -> outbox_core::Error {
+async fn assert_refused_untouched(name: &str, bytes: &[u8]) -> outboxkit_core::Error {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
     std::fs::write(&path, bytes).unwrap();

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use outbox_core::{DeliveryId, DeliveryStatus, DeliveryStore, MessageStore, NewMessage};
-use outbox_sqlite::SqliteStore;
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryId, DeliveryStatus, DeliveryStore, MessageStore, NewMessage};
+use outboxkit_sqlite::SqliteStore;
+use outboxkit_testing::ManualClock;
 use rusqlite::Connection;
 
 use crate::common::{claim_for, consumer, open, succeeded, LEASE};

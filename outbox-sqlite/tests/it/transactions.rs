@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use outbox_core::{DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, TenantId};
-use outbox_sqlite::{SqliteConfig, SqliteStore};
-use outbox_testing::ManualClock;
+use outboxkit_core::{DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, TenantId};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore};
+use outboxkit_testing::ManualClock;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::common::{claim_for, consumer, open, open_with, succeeded};
@@ -188,7 +188,7 @@ async fn in_memory_store_round_trip() {
     let other = SqliteStore::open(
         SqliteConfig::in_memory(),
         clock,
-        std::sync::Arc::new(outbox_core::OsEntropy),
+        std::sync::Arc::new(outboxkit_core::OsEntropy),
     )
     .await
     .unwrap();
@@ -200,7 +200,7 @@ async fn full_synchronous_and_no_readers_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new();
     let mut config = SqliteConfig::new(dir.path().join("full.db"));
-    config.synchronous = outbox_sqlite::Synchronous::Full;
+    config.synchronous = outboxkit_sqlite::Synchronous::Full;
     config.readers = 0;
     let store = open_with(config, clock.clone()).await;
     consumer(&store, &clock, "mailer", "*").await;

@@ -3,7 +3,7 @@
 //!
 //! Cases use only the public store traits, take time from the fixture's `ManualClock`, and
 //! never depend on each other. They are grouped by subject in the modules below and
-//! re-exported here, so each is `outbox_testing::conformance::cases::<name>`.
+//! re-exported here, so each is `outboxkit_testing::conformance::cases::<name>`.
 
 mod claim;
 mod enqueue;

@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use outbox_testing::{conformance::Fixture, InMemoryStore, ManualClock};
+//! use outboxkit_testing::{conformance::Fixture, InMemoryStore, ManualClock};
 //!
 //! // Your store here: a fresh, isolated one per call (new schema, temp file, key prefix).
 //! async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
@@ -14,7 +14,7 @@
 //!     Some(Fixture::new(Arc::new(store), clock))
 //! }
 //!
-//! outbox_testing::conformance_tests!(setup);
+//! outboxkit_testing::conformance_tests!(setup);
 //! # fn main() {}
 //! ```
 //!
@@ -26,7 +26,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use outbox_core::Store;
+use outboxkit_core::Store;
 
 use crate::clock::ManualClock;
 

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use outbox_core::endpoint::check_description;
-use outbox_core::store::check_purge_limit;
-use outbox_core::{
+use outboxkit_core::endpoint::check_description;
+use outboxkit_core::store::check_purge_limit;
+use outboxkit_core::{
     Attempt, ConsumerName, Cursor, Delivery, DeliveryFilter, DeliveryId, Endpoint, EndpointId,
     EndpointUpdate, Error, ErrorKind, Message, MessageId, Page, PageRequest, PurgeReport, Result,
     TenantId, Timestamp,

@@ -7,15 +7,15 @@
 //! [`Entropy`].
 //!
 //! ```
-//! use outbox_core::{MessageStore, NewMessage};
-//! use outbox_testing::{InMemoryStore, ManualClock};
+//! use outboxkit_core::{MessageStore, NewMessage};
+//! use outboxkit_testing::{InMemoryStore, ManualClock};
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let store = InMemoryStore::new(ManualClock::new());
 //! let e = store.enqueue(NewMessage::new("order.created", serde_json::json!({"id": 1}))).await?;
 //! assert_eq!(e.deliveries, 0); // no consumer or endpoint yet: recorded, nothing to deliver
 //! assert_eq!(store.message_count(), 1);
-//! # Ok::<(), outbox_core::Error>(()) }).unwrap();
+//! # Ok::<(), outboxkit_core::Error>(()) }).unwrap();
 //! ```
 
 mod ledger;
@@ -25,7 +25,7 @@ mod traits;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use outbox_core::{Clock, Entropy, Limits, OsEntropy, Timestamp, Wakeups};
+use outboxkit_core::{Clock, Entropy, Limits, OsEntropy, Timestamp, Wakeups};
 
 use state::State;
 
@@ -110,7 +110,7 @@ impl fmt::Debug for InMemoryStore {
 mod tests {
     use super::*;
     use crate::ManualClock;
-    use outbox_core::{ErrorKind, MessageStore, NewMessage};
+    use outboxkit_core::{ErrorKind, MessageStore, NewMessage};
 
     #[tokio::test]
     async fn clones_share_data_and_limits_apply() {

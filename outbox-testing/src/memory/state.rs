@@ -1,11 +1,11 @@
 //! The data of an [`super::InMemoryStore`] and every operation on it, as plain synchronous
-//! code run under the store's lock. Row changes come from `outbox_core` (`fanout`,
+//! code run under the store's lock. Row changes come from `outboxkit_core` (`fanout`,
 //! `Lease::settle`, `Lease::release`); this module only selects rows and writes them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     fanout, Attempt, ClaimRequest, ClaimToken, Claimed, Completion, Consumer, ConsumerName,
     DeadReason, Delivery, DeliveryId, DeliveryStatus, DeliveryUpdate, Destination, DisabledReason,
     Endpoint, EndpointId, EndpointStatus, Enqueued, Entropy, Error, ErrorKind, IdempotencyKey,
@@ -223,9 +223,9 @@ impl State {
             .sources()
             .iter()
             .map(|src| match src {
-                outbox_core::ClaimSource::Handler { max_attempts, .. }
-                | outbox_core::ClaimSource::Webhooks { max_attempts }
-                | outbox_core::ClaimSource::Email { max_attempts } => *max_attempts,
+                outboxkit_core::ClaimSource::Handler { max_attempts, .. }
+                | outboxkit_core::ClaimSource::Webhooks { max_attempts }
+                | outboxkit_core::ClaimSource::Email { max_attempts } => *max_attempts,
             })
             .min()
             .unwrap_or(u32::MAX);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_core::{
+use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
     Lease, Ledger, Message, MessageId, MessageStore, NewMessage, Page, PageRequest, PurgeReport,

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use outbox_core::signing::DEFAULT_TOLERANCE;
-use outbox_core::{DynClock, HeaderNames, Stopwatch, SystemClock, VerifyError, WebhookSecret};
+use outboxkit_core::signing::DEFAULT_TOLERANCE;
+use outboxkit_core::{DynClock, HeaderNames, Stopwatch, SystemClock, VerifyError, WebhookSecret};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -89,7 +89,7 @@ impl ReceivedRequest {
 ///
 /// ```no_run
 /// # async fn demo() -> std::io::Result<()> {
-/// use outbox_testing::{Reply, WebhookReceiver};
+/// use outboxkit_testing::{Reply, WebhookReceiver};
 ///
 /// let receiver = WebhookReceiver::start().await?;
 /// receiver.script([Reply::Status(503), Reply::RetryAfter(429, "7".into())]);
@@ -274,7 +274,7 @@ impl Shared {
             None
         } else {
             let secrets: Vec<&WebhookSecret> = s.secrets.iter().collect();
-            Some(outbox_core::verify(
+            Some(outboxkit_core::verify(
                 &secrets,
                 &HeaderNames::default(),
                 |n| lookup(&headers, n),

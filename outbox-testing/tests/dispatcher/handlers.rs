@@ -4,12 +4,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Context, DeadReason, Dedup, DeliveryStatus, ErrorKind, HandlerOptions, HandlerResult, Message,
     NewMessage, RetryPolicy,
 };
 
-use outbox_core::Clock;
+use outboxkit_core::Clock;
 
 use crate::{world, BUDGET};
 
@@ -119,7 +119,7 @@ async fn a_handler_past_its_timeout_is_cancelled_and_retried() {
     let ledger = w.store.attempts(&w.tenant, del.id).await.unwrap();
     assert_eq!(
         ledger[0].record.outcome,
-        outbox_core::AttemptOutcome::Failed(outbox_core::ErrorClass::Timeout)
+        outboxkit_core::AttemptOutcome::Failed(outboxkit_core::ErrorClass::Timeout)
     );
 }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     ClaimRequest, Claimed, Completion, Context, DeliveryEvent, DeliveryId, DeliveryStatus,
     HandlerOptions, HandlerResult, Lease, Message, NewMessage, Observer, ReleaseReport, Stats,
 };
@@ -170,14 +170,14 @@ async fn after_a_crash_every_unfinished_delivery_runs_exactly_once_more() {
 /// writes completions slowly, and remembers the largest completion batch.
 #[derive(Debug)]
 struct Doubling(
-    Arc<dyn outbox_core::Store>,
+    Arc<dyn outboxkit_core::Store>,
     bool,
     std::sync::atomic::AtomicUsize,
 );
 
 #[async_trait::async_trait]
-impl outbox_core::DeliveryStore for Doubling {
-    async fn claim(&self, r: &ClaimRequest) -> outbox_core::Result<Vec<Claimed>> {
+impl outboxkit_core::DeliveryStore for Doubling {
+    async fn claim(&self, r: &ClaimRequest) -> outboxkit_core::Result<Vec<Claimed>> {
         let mut v = self.0.claim(r).await?;
         if self.1 {
             if let Some(first) = v.first().cloned() {
@@ -189,37 +189,45 @@ impl outbox_core::DeliveryStore for Doubling {
     async fn complete_many(
         &self,
         items: &[(Lease, Completion)],
-    ) -> outbox_core::Result<Vec<outbox_core::Result<()>>> {
+    ) -> outboxkit_core::Result<Vec<outboxkit_core::Result<()>>> {
         self.2.fetch_max(items.len(), Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.0.complete_many(items).await
     }
-    async fn complete(&self, l: &Lease, c: &Completion) -> outbox_core::Result<()> {
+    async fn complete(&self, l: &Lease, c: &Completion) -> outboxkit_core::Result<()> {
         self.0.complete(l, c).await
     }
-    async fn release(&self, l: &[Lease], d: Duration) -> outbox_core::Result<ReleaseReport> {
+    async fn release(&self, l: &[Lease], d: Duration) -> outboxkit_core::Result<ReleaseReport> {
         self.0.release(l, d).await
     }
-    async fn extend(&self, l: &Lease, by: Duration) -> outbox_core::Result<Lease> {
+    async fn extend(&self, l: &Lease, by: Duration) -> outboxkit_core::Result<Lease> {
         self.0.extend(l, by).await
     }
-    async fn mark_sending(&self, l: &Lease) -> outbox_core::Result<()> {
+    async fn mark_sending(&self, l: &Lease) -> outboxkit_core::Result<()> {
         self.0.mark_sending(l).await
     }
     async fn release_held(
         &self,
-        t: &outbox_core::TenantId,
-        e: outbox_core::EndpointId,
-    ) -> outbox_core::Result<u64> {
+        t: &outboxkit_core::TenantId,
+        e: outboxkit_core::EndpointId,
+    ) -> outboxkit_core::Result<u64> {
         self.0.release_held(t, e).await
     }
-    async fn replay(&self, t: &outbox_core::TenantId, d: DeliveryId) -> outbox_core::Result<()> {
+    async fn replay(
+        &self,
+        t: &outboxkit_core::TenantId,
+        d: DeliveryId,
+    ) -> outboxkit_core::Result<()> {
         self.0.replay(t, d).await
     }
-    async fn retry_now(&self, t: &outbox_core::TenantId, d: DeliveryId) -> outbox_core::Result<()> {
+    async fn retry_now(
+        &self,
+        t: &outboxkit_core::TenantId,
+        d: DeliveryId,
+    ) -> outboxkit_core::Result<()> {
         self.0.retry_now(t, d).await
     }
-    async fn stats(&self) -> outbox_core::Result<Stats> {
+    async fn stats(&self) -> outboxkit_core::Result<Stats> {
         self.0.stats().await
     }
 }
@@ -227,99 +235,110 @@ impl outbox_core::DeliveryStore for Doubling {
 macro_rules! delegate_rest {
     () => {
         #[async_trait::async_trait]
-        impl outbox_core::MessageStore for Doubling {
-            async fn enqueue(&self, m: NewMessage) -> outbox_core::Result<outbox_core::Enqueued> {
+        impl outboxkit_core::MessageStore for Doubling {
+            async fn enqueue(
+                &self,
+                m: NewMessage,
+            ) -> outboxkit_core::Result<outboxkit_core::Enqueued> {
                 self.0.enqueue(m).await
             }
             async fn enqueue_batch(
                 &self,
                 m: Vec<NewMessage>,
-            ) -> outbox_core::Result<Vec<outbox_core::Enqueued>> {
+            ) -> outboxkit_core::Result<Vec<outboxkit_core::Enqueued>> {
                 self.0.enqueue_batch(m).await
             }
         }
         #[async_trait::async_trait]
-        impl outbox_core::EndpointStore for Doubling {
-            async fn create_endpoint(&self, e: &outbox_core::Endpoint) -> outbox_core::Result<()> {
+        impl outboxkit_core::EndpointStore for Doubling {
+            async fn create_endpoint(
+                &self,
+                e: &outboxkit_core::Endpoint,
+            ) -> outboxkit_core::Result<()> {
                 self.0.create_endpoint(e).await
             }
             async fn get_endpoint(
                 &self,
-                t: &outbox_core::TenantId,
-                id: outbox_core::EndpointId,
-            ) -> outbox_core::Result<outbox_core::Endpoint> {
+                t: &outboxkit_core::TenantId,
+                id: outboxkit_core::EndpointId,
+            ) -> outboxkit_core::Result<outboxkit_core::Endpoint> {
                 self.0.get_endpoint(t, id).await
             }
             async fn list_endpoints(
                 &self,
-                t: &outbox_core::TenantId,
-            ) -> outbox_core::Result<Vec<outbox_core::Endpoint>> {
+                t: &outboxkit_core::TenantId,
+            ) -> outboxkit_core::Result<Vec<outboxkit_core::Endpoint>> {
                 self.0.list_endpoints(t).await
             }
             async fn update_endpoint(
                 &self,
-                t: &outbox_core::TenantId,
-                id: outbox_core::EndpointId,
-                u: &outbox_core::EndpointUpdate,
-            ) -> outbox_core::Result<outbox_core::Endpoint> {
+                t: &outboxkit_core::TenantId,
+                id: outboxkit_core::EndpointId,
+                u: &outboxkit_core::EndpointUpdate,
+            ) -> outboxkit_core::Result<outboxkit_core::Endpoint> {
                 self.0.update_endpoint(t, id, u).await
             }
             async fn delete_endpoint(
                 &self,
-                t: &outbox_core::TenantId,
-                id: outbox_core::EndpointId,
-            ) -> outbox_core::Result<()> {
+                t: &outboxkit_core::TenantId,
+                id: outboxkit_core::EndpointId,
+            ) -> outboxkit_core::Result<()> {
                 self.0.delete_endpoint(t, id).await
             }
-            async fn put_consumer(&self, c: &outbox_core::Consumer) -> outbox_core::Result<()> {
+            async fn put_consumer(
+                &self,
+                c: &outboxkit_core::Consumer,
+            ) -> outboxkit_core::Result<()> {
                 self.0.put_consumer(c).await
             }
-            async fn list_consumers(&self) -> outbox_core::Result<Vec<outbox_core::Consumer>> {
+            async fn list_consumers(
+                &self,
+            ) -> outboxkit_core::Result<Vec<outboxkit_core::Consumer>> {
                 self.0.list_consumers().await
             }
             async fn delete_consumer(
                 &self,
-                n: &outbox_core::ConsumerName,
-            ) -> outbox_core::Result<()> {
+                n: &outboxkit_core::ConsumerName,
+            ) -> outboxkit_core::Result<()> {
                 self.0.delete_consumer(n).await
             }
         }
         #[async_trait::async_trait]
-        impl outbox_core::Ledger for Doubling {
+        impl outboxkit_core::Ledger for Doubling {
             async fn list_deliveries(
                 &self,
-                t: &outbox_core::TenantId,
-                f: &outbox_core::DeliveryFilter,
-                p: outbox_core::PageRequest,
-            ) -> outbox_core::Result<outbox_core::Page<outbox_core::Delivery>> {
+                t: &outboxkit_core::TenantId,
+                f: &outboxkit_core::DeliveryFilter,
+                p: outboxkit_core::PageRequest,
+            ) -> outboxkit_core::Result<outboxkit_core::Page<outboxkit_core::Delivery>> {
                 self.0.list_deliveries(t, f, p).await
             }
             async fn get_delivery(
                 &self,
-                t: &outbox_core::TenantId,
+                t: &outboxkit_core::TenantId,
                 id: DeliveryId,
-            ) -> outbox_core::Result<outbox_core::Delivery> {
+            ) -> outboxkit_core::Result<outboxkit_core::Delivery> {
                 self.0.get_delivery(t, id).await
             }
             async fn get_message(
                 &self,
-                t: &outbox_core::TenantId,
-                id: outbox_core::MessageId,
-            ) -> outbox_core::Result<Message> {
+                t: &outboxkit_core::TenantId,
+                id: outboxkit_core::MessageId,
+            ) -> outboxkit_core::Result<Message> {
                 self.0.get_message(t, id).await
             }
             async fn attempts(
                 &self,
-                t: &outbox_core::TenantId,
+                t: &outboxkit_core::TenantId,
                 d: DeliveryId,
-            ) -> outbox_core::Result<Vec<outbox_core::Attempt>> {
+            ) -> outboxkit_core::Result<Vec<outboxkit_core::Attempt>> {
                 self.0.attempts(t, d).await
             }
             async fn purge_completed(
                 &self,
-                b: outbox_core::Timestamp,
+                b: outboxkit_core::Timestamp,
                 l: u32,
-            ) -> outbox_core::Result<outbox_core::PurgeReport> {
+            ) -> outboxkit_core::Result<outboxkit_core::PurgeReport> {
                 self.0.purge_completed(b, l).await
             }
         }
@@ -332,9 +351,9 @@ async fn a_delivery_handed_out_twice_runs_once() {
     let w = world();
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
-    let store: Arc<dyn outbox_core::Store> =
+    let store: Arc<dyn outboxkit_core::Store> =
         Arc::new(Doubling(w.store.clone(), true, Default::default()));
-    let d = outbox_core::Dispatcher::builder(store)
+    let d = outboxkit_core::Dispatcher::builder(store)
         .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
             let c = c.clone();
@@ -424,10 +443,10 @@ async fn shutdown_is_noticed_under_continuous_load() {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let tx = Arc::new(Mutex::new(Some(tx)));
     let h = handled.clone();
-    let slow: Arc<dyn outbox_core::Store> = Arc::new(
-        outbox_testing::FaultyStore::new(w.store.clone(), 1).latency(Duration::from_millis(2)),
+    let slow: Arc<dyn outboxkit_core::Store> = Arc::new(
+        outboxkit_testing::FaultyStore::new(w.store.clone(), 1).latency(Duration::from_millis(2)),
     );
-    let d = outbox_core::Dispatcher::builder(slow)
+    let d = outboxkit_core::Dispatcher::builder(slow)
         .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
             let (h, tx) = (h.clone(), tx.clone());
@@ -440,7 +459,7 @@ async fn shutdown_is_noticed_under_continuous_load() {
                 HandlerResult::Ok
             }
         })
-        .config(outbox_core::DispatcherConfig {
+        .config(outboxkit_core::DispatcherConfig {
             batch_size: 10,
             concurrency: 5000,
             ..Default::default()
@@ -474,9 +493,9 @@ async fn shutdown_is_noticed_under_continuous_load() {
 async fn completion_batches_stay_within_the_concurrency_limit() {
     let w = world();
     let slow = Arc::new(Doubling(w.store.clone(), false, Default::default()));
-    let d = outbox_core::Dispatcher::builder(slow.clone())
+    let d = outboxkit_core::Dispatcher::builder(slow.clone())
         .clock(w.clock.clone())
-        .config(outbox_core::DispatcherConfig {
+        .config(outboxkit_core::DispatcherConfig {
             batch_size: 50,
             concurrency: 50,
             ..Default::default()

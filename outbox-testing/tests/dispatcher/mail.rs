@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     mail::mail_idempotency_key, ClaimRequest, DeadReason, DeliveryStatus, MailErrorCode,
     MailMessage, MailOutcome, Mailer, NewMessage,
 };
-use outbox_testing::MailStandIn;
+use outboxkit_testing::MailStandIn;
 
 use crate::{world, BUDGET};
 
@@ -106,8 +106,8 @@ async fn an_unavailable_mailer_claims_nothing_and_spends_nothing() {
         .handler(
             "h",
             "other.*",
-            |_c: outbox_core::Context, _m: outbox_core::Message| async {
-                outbox_core::HandlerResult::Ok
+            |_c: outboxkit_core::Context, _m: outboxkit_core::Message| async {
+                outboxkit_core::HandlerResult::Ok
             },
         )
         .build()

@@ -9,13 +9,13 @@ mod webhooks;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     Clock, Delivery, DeliveryFilter, DeliveryStatus, Dispatcher, DispatcherBuilder,
     DispatcherConfig, EndpointAdmin, EndpointId, NewEndpoint, PageRequest, PlaintextVault, Store,
     TenantId, WebhookSecret, WebhookTransport,
 };
-use outbox_testing::memory::InMemoryStore;
-use outbox_testing::{ManualClock, SeededEntropy};
+use outboxkit_testing::memory::InMemoryStore;
+use outboxkit_testing::{ManualClock, SeededEntropy};
 
 /// A store, a manual clock and endpoint administration.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ pub fn world() -> World {
         clock.clone(),
         entropy,
     )
-    .with_url_policy(Arc::new(outbox_core::AnyUrl));
+    .with_url_policy(Arc::new(outboxkit_core::AnyUrl));
     World {
         clock,
         store,
@@ -115,8 +115,8 @@ impl World {
 
     /// Enqueue `n` messages of topic `a.b`, each `{"i": i}`.
     pub async fn enqueue_n(&self, n: usize) {
-        let batch: Vec<outbox_core::NewMessage> = (0..n)
-            .map(|i| outbox_core::NewMessage::new("a.b", serde_json::json!({ "i": i })))
+        let batch: Vec<outboxkit_core::NewMessage> = (0..n)
+            .map(|i| outboxkit_core::NewMessage::new("a.b", serde_json::json!({ "i": i })))
             .collect();
         self.store.enqueue_batch(batch).await.unwrap();
     }

@@ -3,13 +3,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::Clock;
-use outbox_core::{
+use outboxkit_core::Clock;
+use outboxkit_core::{
     AttemptOutcome, DeadReason, DeliveryStatus, DisabledReason, EndpointStatus, ErrorClass,
     NewMessage, WebhookResponse,
 };
-use outbox_http::{EgressPolicy, HttpTransport};
-use outbox_testing::{Reply, ScriptedTransport, WebhookReceiver};
+use outboxkit_http::{EgressPolicy, HttpTransport};
+use outboxkit_testing::{Reply, ScriptedTransport, WebhookReceiver};
 
 use crate::{mins, world, BUDGET};
 
@@ -133,9 +133,9 @@ async fn a_401_is_held_probed_for_free_and_released_by_rotating_the_secret() {
         "during rotation both secrets sign"
     );
     // A receiver that knows only the old secret, or only the new one, accepts it.
-    let names = outbox_core::HeaderNames::default();
+    let names = outboxkit_core::HeaderNames::default();
     for s in [&secret, &new] {
-        let r = outbox_core::verify(
+        let r = outboxkit_core::verify(
             &[s],
             &names,
             |n| last.header(n),
@@ -178,14 +178,14 @@ async fn a_receiver_that_stalls_after_its_headers_times_out_and_is_retried() {
     let receiver = WebhookReceiver::start().await.unwrap();
     receiver.script([Reply::StallAfterHeaders(200)]);
     w.endpoint(&receiver.url()).await;
-    let config = outbox_core::DispatcherConfig {
+    let config = outboxkit_core::DispatcherConfig {
         webhook_timeout: Duration::from_millis(500),
         ..Default::default()
     };
     let d = w
         .builder()
         .config(config)
-        .webhooks(loopback(), Arc::new(outbox_core::PlaintextVault))
+        .webhooks(loopback(), Arc::new(outboxkit_core::PlaintextVault))
         .build()
         .unwrap();
     w.store
@@ -245,21 +245,21 @@ async fn paused_endpoints_park_without_spending_and_retry_after_is_honoured() {
 #[tokio::test]
 async fn endpoint_admin_refuses_what_its_url_policy_refuses_and_writes_nothing() {
     let w = world();
-    let vault = Arc::new(outbox_core::PlaintextVault);
-    let strict = outbox_core::EndpointAdmin::new(
+    let vault = Arc::new(outboxkit_core::PlaintextVault);
+    let strict = outboxkit_core::EndpointAdmin::new(
         w.store.clone(),
         vault.clone(),
         w.clock.clone(),
-        outbox_testing::SeededEntropy::new(1),
+        outboxkit_testing::SeededEntropy::new(1),
     );
-    let egress = outbox_core::EndpointAdmin::new(
+    let egress = outboxkit_core::EndpointAdmin::new(
         w.store.clone(),
         vault,
         w.clock.clone(),
-        outbox_testing::SeededEntropy::new(2),
+        outboxkit_testing::SeededEntropy::new(2),
     )
     .with_url_policy(Arc::new(EgressPolicy::default()));
-    let new = |url: &str| outbox_core::NewEndpoint {
+    let new = |url: &str| outboxkit_core::NewEndpoint {
         url: url.into(),
         ..Default::default()
     };
@@ -275,7 +275,7 @@ async fn endpoint_admin_refuses_what_its_url_policy_refuses_and_writes_nothing()
         let e = admin.create(&w.tenant, new(url)).await.unwrap_err();
         assert_eq!(
             (e.kind(), e.field()),
-            (outbox_core::ErrorKind::InvalidInput, Some("url")),
+            (outboxkit_core::ErrorKind::InvalidInput, Some("url")),
             "{url}"
         );
     }
@@ -284,8 +284,8 @@ async fn endpoint_admin_refuses_what_its_url_policy_refuses_and_writes_nothing()
         .create(&w.tenant, new("https://hooks.example/x"))
         .await
         .unwrap();
-    let change = outbox_core::EndpointUpdate {
-        url: Some(outbox_core::EndpointUrl::parse("http://hooks.example/y").unwrap()),
+    let change = outboxkit_core::EndpointUpdate {
+        url: Some(outboxkit_core::EndpointUrl::parse("http://hooks.example/y").unwrap()),
         ..Default::default()
     };
     assert!(strict.update(&w.tenant, ok.id, change).await.is_err());

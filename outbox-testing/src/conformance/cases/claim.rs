@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use outbox_core::{
+use outboxkit_core::{
     ClaimRequest, ClaimToken, Completion, DeadReason, DeliveryFilter, DeliveryStatus, ErrorKind,
     HandlerOutcome, Lease, OsEntropy, Outcome, Verdict,
 };
@@ -415,8 +415,9 @@ pub async fn ordering_key_is_fifo_per_destination(fx: Fixture) {
     let m3 = enqueue(&fx, msg("order.created").ordering_key("j")).await;
     let m4 = enqueue(&fx, msg("order.created")).await;
     let m5 = enqueue(&fx, msg("order.updated").ordering_key("k").tenant("other")).await;
-    let msgs = |v: &[outbox_core::Claimed]| v.iter().map(|c| c.message.id).collect::<BTreeSet<_>>();
-    let set = |v: &[outbox_core::MessageId]| v.iter().copied().collect::<BTreeSet<_>>();
+    let msgs =
+        |v: &[outboxkit_core::Claimed]| v.iter().map(|c| c.message.id).collect::<BTreeSet<_>>();
+    let set = |v: &[outboxkit_core::MessageId]| v.iter().copied().collect::<BTreeSet<_>>();
 
     let a = claim(&fx, &for_consumer(&c1)).await;
     assert_eq!(
@@ -513,7 +514,7 @@ pub async fn claim_serves_only_named_sources(fx: Fixture) {
     assert_eq!(got.len(), 1);
     assert_eq!(
         got[0].delivery.destination,
-        outbox_core::Destination::Handler(c1.clone())
+        outboxkit_core::Destination::Handler(c1.clone())
     );
     assert_eq!(got[0].message.topic, topic("order.created"));
     let hooks = claim(&fx, &for_webhooks()).await;
@@ -524,7 +525,7 @@ pub async fn claim_serves_only_named_sources(fx: Fixture) {
     let mail = claim_one(&fx, &for_email()).await;
     assert_eq!(
         mail.delivery.destination.kind(),
-        outbox_core::DestinationKind::Email
+        outboxkit_core::DestinationKind::Email
     );
     let both = claim(&fx, &for_consumer(&c1).handler(c2.clone(), 10)).await;
     assert_eq!(
@@ -554,7 +555,7 @@ pub async fn claim_budget_is_per_source(fx: Fixture) {
     let second = claim_one(&fx, &both(1, 5)).await;
     assert_eq!(
         second.delivery.destination,
-        outbox_core::Destination::Handler(loose.clone())
+        outboxkit_core::Destination::Handler(loose.clone())
     );
     assert_eq!(second.lease.attempts, 2);
     let dead = list_all(

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     ClaimRequest, DeliveryFilter, DeliveryStatus, Destination, DisabledReason, EndpointStatus,
     ErrorKind, NewMessage, Recipient, Stats,
 };
@@ -97,11 +97,11 @@ pub async fn enqueue_claim_complete_round_trip(fx: Fixture) {
     let v = settle(
         &fx,
         &got,
-        outbox_core::Outcome::Handler(outbox_core::HandlerOutcome::Ok),
+        outboxkit_core::Outcome::Handler(outboxkit_core::HandlerOutcome::Ok),
         &policy,
     )
     .await;
-    assert_eq!(v, outbox_core::Verdict::Succeeded);
+    assert_eq!(v, outboxkit_core::Verdict::Succeeded);
     let done = delivery(&fx, &acme, got.delivery.id).await;
     assert_eq!(done.status, DeliveryStatus::Succeeded);
     assert_eq!(done.completed_at, Some(now(&fx)));
@@ -368,7 +368,7 @@ pub async fn wake_listener_wakes_on_enqueue(fx: Fixture) {
 pub async fn caused_by_round_trips(fx: Fixture) {
     let c = add_consumer(&fx, "worker", "order.*").await;
     let first = enqueue(&fx, msg("order.created")).await;
-    let cause = outbox_core::Cause {
+    let cause = outboxkit_core::Cause {
         handler: c.clone(),
         message_id: first.message_id,
         topic: topic("order.created"),
@@ -394,7 +394,7 @@ pub async fn caused_by_round_trips(fx: Fixture) {
         .find(|x| x.message.id == e.message_id)
         .expect("the follow-up");
     assert_eq!(follow.message.cause, Some(cause));
-    let too_deep = outbox_core::Cause {
+    let too_deep = outboxkit_core::Cause {
         depth: 6,
         ..follow.message.cause.clone().expect("cause")
     };
@@ -412,13 +412,13 @@ pub async fn wake_listener_wakes_on_operator_calls(fx: Fixture) {
     let e = add_endpoint(&fx, "default", "*").await;
     enqueue(&fx, msg("order.created")).await;
     enqueue(&fx, msg("order.updated").delay(Duration::from_secs(3600))).await;
-    let t = outbox_core::TenantId::default();
+    let t = outboxkit_core::TenantId::default();
     let mut hooks = claim(&fx, &for_webhooks()).await;
     assert_eq!(hooks.len(), 1);
     let hook = hooks.remove(0);
     settle(&fx, &hook, http(401), &webhook_policy()).await;
     let got = claim_one(&fx, &for_consumer(&c)).await;
-    let discard = outbox_core::Outcome::Handler(outbox_core::HandlerOutcome::Discard);
+    let discard = outboxkit_core::Outcome::Handler(outboxkit_core::HandlerOutcome::Discard);
     settle(&fx, &got, discard, &handler_policy(8)).await;
     let delayed = list_all(
         &fx,

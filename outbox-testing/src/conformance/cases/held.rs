@@ -1,6 +1,6 @@
 //! Held deliveries (401/403): free probes, release on a 2xx or by an operator.
 
-use outbox_core::{DeliveryStatus, ErrorClass, Outcome, Verdict};
+use outboxkit_core::{DeliveryStatus, ErrorClass, Outcome, Verdict};
 
 use super::helpers::*;
 use crate::conformance::Fixture;
@@ -177,13 +177,17 @@ pub async fn held_probe_410_is_gone(fx: Fixture) {
     assert_eq!(
         v,
         Verdict::Dead {
-            reason: outbox_core::DeadReason::Gone
+            reason: outboxkit_core::DeadReason::Gone
         }
     );
     let d = delivery(&fx, &acme, got.delivery.id).await;
     assert_eq!(
         (d.status, d.dead_reason, d.attempts),
-        (DeliveryStatus::Dead, Some(outbox_core::DeadReason::Gone), 1)
+        (
+            DeliveryStatus::Dead,
+            Some(outboxkit_core::DeadReason::Gone),
+            1
+        )
     );
     let ep = fx
         .store()
@@ -192,6 +196,6 @@ pub async fn held_probe_410_is_gone(fx: Fixture) {
         .expect("get_endpoint");
     assert_eq!(
         ep.status,
-        outbox_core::EndpointStatus::Disabled(outbox_core::DisabledReason::Gone)
+        outboxkit_core::EndpointStatus::Disabled(outboxkit_core::DisabledReason::Gone)
     );
 }

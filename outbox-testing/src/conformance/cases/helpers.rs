@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use outbox_core::{
+use outboxkit_core::{
     classify, AttemptContext, AttemptRecord, ClaimRequest, Claimed, Clock, Completion, Consumer,
     ConsumerName, Delivery, DeliveryFilter, DeliveryId, Endpoint, EndpointId, EndpointStatus,
     EndpointUrl, Enqueued, ErrorKind, Jitter, NewMessage, OsEntropy, Outcome, PageRequest, Result,
@@ -208,7 +208,7 @@ pub(super) fn record(
         finished_at: finished,
         outcome: o,
         status_code: outcome.status_code(),
-        excerpt: excerpt.map(outbox_core::model::excerpt),
+        excerpt: excerpt.map(outboxkit_core::model::excerpt),
     })
 }
 

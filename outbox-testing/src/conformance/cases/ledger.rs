@@ -1,6 +1,6 @@
 //! The ledger (attempts, listings, filters), e-mail sends and batch completion.
 
-use outbox_core::{
+use outboxkit_core::{
     AttemptOutcome, Completion, Delivery, DeliveryFilter, DeliveryStatus, DestinationKind,
     ErrorClass, ErrorKind, HandlerOutcome, Lease, OsEntropy, Outcome, PageRequest, Verdict,
 };
@@ -30,14 +30,14 @@ pub async fn ledger_records_attempts(fx: Fixture) {
         starts.push(started);
         fx.clock().advance(std::time::Duration::from_millis(1500));
         let finished = now(&fx);
-        let ctx = outbox_core::AttemptContext {
+        let ctx = outboxkit_core::AttemptContext {
             attempt: got.lease.attempts,
             snoozes: 0,
             probe: false,
             now: finished,
             jitter: 0.5,
         };
-        let verdict = outbox_core::classify(outcome, &ctx, &policy);
+        let verdict = outboxkit_core::classify(outcome, &ctx, &policy);
         let attempt = record(outcome, started, finished, *text);
         fx.store()
             .complete(&got.lease, &Completion { verdict, attempt })
@@ -65,7 +65,7 @@ pub async fn ledger_records_attempts(fx: Fixture) {
     let ex = attempts[0].record.excerpt.clone().expect("an excerpt");
     assert!(ex.len() <= 300, "excerpt of {} bytes", ex.len());
     assert!(ex.starts_with("upstream exploded: é"));
-    assert_eq!(ex, outbox_core::model::excerpt(&long));
+    assert_eq!(ex, outboxkit_core::model::excerpt(&long));
     assert_eq!(
         attempts[1].record.outcome,
         AttemptOutcome::Failed(ErrorClass::Timeout)
@@ -369,7 +369,7 @@ pub async fn complete_many_mixed_results(fx: Fixture) {
     let got = claim(&fx, &for_consumer(&c)).await;
     assert_eq!(got.len(), 3);
     let stale = Lease {
-        token: outbox_core::ClaimToken::generate(&OsEntropy),
+        token: outboxkit_core::ClaimToken::generate(&OsEntropy),
         ..got[1].lease.clone()
     };
     let rec = record(

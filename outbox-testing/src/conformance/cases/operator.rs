@@ -1,7 +1,7 @@
 //! Operator calls (replay, retry now, release held), endpoints, consumers and tenant
 //! isolation.
 
-use outbox_core::{
+use outboxkit_core::{
     Consumer, DeadReason, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointStatus,
     EndpointUpdate, EndpointUrl, ErrorKind, HandlerOutcome, OsEntropy, Outcome, SealedSecret,
     TopicFilter, Verdict,
@@ -331,7 +331,7 @@ pub async fn tenant_isolation_of_endpoints(fx: Fixture) {
     );
 }
 
-async fn held_delivery(fx: &Fixture) -> (outbox_core::Endpoint, DeliveryId) {
+async fn held_delivery(fx: &Fixture) -> (outboxkit_core::Endpoint, DeliveryId) {
     let e = add_endpoint(fx, "acme", "*").await;
     enqueue(fx, msg("order.created").tenant("acme")).await;
     let got = claim_one(fx, &for_webhooks()).await;
@@ -434,7 +434,7 @@ pub async fn endpoint_crud_round_trip(fx: Fixture) {
     let mut second = endpoint_row(&fx, "acme", "*");
     second.previous_secret = Some(SealedSecret(vec![7; 32]));
     second.rate_limit = Some(25);
-    second.body_format = outbox_core::BodyFormat::Raw;
+    second.body_format = outboxkit_core::BodyFormat::Raw;
     second.status = EndpointStatus::Paused;
     fx.store()
         .create_endpoint(&second)
@@ -483,7 +483,7 @@ pub async fn endpoint_crud_round_trip(fx: Fixture) {
         filter: Some(TopicFilter::parse("invoice.paid").expect("filter")),
         status: Some(EndpointStatus::Active),
         rate_limit: Some(None),
-        body_format: Some(outbox_core::BodyFormat::Envelope),
+        body_format: Some(outboxkit_core::BodyFormat::Envelope),
         ..Default::default()
     };
     let got = fx

@@ -1,6 +1,6 @@
 //! Retention (purge with tenant rotation) and stats.
 
-use outbox_core::{
+use outboxkit_core::{
     DeadReason, Delivery, DeliveryFilter, DeliveryStatus, ErrorKind, HandlerOutcome, Outcome,
     Stats, Verdict,
 };
@@ -8,7 +8,7 @@ use outbox_core::{
 use super::helpers::*;
 use crate::conformance::Fixture;
 
-async fn finish(fx: &Fixture, c: &outbox_core::ConsumerName, verdict: Verdict) -> Delivery {
+async fn finish(fx: &Fixture, c: &outboxkit_core::ConsumerName, verdict: Verdict) -> Delivery {
     let got = claim_one(fx, &for_consumer(c)).await;
     complete_with(
         fx,
@@ -24,7 +24,7 @@ async fn finish(fx: &Fixture, c: &outbox_core::ConsumerName, verdict: Verdict) -
 /// their attempts), and messages created before it that have no deliveries left.
 pub async fn purge_removes_only_finished_before_cutoff(fx: Fixture) {
     let c = add_consumer(&fx, "worker", "order.*").await;
-    let t = outbox_core::TenantId::default();
+    let t = outboxkit_core::TenantId::default();
     let empty = enqueue(&fx, msg("nothing.matches")).await;
     let m_ok = enqueue(&fx, msg("order.created")).await;
     let ok = finish(&fx, &c, Verdict::Succeeded).await;
@@ -152,7 +152,7 @@ pub async fn stats_counts_and_oldest_due_age(fx: Fixture) {
     assert_eq!((s.pending, s.total()), (5, 5));
     assert_eq!(s.oldest_due_at, Some(t0));
     assert_eq!(s.oldest_due_age, Some(secs(10)));
-    let one = |n| outbox_core::ClaimRequest::new(n, LEASE).handler(c.clone(), 10);
+    let one = |n| outboxkit_core::ClaimRequest::new(n, LEASE).handler(c.clone(), 10);
     let got = claim(&fx, &one(3)).await;
     assert_eq!(got.len(), 3);
     complete_with(&fx, &got[0], Verdict::Succeeded, None).await;

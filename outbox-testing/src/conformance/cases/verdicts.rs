@@ -1,7 +1,7 @@
 //! Every verdict of DESIGN §4, produced by the real classification table and written
 //! through the store.
 
-use outbox_core::{
+use outboxkit_core::{
     AttemptOutcome, DeadReason, DeliveryStatus, DisabledReason, EndpointStatus, EndpointUpdate,
     ErrorClass, ErrorKind, HandlerOutcome, Outcome, Verdict,
 };
@@ -508,7 +508,7 @@ pub async fn verdict_redirect_and_4xx_retry(fx: Fixture) {
 /// through a mailer that does not deduplicate is `dead` (`unknown-outcome`); a mail not
 /// sent is retried.
 pub async fn verdict_mail_refused_dead(fx: Fixture) {
-    use outbox_core::{MailError, MailErrorCode, MailOutcome};
+    use outboxkit_core::{MailError, MailErrorCode, MailOutcome};
     enqueue(
         &fx,
         msg("order.created")
