@@ -40,6 +40,11 @@ pub mod vault;
 pub mod verdict;
 pub mod wake;
 
+/// The attribute every trait of this crate is declared with; put it on your impls of
+/// [`Handler`], [`DeliveryStore`], [`Mailer`], … (re-exported so you need no direct
+/// dependency on `async-trait`).
+pub use async_trait::async_trait;
+
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
 };

@@ -77,4 +77,7 @@ mod wake;
 
 pub use codec::EnqueueReply;
 pub use config::RedisConfig;
+/// The driver this store is built on (`enqueue_in` takes a `redis::Pipeline`), re-exported so callers use the same
+/// version.
+pub use redis;
 pub use store::RedisStore;

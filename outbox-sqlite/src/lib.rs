@@ -56,6 +56,9 @@ mod store;
 mod wake;
 
 pub use config::{SqliteConfig, Synchronous};
+/// The driver this store is built on (`enqueue_in` takes a `rusqlite::Transaction`), re-exported so callers use the same
+/// version.
+pub use rusqlite;
 pub use store::SqliteStore;
 
 /// The schema version this crate writes (recorded in `outbox_schema_version`).

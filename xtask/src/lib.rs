@@ -99,6 +99,119 @@ pub fn tidy(root: &Path) -> Vec<Problem> {
     problems
 }
 
+/// A `rust-version` as numbers (`"1.89"` is `[1, 89, 0]`).
+fn parse_version(v: &str) -> Option<[u32; 3]> {
+    let mut out = [0; 3];
+    let mut parts = v.trim().split('.');
+    for slot in &mut out {
+        match parts.next() {
+            Some(p) => *slot = p.parse().ok()?,
+            None => break,
+        }
+    }
+    parts.next().is_none().then_some(out)
+}
+
+/// The `rust-version` of `[workspace.package]` in a root manifest.
+fn workspace_rust_version(manifest: &str) -> Option<String> {
+    let mut in_package = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[workspace.package]";
+        } else if in_package {
+            if let Some(rest) = line.strip_prefix("rust-version") {
+                let value = rest.trim_start().strip_prefix('=')?.trim();
+                return Some(value.trim_matches('"').to_owned());
+            }
+        }
+    }
+    None
+}
+
+/// Every `"rust_version":"…"` in `cargo metadata` output, with the package it belongs to:
+/// the highest one and its package.
+fn highest_rust_version(metadata: &str) -> Option<([u32; 3], String)> {
+    let key = "\"rust_version\":\"";
+    let mut best: Option<([u32; 3], String)> = None;
+    let mut rest = metadata;
+    while let Some(at) = rest.find(key) {
+        let after = &rest[at + key.len()..];
+        let Some(end) = after.find('"') else { break };
+        let version = &after[..end];
+        // The package's name is the last `"name":"…"` before its rust_version.
+        let before = &rest[..at];
+        let name = before
+            .rfind("\"name\":\"")
+            .map(|n| {
+                let s = &before[n + 8..];
+                s[..s.find('"').unwrap_or(s.len())].to_owned()
+            })
+            .unwrap_or_default();
+        if let Some(v) = parse_version(version) {
+            if best.as_ref().is_none_or(|(b, _)| v > *b) {
+                best = Some((v, format!("{name} {version}")));
+            }
+        }
+        rest = &after[end..];
+    }
+    best
+}
+
+/// Check that the workspace's `rust-version` is at least the highest `rust-version` of any
+/// package in the locked dependency graph (for this host), so it states a toolchain that
+/// can really build it. Runs `cargo metadata --locked`.
+pub fn rust_version(root: &Path) -> Vec<Problem> {
+    let manifest_path = root.join("Cargo.toml");
+    let problem = |what: String| {
+        vec![Problem {
+            path: manifest_path.clone(),
+            what,
+        }]
+    };
+    let Some(declared) = fs::read_to_string(&manifest_path)
+        .ok()
+        .and_then(|m| workspace_rust_version(&m))
+    else {
+        return problem("has no `rust-version` in `[workspace.package]`".into());
+    };
+    let Some(declared_v) = parse_version(&declared) else {
+        return problem(format!("`rust-version = {declared:?}` is not a version"));
+    };
+    let host = std::process::Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        });
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.args(["metadata", "--format-version", "1", "--locked"])
+        .arg("--manifest-path")
+        .arg(&manifest_path);
+    if let Some(host) = &host {
+        cmd.args(["--filter-platform", host]);
+    }
+    let output = match cmd.output() {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => {
+            return problem(format!(
+                "`cargo metadata --locked` failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+        Err(e) => return problem(format!("cannot run cargo metadata: {e}")),
+    };
+    let metadata = String::from_utf8_lossy(&output);
+    match highest_rust_version(&metadata) {
+        Some((needed, who)) if needed > declared_v => problem(format!(
+            "says `rust-version = \"{declared}\"` but the dependency graph needs more ({who})"
+        )),
+        _ => Vec::new(),
+    }
+}
+
 fn workspace_members(manifest: &str) -> Vec<String> {
     let Some(start) = manifest.find("members") else {
         return Vec::new();
@@ -141,6 +254,22 @@ mod tests {
         assert_eq!(
             workspace_members("[workspace]\nmembers = [\n \"a\",\n \"b\",\n]\n"),
             vec!["a", "b"]
+        );
+    }
+
+    #[test]
+    fn reads_rust_versions() {
+        assert_eq!(parse_version("1.89"), Some([1, 89, 0]));
+        assert_eq!(parse_version("1.89.1"), Some([1, 89, 1]));
+        assert_eq!(parse_version("1.x"), None);
+        assert_eq!(
+            workspace_rust_version("[workspace]\n[workspace.package]\nrust-version = \"1.89\"\n"),
+            Some("1.89".into())
+        );
+        let meta = r#"{"packages":[{"name":"a","rust_version":"1.70"},{"name":"uuid","rust_version":"1.89.0"},{"name":"b","rust_version":null}]}"#;
+        assert_eq!(
+            highest_rust_version(meta),
+            Some(([1, 89, 0], "uuid 1.89.0".into()))
         );
     }
 

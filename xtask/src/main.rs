@@ -21,7 +21,9 @@ fn bench(args: &[String]) -> bool {
 }
 
 fn tidy() -> bool {
-    let problems = xtask::tidy(&xtask::workspace_root());
+    let root = xtask::workspace_root();
+    let mut problems = xtask::tidy(&root);
+    problems.extend(xtask::rust_version(&root));
     for p in &problems {
         eprintln!("tidy: {}: {}", p.path.display(), p.what);
     }
@@ -50,7 +52,7 @@ fn main() -> ExitCode {
                 && cargo(&["test", "--workspace"])
         }
         _ => {
-            eprintln!("usage: cargo xtask <ci|tidy|bench>\n\n  ci     tidy, fmt --check, clippy -D warnings, test --workspace\n  tidy   house rules: no ignored tests, no todo!/unimplemented!, workspace lints, files <= 800 lines\n  bench  [--quick] [--only NAME] [--list]: each scenario beside a raw baseline (release build);\n         table printed and written to target/bench/bench.{{json,md}}");
+            eprintln!("usage: cargo xtask <ci|tidy|bench>\n\n  ci     tidy, fmt --check, clippy -D warnings, test --workspace\n  tidy   house rules: no ignored tests, no todo!/unimplemented!, workspace lints, files <= 800 lines,\n         rust-version >= every dependency's\n  bench  [--quick] [--only NAME] [--list]: each scenario beside a raw baseline (release build);\n         table printed and written to target/bench/bench.{{json,md}}");
             return ExitCode::from(2);
         }
     };

@@ -5,3 +5,12 @@ fn workspace_is_tidy() {
     let problems = xtask::tidy(&xtask::workspace_root());
     assert!(problems.is_empty(), "house rules broken:\n{problems:#?}");
 }
+
+#[test]
+fn rust_version_covers_the_dependency_graph() {
+    let problems = xtask::rust_version(&xtask::workspace_root());
+    assert!(
+        problems.is_empty(),
+        "rust-version is not honest:\n{problems:#?}"
+    );
+}

@@ -67,6 +67,25 @@ impl<E: fmt::Display> From<std::result::Result<(), E>> for HandlerResult {
 }
 
 /// An in-process consumer's code.
+///
+/// A closure `|ctx, msg| async move { … }` is a handler. To implement the trait on a type of
+/// your own, put `#[outboxkit_core::async_trait]` on the impl (the trait is object-safe, so a
+/// native `async fn` in the impl does not match it and fails with E0195):
+///
+/// ```
+/// use outboxkit_core::{async_trait, Context, Handler, HandlerResult, Message};
+///
+/// #[derive(Debug)]
+/// struct SendReceipt;
+///
+/// #[async_trait]
+/// impl Handler for SendReceipt {
+///     async fn handle(&self, _ctx: Context, message: Message) -> HandlerResult {
+///         println!("receipt for {}", message.topic);
+///         HandlerResult::Ok
+///     }
+/// }
+/// ```
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
     /// Handle one message.
