@@ -38,6 +38,7 @@ pub mod time;
 pub mod transport;
 pub mod vault;
 pub mod verdict;
+pub mod verifier;
 pub mod wake;
 
 /// The attribute every trait of this crate is declared with; put it on your impls of
@@ -85,4 +86,5 @@ pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, Secret
 pub use verdict::{
     classify, parse_retry_after, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy,
 };
+pub use verifier::{HeaderLookup, Verifier};
 pub use wake::{WakeListener, Wakeups};
