@@ -423,7 +423,7 @@ pub fn demo_event(n: u32) -> (String, NewMessage) {
         .tenant("acme")
         .idempotency_key(format!("demo-{n}"))
         .ordering_key(format!("order:{}", n % 25));
-    if n % 20 == 0 {
+    if n.is_multiple_of(20) {
         m = m.email(format!("customer{n}@example.com"));
     }
     (format!("ord-{n}"), m)

@@ -21,6 +21,7 @@
 //! assert_eq!(verdict, Verdict::Retry { at: now.saturating_add(Duration::from_secs(60)) });
 //! # Ok::<(), outboxkit_core::Error>(())
 //! ```
+#![deny(missing_docs)]
 
 pub mod claim;
 pub mod dispatcher;

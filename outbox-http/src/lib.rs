@@ -41,6 +41,7 @@
 //! })?;
 //! # Ok::<(), outboxkit_core::Error>(())
 //! ```
+#![deny(missing_docs)]
 
 pub mod config;
 pub mod egress;

@@ -64,6 +64,7 @@
 //! Redis keeps the outbox in memory. Without AOF a restart loses it; with
 //! `appendfsync everysec` up to about one second of writes; with `appendfsync always`, none.
 //! See the crate's `README.md`.
+#![deny(missing_docs)]
 
 mod codec;
 mod config;

@@ -42,6 +42,7 @@
 //! Schema: tables prefixed `outbox_`, created or migrated on open and versioned in
 //! `outbox_schema_version`; times are INTEGER milliseconds of the injected clock, ids are
 //! lowercase hyphenated UUID text, and each delivery carries an `AUTOINCREMENT` sequence.
+#![deny(missing_docs)]
 
 mod admin;
 mod claim;

@@ -7,6 +7,7 @@
 //! - stand-ins: `ScriptedTransport`, `WebhookReceiver` (a real loopback HTTP server),
 //!   `MailStandIn`, and fault-injecting wrappers;
 //! - [`conformance`]: the suite every store passes, run with [`conformance_tests!`].
+#![deny(missing_docs)]
 
 pub mod clock;
 pub mod conformance;

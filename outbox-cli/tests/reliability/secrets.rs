@@ -66,7 +66,7 @@ fn message(i: u32, marker: &str, email: &str) -> NewMessage {
         serde_json::json!({ "subject": "hello", "text": text, "marker": marker }),
     )
     .header("x-trace", format!("{marker}-header"));
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         m.email(email)
     } else {
         m
