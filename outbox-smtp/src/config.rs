@@ -119,6 +119,31 @@ fn invalid(field: &'static str, why: &'static str) -> Error {
     Error::misconfigured(field, why)
 }
 
+/// `%XX` escapes decoded (a `+` stays a `+`: this is a URL's user, not a form).
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 impl SmtpConfig {
     /// Settings from `smtp://[user@]host[:port]` (STARTTLS required, port 587) or
     /// `smtps://[user@]host[:port]` (implicit TLS, port 465), and `from`. The query
@@ -155,12 +180,7 @@ impl SmtpConfig {
         }
         let username = match parsed.username() {
             "" => None,
-            u => Some(
-                url::form_urlencoded::parse(format!("u={u}").as_bytes())
-                    .next()
-                    .map(|(_, v)| v.into_owned())
-                    .unwrap_or_default(),
-            ),
+            u => Some(percent_decode(u).ok_or_else(|| bad("the user is not valid UTF-8"))?),
         };
         Ok(SmtpConfig {
             host: host.to_owned(),

@@ -239,3 +239,23 @@ async fn a_bad_recipient_address_is_refused_without_connecting() {
     assert!(!e.detail.contains("not an address"));
     assert_eq!(smtp.connections(), 0);
 }
+
+#[tokio::test]
+async fn hostile_subjects_and_bodies_cannot_change_the_envelope_or_headers() {
+    let smtp = SmtpStandIn::start().await;
+    let m = mailer(plain(&smtp));
+    let mut message = mail();
+    message.subject = "Hi\r\nBcc: eve@example.com".into();
+    message.text = "line\r\n.\r\nMAIL FROM:<eve@example.com>\r\n.".into();
+    m.send(&message, &key(1)).await.unwrap();
+    let got = smtp.messages();
+    assert_eq!(got.len(), 1, "one message, not two");
+    assert_eq!(got[0].to, vec!["ada@example.com".to_owned()]);
+    assert_eq!(got[0].header("bcc"), None);
+    assert!(
+        got[0].body.contains("MAIL FROM:<eve@example.com>"),
+        "{}",
+        got[0].body
+    );
+    assert_eq!(smtp.data_commands(), 1);
+}

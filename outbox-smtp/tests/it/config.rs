@@ -23,6 +23,8 @@ fn urls_choose_tls_port_and_user() {
         (c.port, c.security, c.username.as_deref()),
         (2465, SmtpSecurity::ImplicitTls, Some("a@b"))
     );
+    let c = SmtpConfig::from_url("smtp://a+b%2Bc@mail.example.com", "x@example.com").unwrap();
+    assert_eq!(c.username.as_deref(), Some("a+b+c"));
     let c = SmtpConfig::from_url("smtp://localhost:25?tls=none", "x@example.com").unwrap();
     assert_eq!(
         (c.port, c.security, c.username),
