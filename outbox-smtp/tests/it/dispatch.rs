@@ -202,7 +202,7 @@ async fn a_stalled_server_meets_the_deadline() {
     smtp.script(SmtpStage::MailFrom, SmtpReply::Stall);
     smtp.script(SmtpStage::EndOfData, SmtpReply::Stall);
     let d = w.dispatcher(SmtpConfig {
-        timeout: Duration::from_millis(300),
+        timeout: Duration::from_millis(1500),
         ..plain(&smtp)
     });
     w.enqueue("ada@example.com").await;
