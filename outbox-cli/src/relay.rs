@@ -1,9 +1,11 @@
 //! `outbox relay`: the dispatcher as a long-running sidecar (webhooks and e-mail).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
-use outboxkit_core::{DispatcherConfig, Observer, RetryPolicy, TenantPolicy};
+use outboxkit_core::{DispatcherConfig, MailErrorCode, Observer, RetryPolicy, TenantPolicy};
+use outboxkit_smtp::{SmtpConfig, SmtpMailer};
 
 use crate::endpoints::{egress_policy, EgressArgs};
 use crate::error::{CliError, CliResult};
@@ -48,9 +50,52 @@ pub struct RelayArgs {
     /// The mail API's bearer key.
     #[arg(long, env = "OUTBOX_MAIL_API_KEY", hide_env_values = true)]
     mail_api_key: Option<String>,
-    /// The mail API deduplicates by Idempotency-Key (unknown outcomes may then be retried).
+    /// The mail service deduplicates (the API by Idempotency-Key, an SMTP server by
+    /// Message-ID): unknown outcomes may then be retried.
     #[arg(long)]
     mail_idempotent: bool,
+    /// An SMTP server to send e-mail through instead of --mail-url:
+    /// smtp://[user@]host[:port] (STARTTLS required, port 587), smtps://[user@]host[:port]
+    /// (implicit TLS, port 465), or smtp://host:port?tls=none (clear text, no user). The
+    /// password is read from OUTBOX_SMTP_PASSWORD, never from the URL.
+    #[arg(long, env = "OUTBOX_SMTP_URL", conflicts_with = "mail_url")]
+    smtp_url: Option<String>,
+    /// The sender address (envelope and From header) for --smtp-url.
+    #[arg(long, env = "OUTBOX_SMTP_FROM")]
+    smtp_from: Option<String>,
+}
+
+/// The SMTP mailer of `--smtp-url`, checked once: refused credentials or TLS stop the
+/// relay here; an unreachable server only warns (the relay retries while it runs).
+async fn smtp_mailer(
+    url: &str,
+    from: Option<&str>,
+    idempotent: bool,
+    timeout: Duration,
+) -> CliResult<SmtpMailer> {
+    let from =
+        from.ok_or_else(|| CliError::usage("--smtp-url needs --smtp-from (or OUTBOX_SMTP_FROM)"))?;
+    let mut config = SmtpConfig::from_url(url, from)?;
+    config.password = std::env::var("OUTBOX_SMTP_PASSWORD").ok();
+    if config.username.is_some() && config.password.is_none() {
+        return Err(CliError::usage(
+            "--smtp-url names a user: set its password in OUTBOX_SMTP_PASSWORD",
+        ));
+    }
+    config.idempotent = idempotent;
+    config.timeout = timeout;
+    let mailer = SmtpMailer::new(config)?;
+    match mailer.check().await {
+        Err(e) if e.code == MailErrorCode::ConfigurationRefused => Err(CliError::usage(format!(
+            "the smtp server refused the configuration: {}",
+            e.detail
+        ))),
+        Err(e) => {
+            tracing::warn!(error = %e, "the smtp server is not reachable yet");
+            Ok(mailer)
+        }
+        Ok(()) => Ok(mailer),
+    }
 }
 
 #[derive(Debug)]
@@ -118,6 +163,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
     let env = a.store.open().await?;
     let vault = vault_from(&env)?;
     let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
+    let webhook_timeout = config.webhook_timeout;
     let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())
@@ -135,6 +181,16 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
             idempotent: a.mail_idempotent,
             ..outboxkit_http::HttpMailerConfig::default()
         })?;
+        builder = builder.mailer(Arc::new(mailer));
+    }
+    if let Some(url) = &a.smtp_url {
+        let mailer = smtp_mailer(
+            url,
+            a.smtp_from.as_deref(),
+            a.mail_idempotent,
+            webhook_timeout,
+        )
+        .await?;
         builder = builder.mailer(Arc::new(mailer));
     }
     let dispatcher = builder.build()?;

@@ -5,7 +5,8 @@
 //! - [`ManualClock`] and [`SeededEntropy`]: deterministic time and randomness;
 //! - `InMemoryStore`: a complete store for your own tests;
 //! - stand-ins: `ScriptedTransport`, `WebhookReceiver` (a real loopback HTTP server),
-//!   `MailStandIn`, and fault-injecting wrappers;
+//!   `MailStandIn`, `SmtpStandIn` (a real loopback SMTP server), and fault-injecting
+//!   wrappers;
 //! - [`conformance`]: the suite every store passes, run with [`conformance_tests!`].
 #![deny(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod faults;
 pub mod mail;
 pub mod memory;
 pub mod receiver;
+pub mod smtp;
 pub mod strategies;
 pub mod transport;
 
@@ -25,6 +27,7 @@ pub use memory::InMemoryStore;
 // --- re-exports of receiver / mail / transport (stand-ins helper) ---
 pub use mail::MailStandIn;
 pub use receiver::{ReceivedRequest, Reply, WebhookReceiver};
+pub use smtp::{SmtpMessage, SmtpReply, SmtpStage, SmtpStandIn, SmtpStandInBuilder};
 pub use transport::{FaultyTransport, ScriptedTransport};
 
 /// The workspace README's examples, run as doctests.

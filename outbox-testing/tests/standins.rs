@@ -1,5 +1,5 @@
 //! The stand-ins: the webhook receiver observed through a raw HTTP/1.1 client, the scripted
-//! and faulty transports, and the mail stand-in.
+//! and faulty transports, the mail stand-in, and the SMTP stand-in (in `standins/smtp.rs`).
 
 use std::time::Duration;
 
@@ -10,6 +10,9 @@ use outboxkit_core::{
 use outboxkit_testing::{FaultyTransport, MailStandIn, Reply, ScriptedTransport, WebhookReceiver};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+
+#[path = "standins/smtp.rs"]
+mod smtp;
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -5,6 +5,7 @@ mod bad_input;
 mod demo;
 mod operator;
 mod relay;
+mod smtp;
 
 use std::path::Path;
 use std::process::{Command, Output};
