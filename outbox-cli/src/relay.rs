@@ -7,14 +7,27 @@ use outboxkit_core::{DispatcherConfig, Observer, RetryPolicy, TenantPolicy};
 
 use crate::endpoints::{egress_policy, EgressArgs};
 use crate::error::{CliError, CliResult};
-use crate::store::{vault_from, StoreArgs};
-use crate::util::parse_flag_duration;
+use crate::store::{vault_from, LocationArgs, VaultArgs};
+use crate::util::{emit, emit_json, parse_flag_duration, MAX_DURATION};
 
 /// `relay`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  OUTBOX_VAULT_KEY=… outbox relay --store postgres://postgres@127.0.0.1/app\n  outbox relay --store sqlite:./outbox.sqlite --until-idle --json   # cron or CI: deliver what is due, then exit"
+)]
 pub struct RelayArgs {
     #[command(flatten)]
-    store: StoreArgs,
+    store: LocationArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// Deliver what is due now, then exit 0 (for cron and CI). Deliveries that come due
+    /// later (a retry in a minute, a held delivery's next probe) wait for the next run.
+    /// SIGINT/SIGTERM stop it early, like a normal run.
+    #[arg(long)]
+    until_idle: bool,
+    /// Print the run's report as one JSON document (durations in milliseconds).
+    #[arg(long)]
+    json: bool,
     /// Deliveries per claim.
     #[arg(long, default_value_t = 100)]
     batch_size: u32,
@@ -115,7 +128,8 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         Some(s) => schedule(s)?,
         None => RetryPolicy::webhook_default(),
     };
-    let env = a.store.open().await?;
+    let mut env = a.store.open().await?;
+    env.vault_key = a.vault.vault_key.clone();
     let vault = vault_from(&env)?;
     let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
     let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
@@ -138,8 +152,40 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         builder = builder.mailer(Arc::new(mailer));
     }
     let dispatcher = builder.build()?;
-    tracing::info!("outbox relay started");
-    let report = dispatcher.run(shutdown_signal()).await?;
-    println!("{report}");
-    Ok(())
+    tracing::info!(until_idle = a.until_idle, "outbox relay started");
+    let report = if a.until_idle {
+        tokio::select! {
+            r = dispatcher.run_once(MAX_DURATION) => r?,
+            () = shutdown_signal() => {
+                // Unfinished claims expire with their leases and are delivered again.
+                return Err(CliError::failed("stopped before the relay was idle"));
+            }
+        }
+    } else {
+        dispatcher.run(shutdown_signal()).await?
+    };
+    if a.json {
+        return emit_json(&report_json(&report));
+    }
+    emit(&format!("{report}\n"))
+}
+
+/// The run report as JSON: the counters, `run_time_ms`, per-topic counts, the first dead
+/// ids and the end-of-run queue statistics.
+fn report_json(r: &outboxkit_core::Report) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("run_time");
+        o.insert(
+            "run_time_ms".into(),
+            serde_json::json!(u64::try_from(r.run_time.as_millis()).unwrap_or(u64::MAX)),
+        );
+        o.insert(
+            "stats".into(),
+            r.stats
+                .as_ref()
+                .map_or(serde_json::Value::Null, crate::json::stats),
+        );
+    }
+    v
 }
