@@ -2,7 +2,9 @@
 //! relay on PostgreSQL.
 
 mod bad_input;
+mod defects;
 mod demo;
+mod listen;
 mod operator;
 mod relay;
 
