@@ -2,8 +2,10 @@
 //! relay on PostgreSQL.
 
 mod bad_input;
+mod bulk;
 mod defects;
 mod demo;
+mod features;
 mod listen;
 mod operator;
 mod relay;
