@@ -149,6 +149,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(log_filter(matches!(cli.command, Command::Relay(_))))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -66,6 +66,43 @@ pub struct RelayArgs {
     mail_idempotent: bool,
 }
 
+/// The relay's transport: the HTTP transport, plus one WARN per refused URL when the egress
+/// policy refuses an endpoint, naming the flag that would allow it. The WARN is logged inside
+/// the dispatcher's `outbox.delivery` span, which carries the endpoint id. URLs are kept in
+/// memory only to warn once; they are never logged.
+#[derive(Debug)]
+struct HintingTransport {
+    inner: outboxkit_http::HttpTransport,
+    egress: EgressArgs,
+    warned: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+#[async_trait::async_trait]
+impl outboxkit_core::WebhookTransport for HintingTransport {
+    async fn send(
+        &self,
+        request: outboxkit_core::SignedRequest,
+    ) -> outboxkit_core::WebhookResponse {
+        let url = request.url.clone();
+        let response = self.inner.send(request).await;
+        if let outboxkit_core::WebhookResponse::Failed { class, .. } = &response {
+            if let Some(hint) = crate::endpoints::egress_hint(*class, &url, self.egress) {
+                let first = self
+                    .warned
+                    .lock()
+                    .map(|mut w| w.insert(url.as_str().to_owned()))
+                    .unwrap_or(false);
+                if first {
+                    tracing::warn!(
+                        "{hint}; the endpoint's deliveries are retried and will die unless the relay is restarted with that flag (said once per endpoint)"
+                    );
+                }
+            }
+        }
+        response
+    }
+}
+
 #[derive(Debug)]
 struct BatchLog;
 
@@ -131,7 +168,11 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
     let mut env = a.store.open().await?;
     env.vault_key = a.vault.vault_key.clone();
     let vault = vault_from(&env)?;
-    let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
+    let transport = HintingTransport {
+        inner: outboxkit_http::HttpTransport::new(egress_policy(a.egress))?,
+        egress: a.egress,
+        warned: std::sync::Mutex::default(),
+    };
     let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())

@@ -335,3 +335,48 @@ fn rust_log_is_honoured_when_outbox_log_is_unset() {
     assert!(!relay(&[("RUST_LOG", "warn")]).contains("outbox relay started"));
     assert!(relay(&[("RUST_LOG", "warn"), ("OUTBOX_LOG", "info")]).contains("outbox relay started"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_egress_refusal_is_explained_once_with_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    let s = store.as_str();
+    outbox(&["migrate", "--store", s]).ok();
+    let receiver = WebhookReceiver::start().await.unwrap();
+    let added = outbox(&[
+        "endpoints",
+        "add",
+        "--store",
+        s,
+        "--url",
+        &receiver.url(),
+        "--allow-http",
+        "--allow-private",
+    ])
+    .ok();
+    let ep = crate::id_after(&added, "created endpoint ");
+    for i in 0..3 {
+        let data = format!(r#"{{"i":{i}}}"#);
+        outbox(&["enqueue", "--store", s, "--topic", "a.b", "--data", &data]).ok();
+    }
+    // The relay without --allow-private: the loopback receiver is refused.
+    let out = outbox_cmd()
+        .env_remove("OUTBOX_LOG")
+        .env_remove("RUST_LOG")
+        .args(["relay", "--store", s, "--until-idle", "--allow-http"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("--allow-private"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "once per endpoint: {stderr}");
+    assert!(warnings[0].contains(&ep), "names the endpoint: {stderr}");
+    assert_eq!(receiver.count(), 0);
+
+    let r = outbox(&["endpoints", "test", "--store", s, &ep, "--allow-http"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("--allow-private"), "{r:?}");
+}
