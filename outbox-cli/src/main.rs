@@ -29,7 +29,7 @@ use crate::error::CliResult;
     name = "outbox",
     version,
     propagate_version = true,
-    after_help = "Examples:\n  outbox demo\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox deliveries list --store sqlite:./outbox.sqlite --status dead --json | jq '.deliveries[].id'\n  outbox replay --store sqlite:./outbox.sqlite --endpoint 0193… --dead-reason exhausted --dry-run\n\nEvery command that prints takes --json (one JSON document; field names in the README).\nLogging: OUTBOX_LOG, else RUST_LOG (e.g. OUTBOX_LOG=debug). Exit codes: 0 ok, 1 failed, 2 bad usage or input."
+    after_help = "Examples:\n  outbox demo\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox deliveries list --store sqlite:./outbox.sqlite --status dead --json | jq '.deliveries[].id'\n  outbox replay --store sqlite:./outbox.sqlite --endpoint 0193… --dead-reason max_attempts --dry-run\n\nEvery command that prints takes --json (one JSON document; field names in the README).\nLogging: OUTBOX_LOG, else RUST_LOG (e.g. OUTBOX_LOG=debug). Exit codes: 0 ok, 1 failed, 2 bad usage or input."
 )]
 struct Cli {
     #[command(subcommand)]
