@@ -19,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use outboxkit_core::signing::{verify, VerifyError};
 use outboxkit_core::{Clock, HeaderNames, SystemClock, WebhookSecret};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::error::{CliError, CliResult};
 use crate::util::{emit, parse_flag_duration};
@@ -99,7 +99,8 @@ pub async fn run(a: ListenArgs) -> CliResult<()> {
         names: HeaderNames::default(),
     });
     let (tx, mut rx) = mpsc::unbounded_channel::<Seen>();
-    let server = tokio::spawn(accept_loop(listener, config, tx));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let server = tokio::spawn(accept_loop(listener, config, tx, stop_rx));
     let mut printed = 0;
     let result = loop {
         tokio::select! {
@@ -116,7 +117,10 @@ pub async fn run(a: ListenArgs) -> CliResult<()> {
             }
         }
     };
-    server.abort();
+    // Let the answers being written reach their senders; a client that keeps a connection
+    // open without a request in flight is not waited for long.
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
     result
 }
 
@@ -148,15 +152,30 @@ fn print(s: &Seen, json: bool) -> CliResult<()> {
     emit(&text)
 }
 
-async fn accept_loop(listener: TcpListener, config: Arc<Config>, tx: mpsc::UnboundedSender<Seen>) {
+/// Accept connections until `stop` turns true; then let every open connection finish the
+/// answer it is writing (hyper's graceful shutdown) and return.
+async fn accept_loop(
+    listener: TcpListener,
+    config: Arc<Config>,
+    tx: mpsc::UnboundedSender<Seen>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            continue;
+        let stream = tokio::select! {
+            () = stopped(&mut stop) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
         };
         let config = config.clone();
         let tx = tx.clone();
-        tokio::spawn(async move {
+        let mut stop = stop.clone();
+        connections.spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let config = config.clone();
                 let tx = tx.clone();
@@ -166,11 +185,24 @@ async fn accept_loop(listener: TcpListener, config: Arc<Config>, tx: mpsc::Unbou
                     Ok::<_, Infallible>(response)
                 }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                () = stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
         });
     }
+    while connections.join_next().await.is_some() {}
+}
+
+/// Resolves once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 fn reply(status: StatusCode, text: &str) -> Response<Full<Bytes>> {
