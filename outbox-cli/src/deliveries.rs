@@ -7,7 +7,8 @@ use outboxkit_core::{
 
 use crate::error::CliResult;
 use crate::store::StoreArgs;
-use crate::util::{parse_flag_duration, table};
+use crate::util::{emit_json, parse_flag_duration, table};
+use crate::{json, out, outln};
 
 /// `outbox deliveries`.
 #[derive(Debug, Subcommand)]
@@ -20,6 +21,9 @@ pub enum DeliveriesCmd {
 
 /// `deliveries list`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox deliveries list --store sqlite:./outbox.sqlite --status dead --since 24h\n  outbox deliveries list --store sqlite:./outbox.sqlite --json | jq -r '.deliveries[].id'"
+)]
 pub struct ListArgs {
     #[command(flatten)]
     store: StoreArgs,
@@ -41,19 +45,22 @@ pub struct ListArgs {
     /// Continue after this cursor (printed at the end of a page).
     #[arg(long)]
     cursor: Option<String>,
-    /// Print JSON instead of a table.
+    /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
 }
 
 /// `deliveries show`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox deliveries show --store sqlite:./outbox.sqlite 0193a0c4-…"
+)]
 pub struct ShowArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// The delivery id.
     id: String,
-    /// Print JSON instead of text.
+    /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -126,16 +133,15 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
                 .list_deliveries(&env.tenant, &filter, page)
                 .await?;
             if a.json {
-                let v = serde_json::json!({
-                    "deliveries": page.items,
+                emit_json(&serde_json::json!({
+                    "deliveries": page.items.iter().map(json::delivery).collect::<Vec<_>>(),
                     "next_cursor": page.next.map(|c| c.encode()),
-                });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                }))?;
             } else {
                 let rows: Vec<Vec<String>> = page.items.iter().map(row).collect();
-                print!("{}", table(&HEADER, &rows));
+                out!("{}", table(&HEADER, &rows));
                 if let Some(c) = page.next {
-                    println!("more: --cursor {}", c.encode());
+                    outln!("more: --cursor {}", c.encode());
                 }
             }
         }
@@ -145,19 +151,20 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
             let d = env.store.get_delivery(&env.tenant, id).await?;
             let attempts = env.store.attempts(&env.tenant, id).await?;
             if a.json {
-                let v = serde_json::json!({ "delivery": d, "attempts": attempts });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-                return Ok(());
+                return emit_json(&serde_json::json!({
+                    "delivery": json::delivery(&d),
+                    "attempts": attempts.iter().map(json::attempt).collect::<Vec<_>>(),
+                }));
             }
-            print!("{}", table(&HEADER, &[row(&d)]));
-            println!(
+            out!("{}", table(&HEADER, &[row(&d)]));
+            outln!(
                 "\nnext attempt: {}   created: {}   completed: {}",
                 d.next_attempt_at,
                 d.created_at,
                 d.completed_at.map_or("-".to_owned(), |t| t.to_string())
             );
-            println!("\nattempts:");
-            print!("{}", attempts_table(&attempts));
+            outln!("\nattempts:");
+            out!("{}", attempts_table(&attempts));
         }
     }
     Ok(())

@@ -25,9 +25,13 @@ use crate::deliveries::attempts_table;
 use crate::error::{CliError, CliResult};
 use crate::store::open_url;
 use crate::util::table;
+use crate::{out, outln};
 
 /// `demo`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox demo\n  outbox demo --events 60 --quiet\n  outbox demo --json | jq .figures"
+)]
 pub struct DemoArgs {
     /// The store (default: a SQLite file in a temporary folder).
     #[arg(long)]
@@ -41,6 +45,10 @@ pub struct DemoArgs {
     /// No progress bar (for scripts and tests).
     #[arg(long)]
     quiet: bool,
+    /// Print the figures, the counts by status and the dispatcher's report as one JSON
+    /// document instead of text (implies no progress bar).
+    #[arg(long)]
+    json: bool,
 }
 
 /// The figures the demo ends with.
@@ -75,7 +83,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
     let store = env.store.clone();
     let tenant = TenantId::new("acme")?;
     let say = |s: &str| {
-        if !a.quiet {
+        if !a.quiet && !a.json {
             eprintln!("{s}");
         }
     };
@@ -204,7 +212,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
     )
     .await?
     .len();
-    let bar = if a.quiet {
+    let bar = if a.quiet || a.json {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(total)
@@ -325,30 +333,53 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         .filter(|d| replayed.contains(&d.id) && d.status == DeliveryStatus::Succeeded)
         .count() as u64;
 
-    println!("\ndeliveries by status");
+    if a.json {
+        let figures_ok = figures.succeeded + figures.dead == figures.deliveries;
+        crate::util::emit_json(&serde_json::json!({
+            "figures": {
+                "deliveries": figures.deliveries,
+                "succeeded": figures.succeeded,
+                "dead": figures.dead,
+                "retried": figures.retried,
+                "held_released": figures.held_released,
+                "replayed": figures.replayed,
+                "replayed_succeeded": figures.replayed_succeeded,
+            },
+            "stats": crate::json::stats(&stats),
+            "handler_calls_succeeded": handled.load(Ordering::Relaxed),
+            "emails_accepted": mail.sent().len(),
+        }))?;
+        if !figures_ok {
+            return Err(CliError::failed(
+                "the figures do not add up: some deliveries are unfinished",
+            ));
+        }
+        return Ok(());
+    }
+    outln!("\ndeliveries by status");
     let rows: Vec<Vec<String>> = DeliveryStatus::ALL
         .iter()
         .map(|s| vec![s.as_str().to_owned(), stats.count(*s).to_string()])
         .collect();
-    print!("{}", table(&["status", "count"], &rows));
+    out!("{}", table(&["status", "count"], &rows));
     if let Some(d) = all
         .iter()
         .filter(|d| d.destination.endpoint() == Some(shop_ep.id))
         .max_by_key(|d| d.attempts)
     {
-        println!(
+        outln!(
             "\nthe attempts of one retried delivery ({}, to the shop)",
             d.id
         );
-        print!("{}", attempts_table(&store.attempts(&tenant, d.id).await?));
+        out!("{}", attempts_table(&store.attempts(&tenant, d.id).await?));
     }
-    println!("\ndispatcher: {report}");
-    println!(
+    outln!("\ndispatcher: {report}");
+    outln!(
         "handler calls that succeeded: {}; e-mails accepted: {}",
         handled.load(Ordering::Relaxed),
         mail.sent().len()
     );
-    println!(
+    outln!(
         "\nfigures: deliveries={} succeeded={} dead={} retried={} held_released={} replayed={} replayed_succeeded={}",
         figures.deliveries, figures.succeeded, figures.dead, figures.retried, figures.held_released, figures.replayed,
         figures.replayed_succeeded

@@ -10,26 +10,29 @@ use outboxkit_core::{
 };
 
 use crate::error::{CliError, CliResult};
-use crate::store::{vault_from, Env, StoreArgs};
-use crate::util::table;
+use crate::json::display_url;
+use crate::store::{vault_from, Env, StoreArgs, VaultArgs};
+use crate::util::{emit_json, table};
+use crate::{json, out, outln};
 
 /// `outbox endpoints`.
 #[derive(Debug, Subcommand)]
 pub enum EndpointsCmd {
     /// Create an endpoint; prints its signing secret once.
     Add(AddArgs),
-    /// List a tenant's endpoints.
-    List(StoreArgs),
-    /// Show one endpoint.
-    Show(IdArgs),
+    /// List a tenant's endpoints (URLs without query string or userinfo unless --show-url).
+    List(ListArgs),
+    /// Show one endpoint (its URL without query string or userinfo unless --show-url).
+    Show(ShowArgs),
     /// Change an endpoint's URL, description, filter or body format.
     Update(UpdateArgs),
     /// Pause an endpoint: its deliveries wait without spending attempts.
-    Pause(IdArgs),
+    Pause(StatusArgs),
     /// Resume a paused or disabled endpoint.
-    Resume(IdArgs),
+    Resume(StatusArgs),
     /// Rotate the signing secret (the old one keeps signing until --finish); releases held
-    /// deliveries. Prints the new secret once.
+    /// deliveries. Prints the new secret once. While a rotation is in progress, a new one
+    /// needs --force (it drops the oldest secret).
     RotateSecret(RotateArgs),
     /// Delete an endpoint (its pending deliveries die as endpoint-removed).
     Delete(IdArgs),
@@ -50,9 +53,17 @@ pub struct EgressArgs {
 
 /// `endpoints add`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints add --store sqlite:./outbox.sqlite --url https://crm.example.com/hooks --filter 'order.*' --description crm"
+)]
 pub struct AddArgs {
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// Print one JSON document instead of text (it holds the secret, shown once).
+    #[arg(long)]
+    json: bool,
     /// The receiver's URL (https unless --allow-http).
     #[arg(long)]
     url: String,
@@ -72,20 +83,85 @@ pub struct AddArgs {
     egress: EgressArgs,
 }
 
+/// `endpoints list`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints list --store sqlite:./outbox.sqlite --json | jq '.endpoints[].id'"
+)]
+pub struct ListArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Show the whole URL, query string (where tokens live) and userinfo included.
+    #[arg(long)]
+    show_url: bool,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `endpoints show`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints show --store sqlite:./outbox.sqlite 0193a0c4-… --show-url"
+)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The endpoint id.
+    id: String,
+    /// Show the whole URL, query string (where tokens live) and userinfo included.
+    #[arg(long)]
+    show_url: bool,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 /// One endpoint by id.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints delete --store sqlite:./outbox.sqlite 0193a0c4-…"
+)]
 pub struct IdArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// The endpoint id.
     id: String,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `endpoints pause|resume`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints pause --store sqlite:./outbox.sqlite 0193a0c4-…"
+)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// The endpoint id.
+    id: String,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `endpoints update`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints update --store sqlite:./outbox.sqlite 0193a0c4-… --url https://crm.example.com/v2/hooks"
+)]
 pub struct UpdateArgs {
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
     /// The endpoint id.
     id: String,
     /// A new URL (releases held deliveries).
@@ -106,9 +182,21 @@ pub struct UpdateArgs {
 
 /// `endpoints rotate-secret`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox endpoints rotate-secret --store sqlite:./outbox.sqlite 0193a0c4-…\n  outbox endpoints rotate-secret --store sqlite:./outbox.sqlite 0193a0c4-… --finish"
+)]
 pub struct RotateArgs {
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// Rotate even though a rotation is in progress: the oldest secret stops signing now,
+    /// so receivers still verifying with it start failing.
+    #[arg(long, conflicts_with = "finish")]
+    force: bool,
+    /// Print one JSON document instead of text (it holds a new secret, shown once).
+    #[arg(long)]
+    json: bool,
     /// The endpoint id.
     id: String,
     /// Use this `whsec_…` secret instead of generating one.
@@ -121,9 +209,17 @@ pub struct RotateArgs {
 
 /// `endpoints test`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints test --store sqlite:./outbox.sqlite 0193a0c4-… --allow-http --allow-private"
+)]
 pub struct TestArgs {
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
     /// The endpoint id.
     id: String,
     #[command(flatten)]
@@ -155,6 +251,28 @@ fn with_hint(e: outboxkit_core::Error, url: &EndpointUrl, egress: EgressArgs) ->
     err
 }
 
+/// What to say when the egress policy refused an endpoint: the flag that would allow it
+/// (none for addresses no flag allows, such as cloud metadata).
+pub fn egress_hint(
+    class: outboxkit_core::ErrorClass,
+    url: &EndpointUrl,
+    egress: EgressArgs,
+) -> Option<String> {
+    if class != outboxkit_core::ErrorClass::EgressRefused {
+        return None;
+    }
+    if url.scheme() == "http" && !egress.allow_http {
+        Some("the egress policy refuses plain http: --allow-http allows it".to_owned())
+    } else if !egress.allow_private {
+        Some(
+            "the egress policy refuses private, loopback and link-local addresses: --allow-private allows them (metadata addresses stay refused)"
+                .to_owned(),
+        )
+    } else {
+        None
+    }
+}
+
 /// The egress policy the flags describe.
 pub fn egress_policy(egress: EgressArgs) -> outboxkit_http::EgressPolicy {
     outboxkit_http::EgressPolicy::default()
@@ -183,7 +301,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
     match cmd {
         EndpointsCmd::Add(a) => {
             let url = EndpointUrl::parse(&a.url)?;
-            let env = a.store.open().await?;
+            let env = a.store.open_with(&a.vault).await?;
             let new = NewEndpoint {
                 url: a.url,
                 description: a.description,
@@ -200,45 +318,54 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 .create(&env.tenant, new)
                 .await
                 .map_err(|e| with_hint(e, &url, a.egress))?;
-            println!("created endpoint {}", e.id);
-            println!("signing secret (shown once): {}", secret.expose());
+            if a.json {
+                let mut v = json::endpoint(&e, false);
+                v["secret"] = serde_json::Value::String(secret.expose());
+                return emit_json(&v);
+            }
+            outln!("created endpoint {}", e.id);
+            outln!("signing secret (shown once): {}", secret.expose());
         }
-        EndpointsCmd::List(s) => {
-            let env = s.open().await?;
-            let rows: Vec<Vec<String>> = env
-                .store
-                .list_endpoints(&env.tenant)
-                .await?
+        EndpointsCmd::List(a) => {
+            let env = a.store.open().await?;
+            let endpoints = env.store.list_endpoints(&env.tenant).await?;
+            if a.json {
+                return emit_json(&serde_json::json!({
+                    "endpoints": endpoints.iter().map(|e| json::endpoint(e, a.show_url)).collect::<Vec<_>>(),
+                }));
+            }
+            let rows: Vec<Vec<String>> = endpoints
                 .into_iter()
                 .map(|e| {
                     vec![
                         e.id.to_string(),
                         status_text(&e.status),
                         e.filter.to_string(),
-                        e.url.to_string(),
+                        display_url(&e.url, a.show_url),
                         e.description,
                     ]
                 })
                 .collect();
-            print!(
+            out!(
                 "{}",
                 table(&["id", "status", "filter", "url", "description"], &rows)
             );
         }
         EndpointsCmd::Show(a) => {
+            let id = endpoint_id(&a.id)?;
             let env = a.store.open().await?;
-            let e = env
-                .store
-                .get_endpoint(&env.tenant, endpoint_id(&a.id)?)
-                .await?;
-            println!("id:           {}", e.id);
-            println!("tenant:       {}", e.tenant);
-            println!("url:          {}", e.url);
-            println!("status:       {}", status_text(&e.status));
-            println!("filter:       {}", e.filter);
-            println!("body format:  {}", e.body_format.as_str());
-            println!("description:  {}", e.description);
-            println!(
+            let e = env.store.get_endpoint(&env.tenant, id).await?;
+            if a.json {
+                return emit_json(&json::endpoint(&e, a.show_url));
+            }
+            outln!("id:           {}", e.id);
+            outln!("tenant:       {}", e.tenant);
+            outln!("url:          {}", display_url(&e.url, a.show_url));
+            outln!("status:       {}", status_text(&e.status));
+            outln!("filter:       {}", e.filter);
+            outln!("body format:  {}", e.body_format.as_str());
+            outln!("description:  {}", e.description);
+            outln!(
                 "rotation:     {}",
                 if e.previous_secret.is_some() {
                     "in progress (two secrets sign)"
@@ -246,8 +373,8 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                     "none"
                 }
             );
-            println!("created:      {}", e.created_at);
-            println!("updated:      {}", e.updated_at);
+            outln!("created:      {}", e.created_at);
+            outln!("updated:      {}", e.updated_at);
         }
         EndpointsCmd::Update(a) => {
             let id = endpoint_id(&a.id)?;
@@ -263,7 +390,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 .map(BodyFormat::parse)
                 .transpose()?;
             update.validate()?;
-            let env = a.store.open().await?;
+            let env = a.store.open_with(&a.vault).await?;
             let url = update.url.clone();
             let e = admin_for(&env, a.egress)?
                 .update(&env.tenant, id, update)
@@ -272,7 +399,10 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                     Some(u) => with_hint(e, u, a.egress),
                     None => CliError::from(e),
                 })?;
-            println!("updated endpoint {}", e.id);
+            if a.json {
+                return emit_json(&json::endpoint(&e, false));
+            }
+            outln!("updated endpoint {}", e.id);
         }
         EndpointsCmd::Pause(a) => set_status(a, EndpointStatus::Paused).await?,
         EndpointsCmd::Resume(a) => set_status(a, EndpointStatus::Active).await?,
@@ -281,42 +411,66 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             if let Some(s) = &a.secret {
                 outboxkit_core::WebhookSecret::parse(s)?;
             }
-            let env = a.store.open().await?;
+            let env = a.store.open_with(&a.vault).await?;
             let admin = admin(&env)?;
             if a.finish {
                 admin.drop_previous_secret(&env.tenant, id).await?;
-                println!("rotation finished: only the current secret signs");
+                if a.json {
+                    return emit_json(
+                        &serde_json::json!({ "id": id.to_string(), "rotation_in_progress": false }),
+                    );
+                }
+                outln!("rotation finished: only the current secret signs");
             } else {
+                let e = env.store.get_endpoint(&env.tenant, id).await?;
+                if e.previous_secret.is_some() && !a.force {
+                    eprintln!("warning: a rotation is in progress: two secrets sign; rotating again drops the older one, and receivers still verifying with it start failing");
+                    return Err(CliError::usage(format!(
+                        "invalid input: rotation in progress: finish it with `outbox endpoints rotate-secret {id} --finish`, or rotate anyway with --force"
+                    )));
+                }
                 let s = admin
                     .rotate_secret(&env.tenant, id, a.secret.as_deref())
                     .await?;
-                println!("new signing secret (shown once): {}", s.expose());
-                println!("both secrets sign until `outbox endpoints rotate-secret {id} --finish`");
+                if a.json {
+                    return emit_json(&serde_json::json!({
+                        "id": id.to_string(),
+                        "secret": s.expose(),
+                        "rotation_in_progress": true,
+                    }));
+                }
+                outln!("new signing secret (shown once): {}", s.expose());
+                outln!("both secrets sign until `outbox endpoints rotate-secret {id} --finish`");
             }
         }
         EndpointsCmd::Delete(a) => {
+            let id = endpoint_id(&a.id)?;
             let env = a.store.open().await?;
-            env.store
-                .delete_endpoint(&env.tenant, endpoint_id(&a.id)?)
-                .await?;
-            println!("deleted endpoint {}", a.id);
+            env.store.delete_endpoint(&env.tenant, id).await?;
+            if a.json {
+                return emit_json(&serde_json::json!({ "deleted": id.to_string() }));
+            }
+            outln!("deleted endpoint {id}");
         }
         EndpointsCmd::Test(a) => test_endpoint(a).await?,
     }
     Ok(())
 }
 
-async fn set_status(a: IdArgs, status: EndpointStatus) -> CliResult<()> {
+async fn set_status(a: StatusArgs, status: EndpointStatus) -> CliResult<()> {
     let id = endpoint_id(&a.id)?;
-    let env = a.store.open().await?;
+    let env = a.store.open_with(&a.vault).await?;
     let e = admin(&env)?.set_status(&env.tenant, id, status).await?;
-    println!("endpoint {} is {}", e.id, status_text(&e.status));
+    if a.json {
+        return emit_json(&json::endpoint(&e, false));
+    }
+    outln!("endpoint {} is {}", e.id, status_text(&e.status));
     Ok(())
 }
 
 async fn test_endpoint(a: TestArgs) -> CliResult<()> {
     let id = endpoint_id(&a.id)?;
-    let env = a.store.open().await?;
+    let env = a.store.open_with(&a.vault).await?;
     let e = env.store.get_endpoint(&env.tenant, id).await?;
     if let EndpointStatus::Disabled(DisabledReason::Gone) = e.status {
         eprintln!("note: the endpoint is disabled (it answered 410 Gone)");
@@ -346,13 +500,36 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
         std::time::Duration::from_secs(10),
     );
     let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
-    match Arc::new(transport).send(req).await {
+    let response = Arc::new(transport).send(req).await;
+    if a.json {
+        let v = match &response {
+            WebhookResponse::Answered {
+                status, excerpt, ..
+            } => serde_json::json!({
+                "id": id.to_string(),
+                "answered": true,
+                "status_code": status,
+                "excerpt": excerpt,
+            }),
+            WebhookResponse::Failed { class, detail } => serde_json::json!({
+                "id": id.to_string(),
+                "answered": false,
+                "error_class": class.as_str(),
+                "detail": detail,
+                "hint": egress_hint(*class, &e.url, a.egress),
+            }),
+        };
+        emit_json(&v)?;
+    }
+    match response {
         WebhookResponse::Answered {
             status, excerpt, ..
         } => {
-            println!("answered {status}");
-            if !excerpt.is_empty() {
-                println!("{excerpt}");
+            if !a.json {
+                outln!("answered {status}");
+                if !excerpt.is_empty() {
+                    outln!("{excerpt}");
+                }
             }
             if (200..300).contains(&status) {
                 Ok(())
@@ -361,7 +538,11 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
             }
         }
         WebhookResponse::Failed { class, detail } => {
-            Err(CliError::failed(format!("no answer ({class}): {detail}")))
+            let hint =
+                egress_hint(class, &e.url, a.egress).map_or(String::new(), |h| format!(" ({h})"));
+            Err(CliError::failed(format!(
+                "no answer ({class}): {detail}{hint}"
+            )))
         }
     }
 }

@@ -7,9 +7,10 @@ use outboxkit_core::ErrorKind;
 /// A failure with its exit code.
 #[derive(Debug)]
 pub struct CliError {
-    /// 1 (operation failed) or 2 (bad usage or input).
+    /// 0 (stop quietly: the reader closed the pipe), 1 (operation failed) or 2 (bad usage
+    /// or input).
     pub code: u8,
-    /// What to tell the user (never a secret, payload or address).
+    /// What to tell the user (never a secret, payload or address); empty for a quiet stop.
     pub message: String,
 }
 
@@ -30,6 +31,15 @@ impl CliError {
         CliError {
             code: 1,
             message: message.into(),
+        }
+    }
+
+    /// Stop without a message and with exit code 0: whoever read the output is gone
+    /// (`outbox deliveries list | head -1`).
+    pub fn quiet() -> Self {
+        CliError {
+            code: 0,
+            message: String::new(),
         }
     }
 }

@@ -1,11 +1,15 @@
 //! `outbox`: the demo, the relay and the operator's tools for the outbox library.
 //!
-//! Exit codes: 0 success, 1 the operation failed, 2 bad usage or input.
+//! Exit codes: 0 success, 1 the operation failed, 2 bad usage or input. A closed output pipe
+//! (`outbox deliveries list | head -1`) ends a command quietly with 0.
 
+mod bulk;
+mod consumers;
 mod deliveries;
 mod demo;
 mod endpoints;
 mod error;
+mod json;
 mod listen;
 mod ops;
 mod relay;
@@ -14,14 +18,19 @@ mod util;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::error::CliResult;
 
 /// Reliable "write it, then deliver it": events recorded in your transaction, delivered at
 /// least once to handlers, signed webhooks and e-mail.
 #[derive(Debug, Parser)]
-#[command(name = "outbox", version, propagate_version = true)]
+#[command(
+    name = "outbox",
+    version,
+    propagate_version = true,
+    after_help = "Examples:\n  outbox demo\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox deliveries list --store sqlite:./outbox.sqlite --status dead --json | jq '.deliveries[].id'\n  outbox replay --store sqlite:./outbox.sqlite --endpoint 0193… --dead-reason max_attempts --dry-run\n\nEvery command that prints takes --json (one JSON document; field names in the README).\nLogging: OUTBOX_LOG, else RUST_LOG (e.g. OUTBOX_LOG=debug). Exit codes: 0 ok, 1 failed, 2 bad usage or input."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,31 +43,58 @@ enum Command {
     /// retries, a held delivery released by a secret rotation, a 410, a replay, the ledger.
     Demo(demo::DemoArgs),
     /// Create or upgrade a store's schema (sqlite:PATH, postgres://…, redis://…).
-    Migrate(store::StoreArgs),
+    Migrate(store::MigrateArgs),
     /// Manage webhook endpoints.
     #[command(subcommand)]
     Endpoints(endpoints::EndpointsCmd),
     /// Read deliveries and their attempt ledger.
     #[command(subcommand)]
     Deliveries(deliveries::DeliveriesCmd),
+    /// List or remove registered in-process consumers (handlers).
+    #[command(subcommand)]
+    Consumers(consumers::ConsumersCmd),
     /// Enqueue one event (for scripts and smoke tests).
     Enqueue(ops::EnqueueArgs),
-    /// Give a dead delivery a fresh budget, due now.
-    Replay(ops::DeliveryArgs),
-    /// Release an endpoint's held deliveries (after fixing its credentials).
-    ReleaseHeld(ops::ReleaseHeldArgs),
-    /// Make a pending or held delivery due now.
-    Retry(ops::DeliveryArgs),
+    /// Give dead deliveries a fresh budget, due now: one by id, or every match of filters.
+    Replay(bulk::ReplayArgs),
+    /// Release held deliveries (after fixing an endpoint's credentials): an endpoint's, or
+    /// every match of filters.
+    ReleaseHeld(bulk::ReleaseHeldArgs),
+    /// Make pending or held deliveries due now: one by id, or every match of filters.
+    Retry(bulk::RetryArgs),
     /// Remove finished deliveries older than a cutoff, tenant by tenant.
     Purge(ops::PurgeArgs),
     /// Delivery counts by status and the age of the oldest due delivery.
     Stats(ops::StatsArgs),
-    /// Run the dispatcher as a sidecar: deliver webhooks and e-mail until SIGINT/SIGTERM.
+    /// Run the dispatcher as a sidecar: deliver webhooks and e-mail until SIGINT/SIGTERM
+    /// (or, with --until-idle, until nothing is due).
     Relay(relay::RelayArgs),
-    /// A local receiver that verifies signatures and prints each event.
+    /// A local receiver that verifies signatures, answers like a careful receiver and prints
+    /// each event.
     Listen(listen::ListenArgs),
     /// Print a new random vault key (64 hex digits) for OUTBOX_VAULT_KEY.
-    Keygen,
+    Keygen(KeygenArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions(CompletionsArgs),
+}
+
+/// `keygen`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  export OUTBOX_VAULT_KEY=$(outbox keygen)")]
+struct KeygenArgs {
+    /// Print `{"key": "…"}` instead of the bare key.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `completions`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox completions bash > /etc/bash_completion.d/outbox\n  outbox completions zsh > \"${fpath[1]}/_outbox\"\n  outbox completions fish > ~/.config/fish/completions/outbox.fish"
+)]
+struct CompletionsArgs {
+    /// The shell.
+    shell: clap_complete::Shell,
 }
 
 async fn run(cli: Cli) -> CliResult<()> {
@@ -67,24 +103,39 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Migrate(a) => store::migrate(a).await,
         Command::Endpoints(c) => endpoints::run(c).await,
         Command::Deliveries(c) => deliveries::run(c).await,
+        Command::Consumers(c) => consumers::run(c).await,
         Command::Enqueue(a) => ops::enqueue(a).await,
-        Command::Replay(a) => ops::replay(a).await,
-        Command::ReleaseHeld(a) => ops::release_held(a).await,
-        Command::Retry(a) => ops::retry(a).await,
+        Command::Replay(a) => bulk::replay(a).await,
+        Command::ReleaseHeld(a) => bulk::release_held(a).await,
+        Command::Retry(a) => bulk::retry(a).await,
         Command::Purge(a) => ops::purge(a).await,
         Command::Stats(a) => ops::stats(a).await,
         Command::Relay(a) => relay::run(a).await,
         Command::Listen(a) => listen::run(a).await,
-        Command::Keygen => {
+        Command::Keygen(a) => {
             let mut key = [0u8; 32];
             outboxkit_core::Entropy::fill(&outboxkit_core::OsEntropy, &mut key);
-            println!(
-                "{}",
-                key.iter().map(|b| format!("{b:02x}")).collect::<String>()
-            );
-            Ok(())
+            let key = key.iter().map(|b| format!("{b:02x}")).collect::<String>();
+            if a.json {
+                util::emit_json(&serde_json::json!({ "key": key }))
+            } else {
+                util::emit(&format!("{key}\n"))
+            }
+        }
+        Command::Completions(a) => {
+            let mut out = Vec::new();
+            clap_complete::generate(a.shell, &mut Cli::command(), "outbox", &mut out);
+            util::emit(&String::from_utf8_lossy(&out))
         }
     }
+}
+
+/// The log filter: `OUTBOX_LOG`, else `RUST_LOG`, else `info` for the relay and `warn` for
+/// the rest.
+fn log_filter(relay: bool) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("OUTBOX_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(if relay { "info" } else { "warn" }))
 }
 
 fn main() -> ExitCode {
@@ -95,16 +146,10 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("OUTBOX_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(if matches!(cli.command, Command::Relay(_)) {
-            "info"
-        } else {
-            "warn"
-        })
-    });
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(log_filter(matches!(cli.command, Command::Relay(_))))
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -116,11 +161,46 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    // Do not wait for background tasks (a listener, a reconnecting pool) to notice.
+    rt.shutdown_background();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.message.is_empty() => ExitCode::from(e.code),
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(e.code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_has_an_example() {
+        fn walk(c: &clap::Command, path: &str) {
+            let path = format!("{path} {}", c.get_name());
+            if c.has_subcommands() {
+                for s in c.get_subcommands() {
+                    walk(s, &path);
+                }
+                return;
+            }
+            let help = c
+                .get_after_help()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            assert!(help.contains("outbox "), "{path} has no example");
+        }
+        for s in Cli::command().get_subcommands() {
+            walk(s, "outbox");
         }
     }
 }

@@ -1,21 +1,28 @@
-//! `outbox enqueue | replay | release-held | retry | purge | stats`.
+//! `outbox enqueue | purge | stats` (the bulk operations live in `bulk.rs`).
+
+use std::io::Read;
 
 use clap::Args;
-use outboxkit_core::{DeliveryId, EndpointId, NewMessage, Operator};
+use outboxkit_core::{NewMessage, Operator};
 
 use crate::error::{CliError, CliResult};
 use crate::store::StoreArgs;
-use crate::util::parse_flag_duration;
+use crate::util::{emit_json, parse_flag_duration};
+use crate::{json, outln};
 
 /// `enqueue`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox enqueue --store sqlite:./outbox.sqlite --topic order.created --data '{\"id\":42}' --key order-42\n  outbox enqueue --store sqlite:./outbox.sqlite --topic order.created --data @order.json\n  jq -c . order.json | outbox enqueue --store sqlite:./outbox.sqlite --topic order.created --data -"
+)]
 pub struct EnqueueArgs {
     #[command(flatten)]
     store: StoreArgs,
     /// The topic (lowercase dotted, e.g. order.created).
     #[arg(long)]
     topic: String,
-    /// The payload, as JSON.
+    /// The payload, as JSON: inline, `@FILE` to read a file, or `-` to read stdin (up to
+    /// the store's payload limit, 256 KiB by default).
     #[arg(long)]
     data: String,
     /// An idempotency key: a second enqueue with the same tenant, topic and key does nothing.
@@ -27,29 +34,16 @@ pub struct EnqueueArgs {
     /// Also send an e-mail to this recipient (repeatable).
     #[arg(long)]
     email: Vec<String>,
-}
-
-/// One delivery by id.
-#[derive(Debug, Args)]
-pub struct DeliveryArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// The delivery id.
-    id: String,
-}
-
-/// `release-held`.
-#[derive(Debug, Args)]
-pub struct ReleaseHeldArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// The endpoint whose held deliveries are released.
+    /// Print one JSON document instead of text.
     #[arg(long)]
-    endpoint: String,
+    json: bool,
 }
 
 /// `purge`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox purge --store postgres://postgres@127.0.0.1/app --older-than 30d"
+)]
 pub struct PurgeArgs {
     #[command(flatten)]
     store: StoreArgs,
@@ -59,21 +53,27 @@ pub struct PurgeArgs {
     /// Rows per batch (1-10000).
     #[arg(long, default_value_t = 1000)]
     batch: u32,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `stats`.
 #[derive(Debug, Args)]
+#[command(after_help = "Example:\n  outbox stats --store sqlite:./outbox.sqlite --json | jq .dead")]
 pub struct StatsArgs {
     #[command(flatten)]
     store: StoreArgs,
-    /// Print JSON.
+    /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
 }
 
 /// `enqueue`.
 pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
-    let data: serde_json::Value = serde_json::from_str(&a.data)
+    let limits = outboxkit_core::Limits::default();
+    let text = read_data(&a.data, limits.max_payload_bytes)?;
+    let data: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| CliError::usage(format!("invalid input: data: not JSON ({e})")))?;
     let mut m = NewMessage::new(a.topic, data).tenant(a.store.tenant.clone());
     if let Some(k) = a.key {
@@ -88,53 +88,69 @@ pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
     // Validate before opening the store, so bad input is exit 2 even when the store is
     // unreachable; the store validates again (with its own limits) before writing.
     m.clone().validate(
-        &outboxkit_core::Limits::default(),
+        &limits,
         outboxkit_core::Clock::now(&outboxkit_core::SystemClock),
     )?;
     let env = a.store.open().await?;
     let r = env.store.enqueue(m).await?;
+    if a.json {
+        return emit_json(&serde_json::json!({
+            "message_id": r.message_id.to_string(),
+            "deliveries": r.deliveries,
+            "duplicate": r.duplicate,
+        }));
+    }
     if r.duplicate {
-        println!("duplicate of message {} (nothing written)", r.message_id);
+        outln!("duplicate of message {} (nothing written)", r.message_id);
     } else {
-        println!(
+        outln!(
             "enqueued message {} with {} deliveries",
-            r.message_id, r.deliveries
+            r.message_id,
+            r.deliveries
         );
     }
     Ok(())
 }
 
-/// `replay`.
-pub async fn replay(a: DeliveryArgs) -> CliResult<()> {
-    let id = DeliveryId::parse(&a.id)?;
-    let env = a.store.open().await?;
-    Operator::new(env.store.clone(), env.clock.clone())
-        .replay(&env.tenant, id)
-        .await?;
-    println!("replayed delivery {id}: due now with a fresh budget");
-    Ok(())
-}
-
-/// `retry`.
-pub async fn retry(a: DeliveryArgs) -> CliResult<()> {
-    let id = DeliveryId::parse(&a.id)?;
-    let env = a.store.open().await?;
-    Operator::new(env.store.clone(), env.clock.clone())
-        .retry_now(&env.tenant, id)
-        .await?;
-    println!("delivery {id} is due now");
-    Ok(())
-}
-
-/// `release-held`.
-pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
-    let id = EndpointId::parse(&a.endpoint)?;
-    let env = a.store.open().await?;
-    let n = Operator::new(env.store.clone(), env.clock.clone())
-        .release_held(&env.tenant, id)
-        .await?;
-    println!("released {n} held deliveries");
-    Ok(())
+/// The `--data` text: inline, `@FILE` or `-` (stdin), refused beyond `max` bytes (the JSON
+/// is re-encoded compactly before the store checks its own limit).
+fn read_data(data: &str, max: usize) -> CliResult<String> {
+    let too_big = || {
+        CliError::usage(format!(
+            "invalid input: data: larger than the payload limit ({max} bytes)"
+        ))
+    };
+    // Read one byte past the limit so an oversized input is refused without reading it all.
+    let cap = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    let mut buf = Vec::new();
+    if data == "-" {
+        std::io::stdin()
+            .lock()
+            .take(cap)
+            .read_to_end(&mut buf)
+            .map_err(|e| {
+                CliError::usage(format!("invalid input: data: cannot read stdin ({e})"))
+            })?;
+    } else if let Some(path) = data.strip_prefix('@') {
+        let f = std::fs::File::open(path).map_err(|e| {
+            CliError::usage(format!(
+                "invalid input: data: cannot read {path} ({})",
+                e.kind()
+            ))
+        })?;
+        f.take(cap).read_to_end(&mut buf).map_err(|e| {
+            CliError::usage(format!(
+                "invalid input: data: cannot read {path} ({})",
+                e.kind()
+            ))
+        })?;
+    } else {
+        return Ok(data.to_owned());
+    }
+    if buf.len() > max {
+        return Err(too_big());
+    }
+    String::from_utf8(buf).map_err(|_| CliError::usage("invalid input: data: not UTF-8 text"))
 }
 
 /// `purge`.
@@ -142,12 +158,23 @@ pub async fn purge(a: PurgeArgs) -> CliResult<()> {
     let older = parse_flag_duration("older-than", &a.older_than)?;
     outboxkit_core::store::check_purge_limit(a.batch)?;
     let env = a.store.open().await?;
+    let spinner = crate::util::spinner(a.json, "purging");
     let r = Operator::new(env.store.clone(), env.clock.clone())
         .purge(older, a.batch)
-        .await?;
-    println!(
+        .await;
+    spinner.finish_and_clear();
+    let r = r?;
+    if a.json {
+        return emit_json(&serde_json::json!({
+            "deliveries": r.deliveries,
+            "messages": r.messages,
+            "older_than_ms": u64::try_from(older.as_millis()).unwrap_or(u64::MAX),
+        }));
+    }
+    outln!(
         "purged {} deliveries and {} messages",
-        r.deliveries, r.messages
+        r.deliveries,
+        r.messages
     );
     Ok(())
 }
@@ -157,15 +184,14 @@ pub async fn stats(a: StatsArgs) -> CliResult<()> {
     let env = a.store.open().await?;
     let s = env.store.stats().await?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
-        return Ok(());
+        return emit_json(&json::stats(&s));
     }
     for st in outboxkit_core::DeliveryStatus::ALL {
-        println!("{:<11} {}", st.as_str(), s.count(st));
+        outln!("{:<11} {}", st.as_str(), s.count(st));
     }
     match s.oldest_due_age {
-        Some(age) => println!("oldest due  {} ms ago", age.as_millis()),
-        None => println!("oldest due  -"),
+        Some(age) => outln!("oldest due  {} ms ago", age.as_millis()),
+        None => outln!("oldest due  -"),
     }
     Ok(())
 }

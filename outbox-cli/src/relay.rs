@@ -9,14 +9,27 @@ use outboxkit_smtp::{SmtpConfig, SmtpMailer};
 
 use crate::endpoints::{egress_policy, EgressArgs};
 use crate::error::{CliError, CliResult};
-use crate::store::{vault_from, StoreArgs};
-use crate::util::parse_flag_duration;
+use crate::store::{vault_from, LocationArgs, VaultArgs};
+use crate::util::{emit, emit_json, parse_flag_duration, MAX_DURATION};
 
 /// `relay`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  OUTBOX_VAULT_KEY=… outbox relay --store postgres://postgres@127.0.0.1/app\n  outbox relay --store sqlite:./outbox.sqlite --until-idle --json   # cron or CI: deliver what is due, then exit"
+)]
 pub struct RelayArgs {
     #[command(flatten)]
-    store: StoreArgs,
+    store: LocationArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// Deliver what is due now, then exit 0 (for cron and CI). Deliveries that come due
+    /// later (a retry in a minute, a held delivery's next probe) wait for the next run.
+    /// SIGINT/SIGTERM stop it early, like a normal run.
+    #[arg(long)]
+    until_idle: bool,
+    /// Print the run's report as one JSON document (durations in milliseconds).
+    #[arg(long)]
+    json: bool,
     /// Deliveries per claim.
     #[arg(long, default_value_t = 100)]
     batch_size: u32,
@@ -98,6 +111,43 @@ async fn smtp_mailer(
     }
 }
 
+/// The relay's transport: the HTTP transport, plus one WARN per refused URL when the egress
+/// policy refuses an endpoint, naming the flag that would allow it. The WARN is logged inside
+/// the dispatcher's `outbox.delivery` span, which carries the endpoint id. URLs are kept in
+/// memory only to warn once; they are never logged.
+#[derive(Debug)]
+struct HintingTransport {
+    inner: outboxkit_http::HttpTransport,
+    egress: EgressArgs,
+    warned: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+#[async_trait::async_trait]
+impl outboxkit_core::WebhookTransport for HintingTransport {
+    async fn send(
+        &self,
+        request: outboxkit_core::SignedRequest,
+    ) -> outboxkit_core::WebhookResponse {
+        let url = request.url.clone();
+        let response = self.inner.send(request).await;
+        if let outboxkit_core::WebhookResponse::Failed { class, .. } = &response {
+            if let Some(hint) = crate::endpoints::egress_hint(*class, &url, self.egress) {
+                let first = self
+                    .warned
+                    .lock()
+                    .map(|mut w| w.insert(url.as_str().to_owned()))
+                    .unwrap_or(false);
+                if first {
+                    tracing::warn!(
+                        "{hint}; the endpoint's deliveries are retried and will die unless the relay is restarted with that flag (said once per endpoint)"
+                    );
+                }
+            }
+        }
+        response
+    }
+}
+
 #[derive(Debug)]
 struct BatchLog;
 
@@ -160,9 +210,14 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         Some(s) => schedule(s)?,
         None => RetryPolicy::webhook_default(),
     };
-    let env = a.store.open().await?;
+    let mut env = a.store.open().await?;
+    env.vault_key = a.vault.vault_key.clone();
     let vault = vault_from(&env)?;
-    let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
+    let transport = HintingTransport {
+        inner: outboxkit_http::HttpTransport::new(egress_policy(a.egress))?,
+        egress: a.egress,
+        warned: std::sync::Mutex::default(),
+    };
     let webhook_timeout = config.webhook_timeout;
     let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
         .config(config)
@@ -194,8 +249,40 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         builder = builder.mailer(Arc::new(mailer));
     }
     let dispatcher = builder.build()?;
-    tracing::info!("outbox relay started");
-    let report = dispatcher.run(shutdown_signal()).await?;
-    println!("{report}");
-    Ok(())
+    tracing::info!(until_idle = a.until_idle, "outbox relay started");
+    let report = if a.until_idle {
+        tokio::select! {
+            r = dispatcher.run_once(MAX_DURATION) => r?,
+            () = shutdown_signal() => {
+                // Unfinished claims expire with their leases and are delivered again.
+                return Err(CliError::failed("stopped before the relay was idle"));
+            }
+        }
+    } else {
+        dispatcher.run(shutdown_signal()).await?
+    };
+    if a.json {
+        return emit_json(&report_json(&report));
+    }
+    emit(&format!("{report}\n"))
+}
+
+/// The run report as JSON: the counters, `run_time_ms`, per-topic counts, the first dead
+/// ids and the end-of-run queue statistics.
+fn report_json(r: &outboxkit_core::Report) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.remove("run_time");
+        o.insert(
+            "run_time_ms".into(),
+            serde_json::json!(u64::try_from(r.run_time.as_millis()).unwrap_or(u64::MAX)),
+        );
+        o.insert(
+            "stats".into(),
+            r.stats
+                .as_ref()
+                .map_or(serde_json::Value::Null, crate::json::stats),
+        );
+    }
+    v
 }

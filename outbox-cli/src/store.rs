@@ -13,6 +13,24 @@ use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 
 use crate::error::{CliError, CliResult};
 
+/// Where the outbox lives (for commands that act on every tenant).
+#[derive(Debug, Args, Clone)]
+pub struct LocationArgs {
+    /// The store: `sqlite:PATH`, `postgres://user@host/db` or `redis://host:port`.
+    #[arg(long, env = "OUTBOX_STORE")]
+    pub store: String,
+    /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
+    #[arg(long, env = "OUTBOX_NAMESPACE", default_value = "outbox")]
+    pub namespace: String,
+}
+
+impl LocationArgs {
+    /// Open the store (it must exist: `outbox migrate` creates it).
+    pub async fn open(&self) -> CliResult<Env> {
+        open_url(&self.store, &self.namespace, "default", None, false).await
+    }
+}
+
 /// Where the outbox lives, and whose part of it.
 #[derive(Debug, Args, Clone)]
 pub struct StoreArgs {
@@ -25,6 +43,11 @@ pub struct StoreArgs {
     /// The tenant.
     #[arg(long, default_value = "default")]
     pub tenant: String,
+}
+
+/// The key that seals endpoint secrets (only on the commands that read or write them).
+#[derive(Debug, Args, Clone)]
+pub struct VaultArgs {
     /// The key sealing endpoint secrets: 64 hex digits (`outbox keygen` makes one).
     #[arg(long, env = "OUTBOX_VAULT_KEY", hide_env_values = true)]
     pub vault_key: Option<String>,
@@ -33,11 +56,16 @@ pub struct StoreArgs {
 impl StoreArgs {
     /// Open the store (it must exist: `outbox migrate` creates it).
     pub async fn open(&self) -> CliResult<Env> {
+        open_url(&self.store, &self.namespace, &self.tenant, None, false).await
+    }
+
+    /// Open the store with the vault key.
+    pub async fn open_with(&self, vault: &VaultArgs) -> CliResult<Env> {
         open_url(
             &self.store,
             &self.namespace,
             &self.tenant,
-            self.vault_key.clone(),
+            vault.vault_key.clone(),
             false,
         )
         .await
@@ -174,24 +202,61 @@ pub async fn open_url(
     })
 }
 
+/// `migrate`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox migrate --store postgres://postgres@127.0.0.1/app --namespace outbox"
+)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    location: LocationArgs,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 /// `outbox migrate`.
-pub async fn migrate(a: StoreArgs) -> CliResult<()> {
-    let env = open_url(&a.store, &a.namespace, &a.tenant, None, true).await?;
-    match &env.backend {
-        Backend::Sqlite(s) => println!("sqlite database ready at {}", s.path().display()),
+pub async fn migrate(a: MigrateArgs) -> CliResult<()> {
+    let env = open_url(
+        &a.location.store,
+        &a.location.namespace,
+        "default",
+        None,
+        true,
+    )
+    .await?;
+    let (text, applied) = match &env.backend {
+        Backend::Sqlite(s) => (
+            format!("sqlite database ready at {}", s.path().display()),
+            None,
+        ),
         Backend::Postgres(s) => {
             let n = s.migrate().await?;
-            println!(
-                "postgres schema {} ready ({n} migrations applied)",
-                a.namespace
-            );
+            (
+                format!(
+                    "postgres schema {} ready ({n} migrations applied)",
+                    a.location.namespace
+                ),
+                Some(n),
+            )
         }
-        Backend::Redis(s) => println!(
-            "redis outbox ready under prefix {} (nothing to migrate)",
-            s.prefix()
+        Backend::Redis(s) => (
+            format!(
+                "redis outbox ready under prefix {} (nothing to migrate)",
+                s.prefix()
+            ),
+            None,
         ),
+    };
+    if a.json {
+        crate::util::emit_json(&serde_json::json!({
+            "store": env.describe(),
+            "ready": true,
+            "migrations_applied": applied,
+        }))
+    } else {
+        crate::util::emit(&(text + "\n"))
     }
-    Ok(())
 }
 
 /// The vault for endpoint secrets, from `--vault-key` / `OUTBOX_VAULT_KEY`.

@@ -23,6 +23,10 @@ pub struct RedisConfig {
     pub response_timeout: Duration,
     /// How long one connection attempt may take. Default 5 s.
     pub connection_timeout: Duration,
+    /// How long opening the store may take in all (connecting with its retries, the version
+    /// check and loading the scripts) before it fails with `Unavailable`, so that an
+    /// unreachable Redis is reported instead of waited for. Default 5 s.
+    pub setup_timeout: Duration,
 }
 
 impl Default for RedisConfig {
@@ -33,6 +37,7 @@ impl Default for RedisConfig {
             attempts_cap: 100,
             response_timeout: Duration::from_secs(10),
             connection_timeout: Duration::from_secs(5),
+            setup_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -55,7 +60,10 @@ impl RedisConfig {
                 "must be from 1 to 10000",
             ));
         }
-        if self.response_timeout.is_zero() || self.connection_timeout.is_zero() {
+        if self.response_timeout.is_zero()
+            || self.connection_timeout.is_zero()
+            || self.setup_timeout.is_zero()
+        {
             return Err(Error::misconfigured(
                 "timeout",
                 "timeouts must be longer than zero",

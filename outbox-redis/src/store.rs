@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    fanout, Clock, DeliveryId, Enqueued, Entropy, Error, MessageStore, NewMessage, OsEntropy,
-    Result, SystemClock, Timestamp, ValidMessage, Wakeups,
+    fanout, Clock, DeliveryId, Enqueued, Entropy, Error, ErrorKind, MessageStore, NewMessage,
+    OsEntropy, Result, SystemClock, Timestamp, ValidMessage, Wakeups,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script};
@@ -63,7 +63,7 @@ impl RedisStore {
     /// A store over `client` with `config`, reading time from `clock` and randomness (ids,
     /// claim tokens) from `entropy`. Opens one multiplexed connection (reconnecting on its
     /// own) and loads the scripts. Fails with `Misconfigured` for a bad `config` and with
-    /// `Unavailable` when Redis cannot be reached.
+    /// `Unavailable` when Redis cannot be reached within `config.setup_timeout`.
     pub async fn new(
         client: redis::Client,
         config: RedisConfig,
@@ -75,18 +75,31 @@ impl RedisStore {
             .set_response_timeout(config.response_timeout)
             .set_connection_timeout(config.connection_timeout)
             .set_max_delay(2_000);
-        let mut conn = client
-            .get_connection_manager_with_config(cm)
-            .await
-            .map_err(redis_err)?;
-        check_version(&mut conn).await?;
         let scripts = Scripts::new();
-        for s in scripts.all() {
-            s.prepare_invoke()
-                .load_async(&mut conn)
+        let setup = async {
+            let mut conn = client
+                .get_connection_manager_with_config(cm)
                 .await
                 .map_err(redis_err)?;
-        }
+            check_version(&mut conn).await?;
+            for s in scripts.all() {
+                s.prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(redis_err)?;
+            }
+            Ok::<_, Error>(conn)
+        };
+        // The connection manager retries a refused connection with back-off; bound the
+        // whole setup so an unreachable server fails fast (`RedisConfig::setup_timeout`).
+        let conn = tokio::time::timeout(config.setup_timeout, setup)
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    "redis did not answer within the setup timeout",
+                )
+            })??;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 client,

@@ -2,7 +2,11 @@
 //! relay on PostgreSQL.
 
 mod bad_input;
+mod bulk;
+mod defects;
 mod demo;
+mod features;
+mod listen;
 mod operator;
 mod relay;
 mod smtp;

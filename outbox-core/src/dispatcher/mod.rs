@@ -261,6 +261,8 @@ impl Dispatcher {
                                     delivery_id = %claimed.delivery.id,
                                     topic = %claimed.delivery.topic,
                                     kind = claimed.delivery.destination.kind().as_str(),
+                                    // Webhooks only: an e-mail recipient is never logged.
+                                    endpoint_id = claimed.delivery.destination.endpoint().map(tracing::field::display),
                                     attempt = claimed.lease.attempts,
                                 );
                                 let lease = claimed.lease.clone();
