@@ -302,7 +302,8 @@ pub struct Endpoint {
     pub previous_secret: Option<SealedSecret>,
     /// How the body is built.
     pub body_format: BodyFormat,
-    /// At most this many deliveries per second to this endpoint (dispatcher-enforced).
+    /// At most this many deliveries per second to this endpoint (dispatcher-enforced);
+    /// 1 to [`MAX_RATE_LIMIT`].
     pub rate_limit: Option<u32>,
     /// When it was created.
     pub created_at: Timestamp,
@@ -352,11 +353,8 @@ impl EndpointUpdate {
         if let Some(d) = &self.description {
             check_description(d)?;
         }
-        if let Some(Some(0)) = self.rate_limit {
-            return Err(Error::invalid_input(
-                "rate_limit",
-                "must be at least 1 per second",
-            ));
+        if let Some(r) = self.rate_limit {
+            check_rate_limit(r)?;
         }
         Ok(())
     }
@@ -388,6 +386,20 @@ impl EndpointUpdate {
             endpoint.rate_limit = r;
         }
         endpoint.updated_at = now;
+    }
+}
+
+/// The highest per-endpoint rate limit, in deliveries per second.
+pub const MAX_RATE_LIMIT: u32 = 1_000_000;
+
+/// Check an endpoint's rate limit: none, or 1 to [`MAX_RATE_LIMIT`] per second.
+pub fn check_rate_limit(rate_limit: Option<u32>) -> Result<()> {
+    match rate_limit {
+        Some(r) if !(1..=MAX_RATE_LIMIT).contains(&r) => Err(Error::invalid_input(
+            "rate_limit",
+            format!("must be from 1 to {MAX_RATE_LIMIT} per second"),
+        )),
+        _ => Ok(()),
     }
 }
 
