@@ -25,7 +25,11 @@ fuzz_target!(|payload: Vec<u8>| {
     assert!(is_json_text(&bytes), "the envelope is JSON");
     let json = is_json_text(&payload);
     if json {
-        assert_eq!(env.data.as_bytes(), &payload[..], "data is the payload byte for byte");
+        assert_eq!(
+            env.data.as_bytes(),
+            &payload[..],
+            "data is the payload byte for byte"
+        );
         assert!(bytes.ends_with(&[&payload[..], b"}"].concat()));
     } else {
         let s: String = serde_json::from_str(&env.data).expect("a non-JSON payload is a string");

@@ -17,7 +17,15 @@ macro_rules! round_trip {
 }
 
 fuzz_target!(|s: &str| {
-    round_trip!(s, Topic, TenantId, ConsumerName, IdempotencyKey, OrderingKey, Recipient);
+    round_trip!(
+        s,
+        Topic,
+        TenantId,
+        ConsumerName,
+        IdempotencyKey,
+        OrderingKey,
+        Recipient
+    );
     if let Ok(id) = MessageId::parse(s) {
         assert_eq!(MessageId::parse(&id.to_string()).ok(), Some(id));
     }
