@@ -16,13 +16,40 @@ use crate::time::Timestamp;
 pub struct EndpointUrl(url::Url);
 
 impl EndpointUrl {
-    /// Parse and check.
+    /// The longest URL stored, in bytes, measured after normalisation (percent-encoding,
+    /// IDNA, dot segments): what [`EndpointUrl::as_str`] returns.
+    pub const MAX_LEN: usize = 2048;
+
+    /// Parse, normalise and check. The length limit applies to the normalised URL, the one
+    /// that is stored and read back (`https://a.example/` followed by 1,000 `é` is 2,018
+    /// bytes as typed but 6,018 once percent-encoded, and is refused). Input longer than
+    /// four times the limit is refused without parsing.
     pub fn parse(s: &str) -> Result<Self> {
-        if s.len() > 2048 {
-            return Err(Error::invalid_input("url", "must be at most 2048 bytes"));
+        let too_long = || {
+            Error::invalid_input(
+                "url",
+                format!(
+                    "must be at most {} bytes once normalised (percent-encoded)",
+                    Self::MAX_LEN
+                ),
+            )
+        };
+        if s.len() > 4 * Self::MAX_LEN {
+            return Err(too_long());
         }
         let u = url::Url::parse(s.trim())
             .map_err(|_| Error::invalid_input("url", "is not a valid URL"))?;
+        if u.as_str().len() > Self::MAX_LEN {
+            return Err(too_long());
+        }
+        // What is stored must parse back to itself, or the endpoint could be written but
+        // never read.
+        if url::Url::parse(u.as_str()).ok().as_ref() != Some(&u) {
+            return Err(Error::invalid_input(
+                "url",
+                "does not normalise to a stable form",
+            ));
+        }
         if u.scheme() != "https" && u.scheme() != "http" {
             return Err(Error::invalid_input(
                 "url",
@@ -275,7 +302,8 @@ pub struct Endpoint {
     pub previous_secret: Option<SealedSecret>,
     /// How the body is built.
     pub body_format: BodyFormat,
-    /// At most this many deliveries per second to this endpoint (dispatcher-enforced).
+    /// At most this many deliveries per second to this endpoint (dispatcher-enforced);
+    /// 1 to [`MAX_RATE_LIMIT`].
     pub rate_limit: Option<u32>,
     /// When it was created.
     pub created_at: Timestamp,
@@ -325,11 +353,8 @@ impl EndpointUpdate {
         if let Some(d) = &self.description {
             check_description(d)?;
         }
-        if let Some(Some(0)) = self.rate_limit {
-            return Err(Error::invalid_input(
-                "rate_limit",
-                "must be at least 1 per second",
-            ));
+        if let Some(r) = self.rate_limit {
+            check_rate_limit(r)?;
         }
         Ok(())
     }
@@ -361,6 +386,20 @@ impl EndpointUpdate {
             endpoint.rate_limit = r;
         }
         endpoint.updated_at = now;
+    }
+}
+
+/// The highest per-endpoint rate limit, in deliveries per second.
+pub const MAX_RATE_LIMIT: u32 = 1_000_000;
+
+/// Check an endpoint's rate limit: none, or 1 to [`MAX_RATE_LIMIT`] per second.
+pub fn check_rate_limit(rate_limit: Option<u32>) -> Result<()> {
+    match rate_limit {
+        Some(r) if !(1..=MAX_RATE_LIMIT).contains(&r) => Err(Error::invalid_input(
+            "rate_limit",
+            format!("must be from 1 to {MAX_RATE_LIMIT} per second"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -421,6 +460,40 @@ mod tests {
             EndpointUrl::parse("https://h.example/secret-token").unwrap()
         )
         .contains("secret-token"));
+    }
+
+    #[test]
+    fn url_length_is_checked_after_normalisation() {
+        let base = "https://a.example/";
+        // Accepted URLs are at most 2048 bytes as stored and parse back to themselves.
+        let rows: Vec<(String, bool)> = vec![
+            // 2,018 bytes typed, 6,018 stored once percent-encoded.
+            (format!("{base}{}", "é".repeat(1000)), false),
+            // 2,048 bytes stored: the edge.
+            (
+                format!("{base}{}", "é".repeat((2048 - base.len()) / 6)),
+                true,
+            ),
+            (format!("{base}{}", "a".repeat(2048 - base.len())), true),
+            (format!("{base}{}", "a".repeat(2049 - base.len())), false),
+            // Typed longer than the limit, stored shorter (surrounding space trimmed).
+            (format!("  {base}{}  ", "a".repeat(2040 - base.len())), true),
+            (format!("{base}{}", "a".repeat(9000)), false),
+        ];
+        for (input, ok) in rows {
+            let r = EndpointUrl::parse(&input);
+            assert_eq!(r.is_ok(), ok, "{} bytes typed", input.len());
+            match r {
+                Ok(u) => {
+                    assert!(u.as_str().len() <= EndpointUrl::MAX_LEN);
+                    assert_eq!(EndpointUrl::parse(u.as_str()).unwrap(), u);
+                }
+                Err(e) => {
+                    assert_eq!(e.field(), Some("url"));
+                    assert!(!e.to_string().contains("a.example"));
+                }
+            }
+        }
     }
 
     #[test]

@@ -68,6 +68,7 @@ pub use mail::{
     may_retry, Accepted, DynMailer, MailCapabilities, MailError, MailErrorCode, MailMessage,
     MailOutcome, Mailer,
 };
+pub use model::is_json_text;
 pub use model::{
     Attempt, AttemptOutcome, AttemptRecord, Cause, DeadReason, Delivery, DeliveryStatus,
     Destination, DestinationKind, Envelope, ErrorClass, LastOutcome, Limits, Message, NewMessage,

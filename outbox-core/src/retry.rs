@@ -9,6 +9,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 
+/// The shortest delay a policy accepts or produces.
+const MIN_STEP: Duration = Duration::from_millis(1);
 const MAX_STEP: Duration = Duration::from_secs(30 * 24 * 3600);
 const MAX_ATTEMPTS: u32 = 1000;
 
@@ -17,9 +19,9 @@ const MAX_ATTEMPTS: u32 = 1000;
 pub enum Jitter {
     /// The delay as computed.
     None,
-    /// A delay in `[d/2, d]`.
+    /// A delay in `[d/2, d]` (never below 1 ms).
     Equal,
-    /// A delay in `[0, d]`.
+    /// A delay in `[1 ms, d]`: never zero, so a failure is never retried at once.
     Full,
 }
 
@@ -60,7 +62,7 @@ impl RetryPolicy {
                 "must have fewer than 1000 steps",
             ));
         }
-        if steps.iter().any(|s| s.is_zero() || *s > MAX_STEP) {
+        if steps.iter().any(|s| *s < MIN_STEP || *s > MAX_STEP) {
             return Err(Error::misconfigured(
                 "retry.schedule",
                 "each step must be between 1 ms and 30 days",
@@ -82,7 +84,7 @@ impl RetryPolicy {
         cap: Duration,
         max_attempts: u32,
     ) -> Result<Self> {
-        if base.is_zero() || base > MAX_STEP {
+        if base < MIN_STEP || base > MAX_STEP {
             return Err(Error::misconfigured(
                 "retry.base",
                 "must be between 1 ms and 30 days",
@@ -158,7 +160,7 @@ impl RetryPolicy {
 
     /// The same policy with every delay capped at `cap` (at least 1 ms).
     pub fn with_cap(mut self, cap: Duration) -> Result<Self> {
-        if cap.is_zero() || cap > MAX_STEP {
+        if cap < MIN_STEP || cap > MAX_STEP {
             return Err(Error::misconfigured(
                 "retry.cap",
                 "must be between 1 ms and 30 days",
@@ -230,7 +232,8 @@ impl RetryPolicy {
     }
 
     /// The delay before attempt `attempt + 1` with jitter applied from `sample` (uniform in
-    /// `[0, 1)`; values outside are clamped). `None` when the budget is spent.
+    /// `[0, 1)`; values outside are clamped). Never below 1 ms. `None` when the budget is
+    /// spent.
     pub fn delay(&self, attempt: u32, sample: f64) -> Option<Duration> {
         let d = self.base_delay(attempt)?;
         let s = if sample.is_finite() {
@@ -244,7 +247,10 @@ impl RetryPolicy {
             Jitter::Equal => ms / 2.0 + s * (ms / 2.0),
             Jitter::Full => s * ms,
         };
-        Some(Duration::from_millis(jittered.clamp(0.0, ms) as u64))
+        let min = MIN_STEP.as_millis() as f64;
+        Some(Duration::from_millis(
+            jittered.clamp(min, ms.max(min)) as u64
+        ))
     }
 }
 
@@ -378,10 +384,10 @@ mod tests {
             (Jitter::None, 0.99, m(10)),
             (Jitter::Equal, 0.0, m(5)),
             (Jitter::Equal, 0.5, Duration::from_secs(450)),
-            (Jitter::Full, 0.0, Duration::ZERO),
+            (Jitter::Full, 0.0, Duration::from_millis(1)),
             (Jitter::Full, 0.5, m(5)),
             (Jitter::Full, 7.0, m(10)),
-            (Jitter::Full, f64::NAN, Duration::ZERO),
+            (Jitter::Full, f64::NAN, Duration::from_millis(1)),
         ];
         for (j, s, want) in cases {
             assert_eq!(
@@ -406,6 +412,93 @@ mod tests {
             .with_max_attempts(5000)
             .unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Misconfigured);
+    }
+
+    #[test]
+    fn steps_and_caps_below_one_millisecond_are_refused() {
+        let us = Duration::from_micros;
+        let rows: [(&str, Result<RetryPolicy>, bool); 8] = [
+            (
+                "schedule 500 µs",
+                RetryPolicy::schedule(vec![us(500)]),
+                false,
+            ),
+            (
+                "schedule 999 µs",
+                RetryPolicy::schedule(vec![m(1), us(999)]),
+                false,
+            ),
+            ("schedule 1 ms", RetryPolicy::schedule(vec![us(1000)]), true),
+            (
+                "base 1 ns",
+                RetryPolicy::exponential(Duration::from_nanos(1), 2.0, m(1), 3),
+                false,
+            ),
+            (
+                "base 1 ms",
+                RetryPolicy::exponential(us(1000), 2.0, m(1), 3),
+                true,
+            ),
+            (
+                "cap 1 ns",
+                RetryPolicy::webhook_default().with_cap(Duration::from_nanos(1)),
+                false,
+            ),
+            (
+                "cap 999 µs",
+                RetryPolicy::handler_default().with_cap(us(999)),
+                false,
+            ),
+            (
+                "cap 1 ms",
+                RetryPolicy::handler_default().with_cap(us(1000)),
+                true,
+            ),
+        ];
+        for (name, r, ok) in rows {
+            match r {
+                Ok(p) => {
+                    assert!(ok, "{name} was accepted");
+                    assert!(p.delay(1, 0.0) >= Some(us(1000)), "{name}");
+                }
+                Err(e) => {
+                    assert!(!ok, "{name} was refused: {e}");
+                    assert_eq!(e.kind(), crate::ErrorKind::Misconfigured, "{name}");
+                    assert!(e.field().is_some_and(|f| f.starts_with("retry.")), "{name}");
+                }
+            }
+        }
+        // A per-tenant override below the minimum is ignored, not applied.
+        let o = PolicyOverride {
+            max_attempts: None,
+            cap: Some(Duration::from_nanos(1)),
+        };
+        assert!(RetryPolicy::webhook_default().with_override(&o).is_err());
+    }
+
+    #[test]
+    fn jitter_never_goes_below_one_millisecond() {
+        let ms = Duration::from_millis;
+        let one = RetryPolicy::schedule(vec![ms(1)]).unwrap();
+        let three = RetryPolicy::schedule(vec![ms(3)]).unwrap();
+        let rows = [
+            (&one, Jitter::Equal, 0.0, ms(1)),
+            (&one, Jitter::Equal, 0.99, ms(1)),
+            (&one, Jitter::Full, 0.0, ms(1)),
+            (&one, Jitter::Full, 0.4, ms(1)),
+            (&one, Jitter::None, 0.0, ms(1)),
+            (&three, Jitter::Full, 0.0, ms(1)),
+            (&three, Jitter::Full, 0.5, ms(1)),
+            (&three, Jitter::Equal, 0.0, ms(1)),
+            (&three, Jitter::Equal, 0.99, ms(2)),
+        ];
+        for (p, j, s, want) in rows {
+            assert_eq!(
+                p.clone().with_jitter(j).delay(1, s),
+                Some(want),
+                "{j:?} {s}"
+            );
+        }
     }
 
     #[test]
@@ -480,6 +573,13 @@ mod tests {
             if let (Some(d), Some(base)) = (p.delay(attempt, s), p.base_delay(attempt)) {
                 prop_assert!(d <= base);
                 prop_assert!(d.as_millis() * 2 + 1 >= base.as_millis());
+            }
+        }
+
+        #[test]
+        fn delays_are_at_least_one_millisecond(p in policies(), attempt in 0u32..2000, s in proptest::num::f64::ANY) {
+            if let Some(d) = p.delay(attempt, s) {
+                prop_assert!(d >= MIN_STEP);
             }
         }
 

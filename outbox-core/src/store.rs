@@ -290,6 +290,8 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
 ///   nothing and return the earlier id with `duplicate: true` (`idempotent_enqueue`).
 /// - `enqueue_batch` MUST validate every message before writing any
 ///   (`batch_enqueue_is_all_or_nothing`).
+/// - A message read back (`get_message`, `claim`) MUST equal what was enqueued, payload byte
+///   for byte, at every limit's edge (`messages_round_trip_byte_for_byte`).
 #[async_trait]
 pub trait MessageStore: Send + Sync + fmt::Debug + 'static {
     /// Write one message and its deliveries in a transaction of its own.
@@ -307,6 +309,8 @@ pub trait MessageStore: Send + Sync + fmt::Debug + 'static {
 /// - `update_endpoint` with a new URL or secret MUST release the endpoint's held deliveries
 ///   in the same step (`secret_rotation_releases_held`).
 /// - `create_endpoint` with an id that exists MUST fail with `Conflict`.
+/// - An endpoint read back MUST equal what was written; a description or rate limit out of
+///   range MUST be `InvalidInput` and write nothing (`endpoints_round_trip`).
 #[async_trait]
 pub trait EndpointStore: Send + Sync + fmt::Debug + 'static {
     /// Store a new endpoint.
@@ -337,7 +341,8 @@ pub trait EndpointStore: Send + Sync + fmt::Debug + 'static {
 /// # Contract
 /// - Listings are newest first by `(created_at, id)`, filtered, paged with a stable cursor
 ///   (`ledger_lists_newest_first_with_stable_cursor`, `ledger_filters`).
-/// - `attempts` are in order with outcome, status, bounded excerpt (`ledger_records_attempts`).
+/// - `attempts` are in order with outcome, status, bounded excerpt (`ledger_records_attempts`),
+///   each record as completed (`attempts_round_trip`).
 /// - `purge_completed` removes only `succeeded`/`dead` deliveries completed before the
 ///   cutoff, at most `limit` per call, one tenant per call in rotation
 ///   (`purge_rotates_over_tenants`).

@@ -50,6 +50,7 @@ impl PostgresStore {
 impl EndpointStore for PostgresStore {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         check_description(&endpoint.description)?;
+        outboxkit_core::endpoint::check_rate_limit(endpoint.rate_limit)?;
         let mut conn = self.inner.pool.acquire().await.db()?;
         // A second endpoint with the same id is a unique violation: `Conflict`.
         self.write_endpoint(&mut conn, endpoint, true).await?;

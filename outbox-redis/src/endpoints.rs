@@ -49,12 +49,7 @@ impl RedisStore {
 impl EndpointStore for RedisStore {
     async fn create_endpoint(&self, e: &Endpoint) -> Result<()> {
         check_description(&e.description)?;
-        if e.rate_limit == Some(0) {
-            return Err(Error::invalid_input(
-                "rate_limit",
-                "must be at least 1 per second",
-            ));
-        }
+        outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
         let mut a = Args::new();
         a.s("create")
             .s(e.id.to_string())

@@ -131,9 +131,7 @@ fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 13] {
 /// Store a new endpoint; an existing id is a `Conflict`.
 pub(crate) fn create_endpoint(conn: &Connection, e: &Endpoint) -> Result<()> {
     outboxkit_core::endpoint::check_description(&e.description)?;
-    if e.rate_limit == Some(0) {
-        return Err(Error::invalid_input("rate_limit", "must be at least 1 per second").into());
-    }
+    outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
     let p = endpoint_params(e);
     conn.prepare_cached(sql::INSERT_ENDPOINT)?
         .execute(rusqlite::params_from_iter(p.iter()))?;

@@ -125,6 +125,61 @@ pub fn new_message() -> impl Strategy<Value = NewMessage> {
         )
 }
 
+/// JSON text that a parse-and-reserialise round trip would change: integers beyond 2^53,
+/// duplicate keys, exponent and trailing-zero forms (`1e400`, `1.50`, `-0`), escapes, raw
+/// unicode, lone surrogate escapes, odd whitespace and nesting deeper than serde_json's
+/// default recursion limit of 128.
+pub fn json_text() -> impl Strategy<Value = String> {
+    let number = prop_oneof![
+        Just("12345678901234567890123".to_owned()),
+        Just("-9007199254740993".to_owned()),
+        Just("1e400".to_owned()),
+        Just("1.50".to_owned()),
+        Just("-0".to_owned()),
+        Just("1E+2".to_owned()),
+        Just("-1.0e-7".to_owned()),
+        Just("0.1000000000000000055511151231257827".to_owned()),
+        any::<i64>().prop_map(|n| n.to_string()),
+        (any::<u64>(), 0u32..40).prop_map(|(m, e)| format!("{m}.{m}e-{e}")),
+    ];
+    let string = prop_oneof![
+        Just(r#""\u00e9\u00E9\/\"\\\b\f\n\r\t""#.to_owned()),
+        Just(r#""\ud83d\ude00 \ud800""#.to_owned()),
+        Just("\"é 😀 \u{2028} \u{7f}\"".to_owned()),
+        "[ -!#-\\[\\]-~\u{a0}-\u{2ff}\u{1f600}-\u{1f64f}]{0,12}".prop_map(|s| format!("\"{s}\"")),
+    ];
+    let ws = prop_oneof![Just(""), Just(" "), Just("\n\t "), Just("\r\n")];
+    let leaf = prop_oneof![
+        number,
+        string,
+        Just("true".to_owned()),
+        Just("false".to_owned()),
+        Just("null".to_owned()),
+    ];
+    let value = leaf.prop_recursive(4, 32, 4, move |inner| {
+        let ws = ws.clone();
+        prop_oneof![
+            (vec(inner.clone(), 0..4), ws.clone())
+                .prop_map(|(items, ws)| format!("[{ws}{}{ws}]", items.join(&format!("{ws},")))),
+            // Keys from a tiny alphabet, so duplicates are common.
+            (vec(("[ab]", inner), 0..4), ws).prop_map(|(pairs, ws)| {
+                let body: Vec<String> = pairs
+                    .into_iter()
+                    .map(|(k, v)| format!("\"{k}\"{ws}:{ws}{v}"))
+                    .collect();
+                format!("{{{ws}{}{ws}}}", body.join(","))
+            }),
+        ]
+    });
+    prop_oneof![
+        4 => value.clone(),
+        1 => (value, 129usize..400).prop_map(|(v, depth)| {
+            format!("{}{v}{}", "[".repeat(depth), "]".repeat(depth))
+        }),
+        1 => Just(r#"{"id":12345678901234567890123,"a":1,"a":2,"n":1.50,"e":1e400}"#.to_owned()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +193,11 @@ mod tests {
         #[test]
         fn generated_messages_validate(m in new_message()) {
             prop_assert!(m.validate(&Limits::default(), now()).is_ok());
+        }
+
+        #[test]
+        fn json_text_is_json(t in json_text()) {
+            prop_assert!(outboxkit_core::is_json_text(t.as_bytes()), "{}", t);
         }
 
         #[test]

@@ -159,3 +159,27 @@ fn a_file_that_is_not_a_database_is_refused_and_untouched() {
     assert_ne!(r.code, 0, "{r:?}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }
+
+#[test]
+fn a_url_over_the_limit_once_normalised_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    let s = store.as_str();
+    outbox(&["migrate", "--store", s]).ok();
+    let before = snapshot(s);
+    // 2,015 bytes as typed, 6,015 once percent-encoded: the stored form is what counts.
+    let long = format!("https://1.1.1.1/{}", "é".repeat(1000));
+    assert!(long.len() < 2048);
+    let r = outbox(&["endpoints", "add", "--store", s, "--url", &long]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("url"), "{r:?}");
+    assert!(
+        !r.stderr.contains("1.1.1.1"),
+        "the URL is not echoed: {r:?}"
+    );
+    assert_eq!(snapshot(s), before, "nothing written");
+    // A URL exactly at the limit once normalised is accepted and reads back.
+    let edge = format!("https://1.1.1.1/{}", "a".repeat(2048 - 16));
+    outbox(&["endpoints", "add", "--store", s, "--url", &edge]).ok();
+    outbox(&["endpoints", "list", "--store", s]).ok();
+}

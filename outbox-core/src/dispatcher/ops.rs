@@ -7,7 +7,7 @@ use crate::endpoint::{
     check_description, BodyFormat, Endpoint, EndpointStatus, EndpointUpdate, EndpointUrl,
     HttpsOnly, UrlPolicy,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ids::{DeliveryId, EndpointId, TenantId, TopicFilter};
 use crate::signing::WebhookSecret;
 use crate::store::{DynStore, PurgeReport, Stats};
@@ -141,12 +141,7 @@ impl EndpointAdmin {
         } else {
             TopicFilter::parse(&new.filter)?
         };
-        if new.rate_limit == Some(0) {
-            return Err(Error::invalid_input(
-                "rate_limit",
-                "must be at least 1 per second",
-            ));
-        }
+        crate::endpoint::check_rate_limit(new.rate_limit)?;
         let secret = self.secret(new.secret.as_deref())?;
         // Last, as it may resolve the host: every other field is checked first.
         self.urls.check(&url).await?;

@@ -334,24 +334,39 @@ impl Message {
     }
 }
 
+/// Whether `payload` is one JSON text (RFC 8259: any value, surrounding whitespace allowed,
+/// valid UTF-8). Numbers are checked for syntax only, never evaluated, and nesting depth is
+/// not limited, so every JSON text the application wrote counts, however large its numbers.
+pub fn is_json_text(payload: &[u8]) -> bool {
+    std::str::from_utf8(payload)
+        .is_ok_and(|s| serde_json::from_str::<serde::de::IgnoredAny>(s).is_ok())
+}
+
 /// The JSON envelope sent to webhooks: `{"type", "timestamp", "data"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// `data` embeds the payload **byte for byte** when the payload is JSON text
+/// ([`is_json_text`]): large integers, duplicate keys, exponent forms, escapes and
+/// whitespace reach the receiver exactly as enqueued. A payload that is not JSON is sent as a
+/// JSON string of its text (invalid UTF-8 replaced by U+FFFD); use a raw endpoint
+/// ([`crate::BodyFormat::Raw`]) to send such bytes unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Envelope {
     /// The topic.
-    #[serde(rename = "type")]
     pub kind: String,
     /// RFC 3339 time of the message.
     pub timestamp: String,
-    /// The payload (JSON, or a string when the payload is not JSON).
-    pub data: serde_json::Value,
+    /// The JSON text of `data`: the payload itself, or the payload as a JSON string when it
+    /// is not JSON.
+    pub data: String,
 }
 
 impl Envelope {
     /// The envelope of `message`.
     pub fn of(message: &Message) -> Self {
-        let data = serde_json::from_slice(&message.payload).unwrap_or_else(|_| {
-            serde_json::Value::String(String::from_utf8_lossy(&message.payload).into_owned())
-        });
+        let data = match std::str::from_utf8(&message.payload) {
+            Ok(text) if is_json_text(text.as_bytes()) => text.to_owned(),
+            _ => json_string(&String::from_utf8_lossy(&message.payload)),
+        };
         Envelope {
             kind: message.topic.to_string(),
             timestamp: message.created_at.to_rfc3339(),
@@ -359,10 +374,26 @@ impl Envelope {
         }
     }
 
-    /// The exact bytes sent.
+    /// The exact bytes sent: `{"type":…,"timestamp":…,"data":…}` with `data` written as is.
     pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        let kind = json_string(&self.kind);
+        let timestamp = json_string(&self.timestamp);
+        let mut out = Vec::with_capacity(kind.len() + timestamp.len() + self.data.len() + 32);
+        out.extend_from_slice(b"{\"type\":");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b",\"timestamp\":");
+        out.extend_from_slice(timestamp.as_bytes());
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(self.data.as_bytes());
+        out.push(b'}');
+        out
     }
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    // Serialising a `str` cannot fail.
+    serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
 }
 
 #[cfg(test)]
@@ -511,5 +542,49 @@ mod tests {
         assert_eq!(v["type"], "order.created");
         assert_eq!(v["data"]["id"], 1);
         assert_eq!(v["timestamp"], "2023-11-14T22:13:20.000Z");
+    }
+
+    #[test]
+    fn envelope_embeds_json_payloads_byte_for_byte() {
+        let message = |payload: &[u8]| Message {
+            id: MessageId::from_uuid(uuid::Uuid::from_u128(
+                0x0190_0000_0000_7000_8000_0000_0000_0001,
+            ))
+            .unwrap(),
+            topic: Topic::new("a.b").unwrap(),
+            payload: payload.to_vec(),
+            tenant: TenantId::default(),
+            ordering_key: None,
+            idempotency_key: None,
+            available_at: now(),
+            headers: Default::default(),
+            cause: None,
+            created_at: now(),
+        };
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        let rows: [(&[u8], &str); 9] = [
+            (
+                br#"{"id":12345678901234567890123}"#,
+                r#"{"id":12345678901234567890123}"#,
+            ),
+            (br#"{"a":1,"a":2}"#, r#"{"a":1,"a":2}"#),
+            (b"1e400", "1e400"),
+            (b"[1.50, -0, 1E+2]", "[1.50, -0, 1E+2]"),
+            (br#" "\u00e9\ud800\/" "#, r#" "\u00e9\ud800\/" "#),
+            (deep.as_bytes(), &deep),
+            // Not JSON: sent as a JSON string of the text.
+            (b"plain text", r#""plain text""#),
+            (b"{\"a\":01}", r#""{\"a\":01}""#),
+            (b"\xff", "\"\u{fffd}\""),
+        ];
+        for (payload, data) in rows {
+            let env = Envelope::of(&message(payload));
+            assert_eq!(env.data, data);
+            let bytes = env.to_bytes();
+            let expected =
+                format!(r#"{{"type":"a.b","timestamp":"2023-11-14T22:13:20.000Z","data":{data}}}"#);
+            assert_eq!(bytes, expected.as_bytes());
+            assert!(is_json_text(&bytes), "the envelope is JSON: {expected}");
+        }
     }
 }

@@ -12,6 +12,7 @@ mod helpers;
 mod ledger;
 mod operator;
 mod retention;
+mod roundtrip;
 mod verdicts;
 
 pub use claim::*;
@@ -20,6 +21,7 @@ pub use held::*;
 pub use ledger::*;
 pub use operator::*;
 pub use retention::*;
+pub use roundtrip::*;
 pub use verdicts::*;
 
 #[allow(unused_imports)]
@@ -87,6 +89,9 @@ macro_rules! __conformance_cases {
             purge_removes_only_finished_before_cutoff,
             purge_rotates_over_tenants,
             stats_counts_and_oldest_due_age,
+            messages_round_trip_byte_for_byte,
+            endpoints_round_trip,
+            attempts_round_trip,
         );
     };
 }

@@ -18,12 +18,7 @@ impl State {
 
     pub(super) fn create_endpoint(&mut self, e: &Endpoint) -> Result<()> {
         check_description(&e.description)?;
-        if e.rate_limit == Some(0) {
-            return Err(Error::invalid_input(
-                "rate_limit",
-                "must be at least 1 per second",
-            ));
-        }
+        outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
         if self.endpoints.contains_key(&e.id) {
             return Err(Error::new(
                 ErrorKind::Conflict,
