@@ -228,7 +228,8 @@ pub struct PurgeReport {
 ///   of the same tenant, destination and key exists whose topic is not dormant
 ///   (`ordering_key_is_fifo_per_destination`, `dormant_topic_does_not_block`).
 /// - `complete`, `release`, `extend` and `mark_sending` with a token that no longer matches
-///   MUST change nothing and fail with `LeaseLost` (`stale_token_is_fenced`).
+///   MUST change nothing and fail with `LeaseLost` (`stale_token_is_fenced`); so MUST a lease
+///   whose tenant is not the delivery's (`forged_tenant_lease_is_fenced`).
 /// - `complete` MUST write [`Lease::settle`], append the attempt to the ledger, and disable
 ///   the endpoint on `Dead { Gone }` in one atomic step (`verdict_*` cases).
 #[async_trait]

@@ -39,6 +39,7 @@ struct CompletionArrays {
     a_outcome: Vec<&'static str>,
     a_code: Vec<Option<i32>>,
     a_excerpt: Vec<Option<String>>,
+    tenants: Vec<String>,
 }
 
 impl PostgresStore {
@@ -205,6 +206,7 @@ impl DeliveryStore for PostgresStore {
             a.a_code
                 .push(rec.and_then(|r| r.status_code).map(i32::from));
             a.a_excerpt.push(rec.and_then(|r| r.excerpt.clone()));
+            a.tenants.push(lease.tenant.as_str().to_owned());
         }
         let matched: Vec<Uuid> = sqlx::query_scalar(&self.inner.sql.complete)
             .bind(ms(now))
@@ -228,6 +230,7 @@ impl DeliveryStore for PostgresStore {
             .bind(a.a_outcome)
             .bind(a.a_code)
             .bind(a.a_excerpt)
+            .bind(a.tenants)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -251,8 +254,14 @@ impl DeliveryStore for PostgresStore {
         }
         let now = self.inner.clock.now();
         let mut seen = HashSet::with_capacity(leases.len());
-        let (mut ids, mut tokens, mut status, mut attempts, mut next) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut ids, mut tokens, mut status, mut attempts, mut next, mut tenants) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
         for lease in leases.iter().filter(|l| seen.insert(l.delivery_id)) {
             let u = lease.release(delay, now);
             ids.push(lease.delivery_id.as_uuid());
@@ -260,6 +269,7 @@ impl DeliveryStore for PostgresStore {
             status.push(u.status.as_str());
             attempts.push(int4(u.attempts));
             next.push(ms(u.next_attempt_at));
+            tenants.push(lease.tenant.as_str());
         }
         let released: Vec<Uuid> = sqlx::query_scalar(&self.inner.sql.release)
             .bind(ms(now))
@@ -268,6 +278,7 @@ impl DeliveryStore for PostgresStore {
             .bind(status)
             .bind(attempts)
             .bind(next)
+            .bind(tenants)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -289,6 +300,7 @@ impl DeliveryStore for PostgresStore {
             .bind(lease.token.as_uuid())
             .bind(ms(until))
             .bind(ms(now))
+            .bind(lease.tenant.as_str())
             .fetch_optional(&self.inner.pool)
             .await
             .db()?;
@@ -306,6 +318,7 @@ impl DeliveryStore for PostgresStore {
             .bind(lease.delivery_id.as_uuid())
             .bind(lease.token.as_uuid())
             .bind(ms(self.inner.clock.now()))
+            .bind(lease.tenant.as_str())
             .fetch_optional(&self.inner.pool)
             .await
             .db()?;

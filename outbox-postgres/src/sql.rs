@@ -298,10 +298,11 @@ impl Sql {
                                     $7::int8[], $8::int8[], $9::text[], $10::text[], $11::int4[], \
                                     $12::text[], $13::int8[], $14::bool[], $15::bool[], \
                                     $16::bool[], $17::int8[], $18::int8[], $19::text[], \
-                                    $20::int4[], $21::text[]) \
+                                    $20::int4[], $21::text[], $22::text[]) \
                  AS u(id, token, status, attempts, snoozes, next_at, completed_at, dead_reason, \
                       lo_outcome, lo_code, lo_excerpt, lo_at, disable, \
-                      a_set, a_probe, a_started, a_finished, a_outcome, a_code, a_excerpt)), \
+                      a_set, a_probe, a_started, a_finished, a_outcome, a_code, a_excerpt, \
+                      tenant)), \
              upd AS ( \
                UPDATE {d} d SET status = u.status, attempts = u.attempts, snoozes = u.snoozes, \
                       next_attempt_at = u.next_at, completed_at = u.completed_at, \
@@ -315,7 +316,7 @@ impl Sql {
                       claim_token = NULL, lease_until = NULL, updated_at = $1::int8, \
                       ledger_len = d.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END \
                  FROM u \
-                WHERE d.id = u.id AND d.claim_token = u.token \
+                WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant \
                   AND d.status IN ('processing', 'sending') \
                RETURNING d.id, d.tenant, d.ledger_len, \
                          CASE WHEN u.disable AND d.kind = 'webhook' THEN d.target::uuid END \
@@ -339,9 +340,10 @@ impl Sql {
             "UPDATE {d} d SET status = u.status, attempts = u.attempts, \
                     next_attempt_at = u.next_at, claim_token = NULL, lease_until = NULL, \
                     updated_at = $1::int8 \
-               FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[], $6::int8[]) \
-                    AS u(id, token, status, attempts, next_at) \
-              WHERE d.id = u.id AND d.claim_token = u.token \
+               FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[], $6::int8[], \
+                           $7::text[]) \
+                    AS u(id, token, status, attempts, next_at, tenant) \
+              WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant \
                 AND d.status IN ('processing', 'sending') \
              RETURNING d.id"
         );
@@ -349,14 +351,14 @@ impl Sql {
         let extend = format!(
             "UPDATE {d} SET lease_until = $3::int8, next_attempt_at = $3::int8, \
                     updated_at = $4::int8 \
-              WHERE id = $1::uuid AND claim_token = $2::uuid \
+              WHERE id = $1::uuid AND claim_token = $2::uuid AND tenant = $5::text \
                 AND status IN ('processing', 'sending') \
              RETURNING id"
         );
 
         let mark_sending = format!(
             "UPDATE {d} SET status = 'sending', updated_at = $3::int8 \
-              WHERE id = $1::uuid AND claim_token = $2::uuid \
+              WHERE id = $1::uuid AND claim_token = $2::uuid AND tenant = $4::text \
                 AND status IN ('processing', 'sending') \
              RETURNING id"
         );

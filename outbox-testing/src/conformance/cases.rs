@@ -46,6 +46,7 @@ macro_rules! __conformance_cases {
             claim_is_exclusive,
             stranded_claim_is_claimable_after_lease,
             stale_token_is_fenced,
+            forged_tenant_lease_is_fenced,
             late_completion_with_matching_token_is_accepted,
             extend_keeps_lease_alive,
             exhausted_rows_die_at_claim,
