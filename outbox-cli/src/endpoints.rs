@@ -24,14 +24,15 @@ pub enum EndpointsCmd {
     Show(IdArgs),
     /// Change an endpoint's URL, description, filter or body format.
     Update(UpdateArgs),
-    /// Pause an endpoint: its deliveries wait without spending attempts.
+    /// Pause an endpoint: what is queued and what is published meanwhile waits for it
+    /// (held, not sent, no attempts spent) until it is resumed.
     Pause(IdArgs),
-    /// Resume a paused or disabled endpoint.
+    /// Resume a paused or disabled endpoint: its waiting deliveries go out at once, in order.
     Resume(IdArgs),
     /// Rotate the signing secret (the old one keeps signing until --finish); releases held
     /// deliveries. Prints the new secret once.
     RotateSecret(RotateArgs),
-    /// Delete an endpoint (its pending deliveries die as endpoint-removed).
+    /// Delete an endpoint (its pending and waiting deliveries die as endpoint-removed).
     Delete(IdArgs),
     /// Send one signed test event to the endpoint now and print the answer.
     Test(TestArgs),

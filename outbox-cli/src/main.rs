@@ -47,8 +47,8 @@ enum Command {
     Replay(ops::DeliveryArgs),
     /// Release an endpoint's held deliveries (after fixing its credentials).
     ReleaseHeld(ops::ReleaseHeldArgs),
-    /// Make a pending or held delivery due now.
-    Retry(ops::DeliveryArgs),
+    /// Make a pending or held delivery due now (`--reset`: a held one with a fresh budget).
+    Retry(ops::RetryArgs),
     /// Remove finished deliveries older than a cutoff, tenant by tenant.
     Purge(ops::PurgeArgs),
     /// Delivery counts by status and the age of the oldest due delivery.

@@ -38,6 +38,17 @@ pub struct DeliveryArgs {
     id: String,
 }
 
+/// `retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    #[command(flatten)]
+    delivery: DeliveryArgs,
+    /// Reset a held delivery to a fresh budget (attempts and snoozes 0) instead of keeping
+    /// its attempts; any other status is refused.
+    #[arg(long)]
+    reset: bool,
+}
+
 /// `release-held`.
 #[derive(Debug, Args)]
 pub struct ReleaseHeldArgs {
@@ -116,13 +127,17 @@ pub async fn replay(a: DeliveryArgs) -> CliResult<()> {
 }
 
 /// `retry`.
-pub async fn retry(a: DeliveryArgs) -> CliResult<()> {
-    let id = DeliveryId::parse(&a.id)?;
-    let env = a.store.open().await?;
-    Operator::new(env.store.clone(), env.clock.clone())
-        .retry_now(&env.tenant, id)
-        .await?;
-    println!("delivery {id} is due now");
+pub async fn retry(a: RetryArgs) -> CliResult<()> {
+    let id = DeliveryId::parse(&a.delivery.id)?;
+    let env = a.delivery.store.open().await?;
+    let op = Operator::new(env.store.clone(), env.clock.clone());
+    if a.reset {
+        op.reset(&env.tenant, id).await?;
+        println!("delivery {id} is due now with a fresh budget");
+    } else {
+        op.retry_now(&env.tenant, id).await?;
+        println!("delivery {id} is due now");
+    }
     Ok(())
 }
 

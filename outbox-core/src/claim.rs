@@ -309,6 +309,10 @@ impl Lease {
                 u.snoozes = self.snoozes.saturating_add(1);
             }
             Verdict::Parked { until } => u.next_attempt_at = *until,
+            Verdict::AwaitEndpoint { until } => {
+                u.status = DeliveryStatus::Held;
+                u.next_attempt_at = *until;
+            }
         }
         u
     }
@@ -479,6 +483,14 @@ mod tests {
                 1,
                 t(60),
             ),
+            (
+                p,
+                Verdict::AwaitEndpoint { until: t(600) },
+                DeliveryStatus::Held,
+                2,
+                1,
+                t(600),
+            ),
             // A probe spent nothing, so nothing is refunded.
             (
                 DeliveryStatus::Held,
@@ -487,6 +499,24 @@ mod tests {
                 3,
                 1,
                 t(3600),
+            ),
+            (
+                DeliveryStatus::Held,
+                Verdict::AwaitEndpoint {
+                    until: Timestamp::MAX,
+                },
+                DeliveryStatus::Held,
+                3,
+                1,
+                Timestamp::MAX,
+            ),
+            (
+                DeliveryStatus::Held,
+                Verdict::Retry { at: t(60) },
+                DeliveryStatus::Pending,
+                3,
+                1,
+                t(60),
             ),
             (
                 DeliveryStatus::Held,

@@ -376,6 +376,24 @@ impl DeliveryStore for PostgresStore {
         Ok(())
     }
 
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let n = self
+            .counted(
+                sqlx::query(&self.inner.sql.reset)
+                    .bind(delivery.as_uuid())
+                    .bind(tenant.as_str())
+                    .bind(ms(self.inner.clock.now()))
+                    .bind(&self.inner.channel),
+            )
+            .await?;
+        if n == 0 {
+            return Err(self
+                .missing_or_conflict(tenant, delivery, "only a held delivery can be reset")
+                .await);
+        }
+        Ok(())
+    }
+
     async fn stats(&self) -> Result<Stats> {
         let now = self.inner.clock.now();
         let row = sqlx::query(&self.inner.sql.stats)

@@ -279,6 +279,12 @@ impl DeliveryStore for RedisStore {
             .map(drop)
     }
 
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("reset", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
     async fn stats(&self) -> Result<Stats> {
         let now = self.now();
         let mut a = Args::new();

@@ -13,6 +13,7 @@ mod ledger;
 mod operator;
 mod retention;
 mod verdicts;
+mod waiting;
 
 pub use claim::*;
 pub use enqueue::*;
@@ -21,6 +22,7 @@ pub use ledger::*;
 pub use operator::*;
 pub use retention::*;
 pub use verdicts::*;
+pub use waiting::*;
 
 #[allow(unused_imports)]
 use super::Fixture;
@@ -88,6 +90,13 @@ macro_rules! __conformance_cases {
             purge_removes_only_finished_before_cutoff,
             purge_rotates_over_tenants,
             stats_counts_and_oldest_due_age,
+            held_probe_5xx_or_timeout_returns_to_schedule,
+            reset_held_gives_fresh_budget,
+            paused_endpoint_holds_then_resumes_in_order,
+            pause_holds_queued_deliveries,
+            disabled_endpoint_holds_until_reenabled,
+            disabled_endpoint_hold_expires,
+            deleted_endpoint_gets_nothing,
         );
     };
 }
