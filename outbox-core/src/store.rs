@@ -236,7 +236,9 @@ pub struct PurgeReport {
 ///   [`crate::EndpointStatus::hold_until`]: never while paused), so `claim` does not take them
 ///   until the endpoint is resumed, and takes a disabled endpoint's only when its hold expires
 ///   (`paused_endpoint_holds_then_resumes_in_order`, `disabled_endpoint_holds_until_reenabled`,
-///   `disabled_endpoint_hold_expires`).
+///   `disabled_endpoint_hold_expires`). `complete` with [`crate::Verdict::AwaitEndpoint`] MUST
+///   write [`crate::DeliveryUpdate::endpoint_is_back`] when the endpoint is active or gone by
+///   then (`await_endpoint_after_resume_is_pending`).
 /// - `reset` MUST give only a `held` delivery a fresh budget, due now; else `Conflict`, and
 ///   `NotFound` across tenants (`reset_held_gives_fresh_budget`).
 #[async_trait]

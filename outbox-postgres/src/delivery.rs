@@ -40,6 +40,7 @@ struct CompletionArrays {
     a_code: Vec<Option<i32>>,
     a_excerpt: Vec<Option<String>>,
     tenants: Vec<String>,
+    awaits: Vec<bool>,
 }
 
 impl PostgresStore {
@@ -196,6 +197,7 @@ impl DeliveryStore for PostgresStore {
                 .push(u.last_outcome.as_ref().and_then(|o| o.excerpt.clone()));
             a.lo_at.push(u.last_outcome.as_ref().map(|o| ms(o.at)));
             a.disable.push(u.disable_endpoint);
+            a.awaits.push(u.awaits_endpoint);
             let rec = completion.attempt.as_ref();
             a.a_set.push(rec.is_some());
             a.a_probe.push(lease.is_probe());
@@ -231,6 +233,7 @@ impl DeliveryStore for PostgresStore {
             .bind(a.a_code)
             .bind(a.a_excerpt)
             .bind(a.tenants)
+            .bind(a.awaits)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;

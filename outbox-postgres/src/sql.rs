@@ -321,14 +321,17 @@ impl Sql {
                                     $7::int8[], $8::int8[], $9::text[], $10::text[], $11::int4[], \
                                     $12::text[], $13::int8[], $14::bool[], $15::bool[], \
                                     $16::bool[], $17::int8[], $18::int8[], $19::text[], \
-                                    $20::int4[], $21::text[], $22::text[]) \
+                                    $20::int4[], $21::text[], $22::text[], $23::bool[]) \
                  AS u(id, token, status, attempts, snoozes, next_at, completed_at, dead_reason, \
                       lo_outcome, lo_code, lo_excerpt, lo_at, disable, \
                       a_set, a_probe, a_started, a_finished, a_outcome, a_code, a_excerpt, \
-                      tenant)), \
+                      tenant, awaits)), \
              upd AS ( \
-               UPDATE {d} d SET status = u.status, attempts = u.attempts, snoozes = u.snoozes, \
-                      next_attempt_at = u.next_at, completed_at = u.completed_at, \
+               UPDATE {d} d SET \
+                      status = CASE WHEN {back} THEN 'pending' ELSE u.status END, \
+                      attempts = u.attempts, snoozes = u.snoozes, \
+                      next_attempt_at = CASE WHEN {back} THEN $1::int8 ELSE u.next_at END, \
+                      completed_at = u.completed_at, \
                       dead_reason = u.dead_reason, \
                       last_outcome = coalesce(u.lo_outcome, d.last_outcome), \
                       last_status_code = CASE WHEN u.lo_outcome IS NULL \
@@ -356,7 +359,14 @@ impl Sql {
                UPDATE {e} e SET status = 'disabled', disabled_reason = 'gone', \
                       updated_at = $1::int8 \
                  FROM upd WHERE e.id = upd.endpoint_id AND e.tenant = upd.tenant) \
-             SELECT id FROM upd"
+             SELECT id FROM upd",
+            // A wait for an endpoint that a resume or delete made while the delivery was
+            // claimed (`DeliveryUpdate::endpoint_is_back`): pending, due now.
+            back = format!(
+                "(u.awaits AND NOT EXISTS (SELECT 1 FROM {e} x \
+                   WHERE x.id = (CASE WHEN d.kind = 'webhook' THEN d.target END)::uuid \
+                     AND x.tenant = d.tenant AND x.status <> 'active'))"
+            ),
         );
 
         let release = format!(

@@ -95,7 +95,13 @@ impl RedisStore {
                 .s(pack_v(u.snoozes, u.completed_at, u.dead_reason))
                 .b(last)
                 .b(entry)
-                .s(if u.disable_endpoint { "1" } else { "0" });
+                .s(if u.disable_endpoint {
+                    "1"
+                } else if u.awaits_endpoint {
+                    "w"
+                } else {
+                    "0"
+                });
         }
         Ok(a)
     }

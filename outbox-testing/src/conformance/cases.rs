@@ -97,6 +97,7 @@ macro_rules! __conformance_cases {
             disabled_endpoint_holds_until_reenabled,
             disabled_endpoint_hold_expires,
             deleted_endpoint_gets_nothing,
+            await_endpoint_after_resume_is_pending,
         );
     };
 }

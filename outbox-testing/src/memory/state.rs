@@ -328,8 +328,17 @@ impl State {
     /// Write `lease.settle(..)`, append the attempt, disable the endpoint on `gone`.
     pub(super) fn complete(&mut self, lease: &Lease, c: &Completion, now: Timestamp) -> Result<()> {
         self.fenced(lease)?;
-        let u = lease.settle(&c.verdict, c.attempt.as_ref(), now);
+        let mut u = lease.settle(&c.verdict, c.attempt.as_ref(), now);
         let id = lease.delivery_id;
+        if u.awaits_endpoint {
+            let endpoint = self.rows.get(&id).and_then(|r| r.d.endpoint());
+            let waits = endpoint
+                .and_then(|e| self.endpoints.get(&e))
+                .is_some_and(|e| e.tenant == lease.tenant && e.status != EndpointStatus::Active);
+            if !waits {
+                u.endpoint_is_back(now);
+            }
+        }
         let endpoint = self.modify(id, |r| {
             apply(r, &u, now);
             r.d.endpoint()

@@ -412,6 +412,10 @@ pub async fn paused_endpoint_parks_without_spending(fx: Fixture) {
     fx.clock().advance(secs(60));
     let again = claim_one(&fx, &for_webhooks()).await;
     assert_eq!(again.lease.attempts, 2);
+    fx.store()
+        .update_endpoint(&acme, e.id, &paused)
+        .await
+        .expect("pause again");
     settle(&fx, &again, Outcome::EndpointPaused, &webhook_policy()).await;
     let d = delivery(&fx, &acme, got.delivery.id).await;
     assert_eq!((d.status, d.attempts), (DeliveryStatus::Held, 1));

@@ -249,3 +249,58 @@ pub async fn deleted_endpoint_gets_nothing(fx: Fixture) {
     let d = delivery(&fx, &acme, d.id).await;
     assert_eq!((d.status, d.attempts), (DeliveryStatus::Dead, 0));
 }
+
+/// A delivery that met its endpoint paused but completes after the resume (or after the
+/// endpoint was deleted) does not wait for good: the store writes it `pending`, due now,
+/// the attempt refunded. While the endpoint is still paused it waits.
+pub async fn await_endpoint_after_resume_is_pending(fx: Fixture) {
+    let e = add_endpoint(&fx, "acme", "*").await;
+    let gone = add_endpoint(&fx, "acme", "*").await;
+    let acme = tenant("acme");
+    enqueue(&fx, msg("order.created").tenant("acme")).await;
+    let wait = Verdict::AwaitEndpoint {
+        until: Timestamp::MAX,
+    };
+    // The dispatcher read the endpoints as paused; then one was resumed, one deleted.
+    let claimed = claim(&fx, &for_webhooks()).await;
+    assert_eq!(claimed.len(), 2);
+    set_status(&fx, &acme, e.id, EndpointStatus::Paused).await;
+    set_status(&fx, &acme, e.id, EndpointStatus::Active).await;
+    fx.store()
+        .delete_endpoint(&acme, gone.id)
+        .await
+        .expect("delete_endpoint");
+    fx.clock().advance(secs(1));
+    for c in &claimed {
+        complete_with(&fx, c, wait.clone(), None).await;
+        let d = delivery(&fx, &acme, c.delivery.id).await;
+        assert_eq!(
+            (d.status, d.attempts, d.next_attempt_at),
+            (DeliveryStatus::Pending, 0, now(&fx)),
+            "{:?}",
+            d.destination
+        );
+    }
+    // Still paused: it waits.
+    let again = claim(&fx, &for_webhooks()).await;
+    assert_eq!(again.len(), 2);
+    set_status(&fx, &acme, e.id, EndpointStatus::Paused).await;
+    for c in &again {
+        if c.delivery.destination.endpoint() == Some(e.id) {
+            complete_with(&fx, c, wait.clone(), None).await;
+            let d = delivery(&fx, &acme, c.delivery.id).await;
+            assert_eq!(
+                (d.status, d.attempts, d.next_attempt_at),
+                (DeliveryStatus::Held, 0, Timestamp::MAX)
+            );
+        } else {
+            let v = settle(&fx, c, Outcome::EndpointMissing, &webhook_policy()).await;
+            assert_eq!(
+                v,
+                Verdict::Dead {
+                    reason: DeadReason::EndpointRemoved
+                }
+            );
+        }
+    }
+}
