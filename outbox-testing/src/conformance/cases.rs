@@ -7,6 +7,7 @@
 
 mod claim;
 mod enqueue;
+mod fencing;
 mod held;
 mod helpers;
 mod ledger;
@@ -17,6 +18,7 @@ mod waiting;
 
 pub use claim::*;
 pub use enqueue::*;
+pub use fencing::*;
 pub use held::*;
 pub use ledger::*;
 pub use operator::*;
