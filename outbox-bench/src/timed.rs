@@ -147,6 +147,9 @@ impl DeliveryStore for Timed {
     async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.inner.retry_now(tenant, delivery).await
     }
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.inner.reset(tenant, delivery).await
+    }
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }

@@ -107,6 +107,10 @@ pub struct RetryArgs {
     /// Only `pending` or only `held` deliveries (default: both).
     #[arg(long)]
     status: Option<String>,
+    /// Reset held deliveries to a fresh budget (attempts and snoozes 0) instead of keeping
+    /// their attempts; only `held` deliveries qualify (another status is refused, exit 1).
+    #[arg(long)]
+    reset: bool,
     #[command(flatten)]
     filters: Filters,
 }
@@ -128,6 +132,7 @@ pub struct ReleaseHeldArgs {
 enum Action {
     Replay,
     Retry,
+    Reset,
     ReleaseHeld,
 }
 
@@ -136,6 +141,7 @@ impl Action {
         match self {
             Action::Replay => "replay",
             Action::Retry => "retry",
+            Action::Reset => "retry --reset",
             Action::ReleaseHeld => "release-held",
         }
     }
@@ -144,6 +150,7 @@ impl Action {
         match self {
             Action::Replay => "replayed",
             Action::Retry => "made due now",
+            Action::Reset => "reset to a fresh budget",
             Action::ReleaseHeld => "released",
         }
     }
@@ -151,6 +158,7 @@ impl Action {
     async fn apply(self, op: &Operator, env: &Env, id: DeliveryId) -> outboxkit_core::Result<()> {
         match self {
             Action::Replay => op.replay(&env.tenant, id).await,
+            Action::Reset => op.reset(&env.tenant, id).await,
             // A held delivery made due now is released: the same store operation.
             Action::Retry | Action::ReleaseHeld => op.retry_now(&env.tenant, id).await,
         }
@@ -186,8 +194,19 @@ pub async fn replay(a: ReplayArgs) -> CliResult<()> {
 
 /// `retry`.
 pub async fn retry(a: RetryArgs) -> CliResult<()> {
+    let action = if a.reset {
+        Action::Reset
+    } else {
+        Action::Retry
+    };
     let statuses = match a.status.as_deref() {
+        None if a.reset => vec![DeliveryStatus::Held],
         None => vec![DeliveryStatus::Pending, DeliveryStatus::Held],
+        Some(_) if a.reset => {
+            return Err(CliError::usage(
+                "invalid input: --status: --reset acts on held deliveries only",
+            ))
+        }
         Some(s) => match DeliveryStatus::parse(s)? {
             st @ (DeliveryStatus::Pending | DeliveryStatus::Held) => vec![st],
             _ => {
@@ -201,13 +220,13 @@ pub async fn retry(a: RetryArgs) -> CliResult<()> {
         single_only(&a.filters, a.status.is_some())?;
         let id = parse_id(id)?;
         let env = a.store.open().await?;
-        return single(Action::Retry, &env, id, &a.filters).await;
+        return single(action, &env, id, &a.filters).await;
     }
     let filter = a.filters.parse(now())?;
     require_filter(&a.filters, a.status.is_some())?;
     let env = a.store.open().await?;
     let matched = collect(&env, &filter, &statuses, |_| true).await?;
-    run_bulk(Action::Retry, &env, matched, &a.filters).await
+    run_bulk(action, &env, matched, &a.filters).await
 }
 
 /// `release-held`: with only `--endpoint`, the store releases the endpoint's held
@@ -315,6 +334,7 @@ async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliRe
         let d = env.store.get_delivery(&env.tenant, id).await?;
         let applies = match action {
             Action::Replay => d.status == DeliveryStatus::Dead,
+            Action::Reset => d.status == DeliveryStatus::Held,
             Action::Retry | Action::ReleaseHeld => {
                 matches!(d.status, DeliveryStatus::Pending | DeliveryStatus::Held)
             }
@@ -334,6 +354,7 @@ async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliRe
     }
     match action {
         Action::Replay => outln!("replayed delivery {id}: due now with a fresh budget"),
+        Action::Reset => outln!("delivery {id} is due now with a fresh budget"),
         Action::Retry | Action::ReleaseHeld => outln!("delivery {id} is due now"),
     }
     Ok(())

@@ -26,15 +26,16 @@ pub enum EndpointsCmd {
     Show(ShowArgs),
     /// Change an endpoint's URL, description, filter or body format.
     Update(UpdateArgs),
-    /// Pause an endpoint: its deliveries wait without spending attempts.
+    /// Pause an endpoint: what is queued and what is published meanwhile waits for it
+    /// (held, not sent, no attempts spent) until it is resumed.
     Pause(StatusArgs),
-    /// Resume a paused or disabled endpoint.
+    /// Resume a paused or disabled endpoint: its waiting deliveries go out at once, in order.
     Resume(StatusArgs),
     /// Rotate the signing secret (the old one keeps signing until --finish); releases held
     /// deliveries. Prints the new secret once. While a rotation is in progress, a new one
     /// needs --force (it drops the oldest secret).
     RotateSecret(RotateArgs),
-    /// Delete an endpoint (its pending deliveries die as endpoint-removed).
+    /// Delete an endpoint (its pending and waiting deliveries die as endpoint-removed).
     Delete(IdArgs),
     /// Send one signed test event to the endpoint now and print the answer.
     Test(TestArgs),

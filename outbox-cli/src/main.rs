@@ -60,7 +60,8 @@ enum Command {
     /// Release held deliveries (after fixing an endpoint's credentials): an endpoint's, or
     /// every match of filters.
     ReleaseHeld(bulk::ReleaseHeldArgs),
-    /// Make pending or held deliveries due now: one by id, or every match of filters.
+    /// Make pending or held deliveries due now: one by id, or every match of filters
+    /// (`--reset`: held ones with a fresh budget).
     Retry(bulk::RetryArgs),
     /// Remove finished deliveries older than a cutoff, tenant by tenant.
     Purge(ops::PurgeArgs),

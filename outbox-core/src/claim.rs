@@ -244,6 +244,23 @@ pub struct DeliveryUpdate {
     pub last_outcome: Option<LastOutcome>,
     /// Disable the delivery's endpoint with reason `gone` (a 410).
     pub disable_endpoint: bool,
+    /// The delivery waits for its endpoint ([`Verdict::AwaitEndpoint`]). A store that finds
+    /// the endpoint active again, or gone, when it writes the row writes
+    /// [`DeliveryUpdate::endpoint_is_back`] instead: a resume or delete that happened while
+    /// the delivery was claimed did not see it, and it must not wait for good.
+    pub awaits_endpoint: bool,
+}
+
+impl DeliveryUpdate {
+    /// The row when the endpoint it would wait for is active again or gone: `pending`,
+    /// due `now` (a gone endpoint's delivery then dies as `endpoint-removed` at its claim).
+    pub fn endpoint_is_back(&mut self, now: Timestamp) {
+        if self.awaits_endpoint {
+            self.status = DeliveryStatus::Pending;
+            self.next_attempt_at = now;
+            self.awaits_endpoint = false;
+        }
+    }
 }
 
 impl Lease {
@@ -287,6 +304,7 @@ impl Lease {
             dead_reason: None,
             last_outcome: record.map(LastOutcome::from),
             disable_endpoint: false,
+            awaits_endpoint: false,
         };
         match verdict {
             Verdict::Succeeded => {
@@ -309,6 +327,11 @@ impl Lease {
                 u.snoozes = self.snoozes.saturating_add(1);
             }
             Verdict::Parked { until } => u.next_attempt_at = *until,
+            Verdict::AwaitEndpoint { until } => {
+                u.status = DeliveryStatus::Held;
+                u.next_attempt_at = *until;
+                u.awaits_endpoint = true;
+            }
         }
         u
     }
@@ -331,6 +354,7 @@ impl Lease {
             dead_reason: None,
             last_outcome: None,
             disable_endpoint: false,
+            awaits_endpoint: false,
         }
     }
 }
@@ -479,6 +503,14 @@ mod tests {
                 1,
                 t(60),
             ),
+            (
+                p,
+                Verdict::AwaitEndpoint { until: t(600) },
+                DeliveryStatus::Held,
+                2,
+                1,
+                t(600),
+            ),
             // A probe spent nothing, so nothing is refunded.
             (
                 DeliveryStatus::Held,
@@ -487,6 +519,24 @@ mod tests {
                 3,
                 1,
                 t(3600),
+            ),
+            (
+                DeliveryStatus::Held,
+                Verdict::AwaitEndpoint {
+                    until: Timestamp::MAX,
+                },
+                DeliveryStatus::Held,
+                3,
+                1,
+                Timestamp::MAX,
+            ),
+            (
+                DeliveryStatus::Held,
+                Verdict::Retry { at: t(60) },
+                DeliveryStatus::Pending,
+                3,
+                1,
+                t(60),
             ),
             (
                 DeliveryStatus::Held,
@@ -516,6 +566,28 @@ mod tests {
                 Some(Some(503))
             );
         }
+    }
+
+    #[test]
+    fn a_wait_for_an_endpoint_that_is_back_is_pending_now() {
+        let mut u = lease(DeliveryStatus::Pending, 3).settle(
+            &Verdict::AwaitEndpoint {
+                until: Timestamp::MAX,
+            },
+            None,
+            t(9),
+        );
+        assert!(u.awaits_endpoint);
+        u.endpoint_is_back(t(9));
+        assert_eq!(
+            (u.status, u.attempts, u.next_attempt_at, u.awaits_endpoint),
+            (DeliveryStatus::Pending, 2, t(9), false)
+        );
+        let mut other =
+            lease(DeliveryStatus::Pending, 3).settle(&Verdict::Retry { at: t(60) }, None, t(9));
+        assert!(!other.awaits_endpoint);
+        other.endpoint_is_back(t(9));
+        assert_eq!(other.next_attempt_at, t(60), "only a wait is changed");
     }
 
     #[test]

@@ -163,16 +163,22 @@ impl UrlPolicy for AnyUrl {
     }
 }
 
+/// How long deliveries wait for a disabled endpoint before they die as
+/// `endpoint-disabled` (7 days): long enough to fix a receiver and re-enable it without a
+/// replay, short enough that a forgotten endpoint does not keep its queue for good.
+pub const DISABLED_HOLD: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
 /// An endpoint's status.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", content = "reason", rename_all = "lowercase")]
 pub enum EndpointStatus {
     /// Receives deliveries.
     Active,
-    /// Holds its queue: deliveries are parked (60 s at a time) without spending attempts.
+    /// Holds its queue: new and waiting deliveries are `held` for the endpoint, never
+    /// claimed and spending nothing, until it is resumed; then they go out in order.
     Paused,
-    /// Receives nothing; new messages get no delivery and due ones die
-    /// (`endpoint-disabled`).
+    /// Sends nothing; new and waiting deliveries are `held` for the endpoint until it is
+    /// re-enabled, each for at most [`DISABLED_HOLD`], then dead (`endpoint-disabled`).
     Disabled(DisabledReason),
 }
 
@@ -195,6 +201,17 @@ impl EndpointStatus {
                 reason.unwrap_or("manual"),
             )?)),
             _ => Err(Error::invalid_input("status", "unknown endpoint status")),
+        }
+    }
+
+    /// Until when a delivery to an endpoint in this status waits, from `now`: `None` when
+    /// active (it goes out), [`Timestamp::MAX`] when paused (until resumed), `now +`
+    /// [`DISABLED_HOLD`] when disabled.
+    pub fn hold_until(&self, now: Timestamp) -> Option<Timestamp> {
+        match self {
+            EndpointStatus::Active => None,
+            EndpointStatus::Paused => Some(Timestamp::MAX),
+            EndpointStatus::Disabled(_) => Some(now.saturating_add(DISABLED_HOLD)),
         }
     }
 
@@ -312,11 +329,11 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Whether a message of `tenant` and `topic` fans out to this endpoint.
+    /// Whether a message of `tenant` and `topic` fans out to this endpoint, whatever its
+    /// status: a paused or disabled endpoint's deliveries are written and wait
+    /// ([`EndpointStatus::hold_until`]).
     pub fn receives(&self, tenant: &TenantId, topic: &Topic) -> bool {
-        self.status == EndpointStatus::Active
-            && &self.tenant == tenant
-            && self.filter.matches(topic)
+        &self.tenant == tenant && self.filter.matches(topic)
     }
 }
 
@@ -343,9 +360,21 @@ pub struct EndpointUpdate {
 }
 
 impl EndpointUpdate {
-    /// Whether applying this update releases the endpoint's held deliveries (DESIGN §4).
+    /// Whether applying this update releases the endpoint's held deliveries (DESIGN §4): a
+    /// new URL or secret, or a status set to active (a resume or re-enable, which also ends
+    /// the wait of deliveries held for the endpoint). Stores do it in the same transaction.
     pub fn releases_held(&self) -> bool {
-        self.url.is_some() || self.rotate_secret.is_some()
+        self.url.is_some()
+            || self.rotate_secret.is_some()
+            || self.status == Some(EndpointStatus::Active)
+    }
+
+    /// When this update pauses or disables the endpoint: the time until which its `pending`
+    /// and `held` deliveries now wait ([`EndpointStatus::hold_until`]). Stores make them
+    /// `held` with that due time in the same transaction, so a pause holds what was queued
+    /// too. `None` for every other update.
+    pub fn holds_until(&self, now: Timestamp) -> Option<Timestamp> {
+        self.status.as_ref().and_then(|s| s.hold_until(now))
     }
 
     /// Check the free-text fields.
@@ -494,6 +523,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn status_changes_hold_or_release() {
+        let now = Timestamp::from_unix_millis(1_700_000_000_000).unwrap();
+        let set = |s: EndpointStatus| EndpointUpdate {
+            status: Some(s),
+            ..Default::default()
+        };
+        let paused = set(EndpointStatus::Paused);
+        assert_eq!(paused.holds_until(now), Some(Timestamp::MAX));
+        assert!(!paused.releases_held());
+        let off = set(EndpointStatus::Disabled(DisabledReason::Manual));
+        assert_eq!(
+            off.holds_until(now),
+            Some(now.saturating_add(DISABLED_HOLD))
+        );
+        assert!(!off.releases_held());
+        let on = set(EndpointStatus::Active);
+        assert_eq!(on.holds_until(now), None);
+        assert!(on.releases_held());
+        assert_eq!(EndpointUpdate::default().holds_until(now), None);
+        assert!(!EndpointUpdate::default().releases_held());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Building the rows of an enqueue (DESIGN §3): the message and one delivery per matching
-//! consumer, per active matching endpoint of the tenant, per e-mail recipient. Stores read
+//! consumer, per matching endpoint of the tenant (a paused or disabled one's delivery waits,
+//! `held` for the endpoint), per e-mail recipient. Stores read
 //! consumers and endpoints inside their transaction and write what this returns.
 
 use crate::endpoint::{Consumer, Endpoint};
@@ -24,8 +25,9 @@ pub fn message_row(valid: &ValidMessage, now: Timestamp, entropy: &dyn Entropy) 
 }
 
 /// Where `message` fans out: consumers by name, then endpoints oldest first, then e-mail
-/// recipients in the order given. Endpoints of other tenants, paused or disabled endpoints,
-/// and non-matching filters get nothing.
+/// recipients in the order given. Endpoints of other tenants and non-matching filters get
+/// nothing; paused and disabled endpoints get their deliveries, which
+/// [`hold_for_endpoints`] then makes wait.
 pub fn destinations(
     message: &Message,
     valid: &ValidMessage,
@@ -66,4 +68,21 @@ pub fn delivery_rows(
             )
         })
         .collect()
+}
+
+/// Make the deliveries to paused or disabled endpoints wait: `held` until
+/// [`crate::EndpointStatus::hold_until`] (never claimed while paused; dead as
+/// `endpoint-disabled` when a disabled endpoint's hold expires). Others are unchanged.
+pub fn hold_for_endpoints(rows: &mut [Delivery], endpoints: &[Endpoint], now: Timestamp) {
+    for d in rows {
+        let Some(id) = d.endpoint() else { continue };
+        if let Some(until) = endpoints
+            .iter()
+            .find(|e| e.id == id)
+            .and_then(|e| e.status.hold_until(now))
+        {
+            d.status = crate::model::DeliveryStatus::Held;
+            d.next_attempt_at = until;
+        }
+    }
 }

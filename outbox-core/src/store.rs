@@ -228,9 +228,19 @@ pub struct PurgeReport {
 ///   of the same tenant, destination and key exists whose topic is not dormant
 ///   (`ordering_key_is_fifo_per_destination`, `dormant_topic_does_not_block`).
 /// - `complete`, `release`, `extend` and `mark_sending` with a token that no longer matches
-///   MUST change nothing and fail with `LeaseLost` (`stale_token_is_fenced`).
+///   MUST change nothing and fail with `LeaseLost` (`stale_token_is_fenced`); so MUST a lease
+///   whose tenant is not the delivery's (`forged_tenant_lease_is_fenced`).
 /// - `complete` MUST write [`Lease::settle`], append the attempt to the ledger, and disable
 ///   the endpoint on `Dead { Gone }` in one atomic step (`verdict_*` cases).
+/// - Deliveries to a paused or disabled endpoint are `held` for it (due at
+///   [`crate::EndpointStatus::hold_until`]: never while paused), so `claim` does not take them
+///   until the endpoint is resumed, and takes a disabled endpoint's only when its hold expires
+///   (`paused_endpoint_holds_then_resumes_in_order`, `disabled_endpoint_holds_until_reenabled`,
+///   `disabled_endpoint_hold_expires`). `complete` with [`crate::Verdict::AwaitEndpoint`] MUST
+///   write [`crate::DeliveryUpdate::endpoint_is_back`] when the endpoint is active or gone by
+///   then (`await_endpoint_after_resume_is_pending`).
+/// - `reset` MUST give only a `held` delivery a fresh budget, due now; else `Conflict`, and
+///   `NotFound` across tenants (`reset_held_gives_fresh_budget`).
 #[async_trait]
 pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// Take up to `batch_size` due deliveries.
@@ -269,6 +279,11 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// Any other status is a `Conflict`.
     async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
 
+    /// Reset a `held` delivery by hand to a fresh budget (seed 000 `retryDelivery`): it
+    /// becomes `pending`, due now, with attempts and snoozes 0; its ledger is kept. Any other
+    /// status is a `Conflict`; another tenant's delivery is `NotFound`.
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
     /// Counts by status and the age of the oldest due delivery.
     async fn stats(&self) -> Result<Stats>;
 
@@ -284,8 +299,10 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
 /// # Contract
 /// - `enqueue` MUST validate the message and write nothing on any error
 ///   (`invalid_message_writes_nothing`).
-/// - It MUST write the message and one `pending` delivery per matching consumer, per active
-///   matching endpoint of the tenant, per e-mail recipient, atomically (`fan_out_at_enqueue`).
+/// - It MUST write the message and one `pending` delivery per matching consumer, per
+///   matching endpoint of the tenant, per e-mail recipient, atomically (`fan_out_at_enqueue`);
+///   a paused or disabled endpoint's delivery is written `held` for it
+///   ([`crate::fanout::hold_for_endpoints`], `paused_endpoint_holds_then_resumes_in_order`).
 /// - A message with the `(tenant, topic, idempotency key)` of an earlier one MUST write
 ///   nothing and return the earlier id with `duplicate: true` (`idempotent_enqueue`).
 /// - `enqueue_batch` MUST validate every message before writing any
@@ -306,8 +323,13 @@ pub trait MessageStore: Send + Sync + fmt::Debug + 'static {
 /// # Contract
 /// - Every read and write is scoped by tenant; another tenant's endpoint is `NotFound`
 ///   (`tenant_isolation_of_endpoints`).
-/// - `update_endpoint` with a new URL or secret MUST release the endpoint's held deliveries
-///   in the same step (`secret_rotation_releases_held`).
+/// - `update_endpoint` with a new URL or secret, or a status set to active, MUST release the
+///   endpoint's held deliveries in the same step (`secret_rotation_releases_held`,
+///   `paused_endpoint_holds_then_resumes_in_order`); one that pauses or disables it MUST make
+///   its `pending` and `held` deliveries `held` until [`EndpointUpdate::holds_until`] in the
+///   same step (`pause_holds_queued_deliveries`).
+/// - `delete_endpoint` MUST make the endpoint's held deliveries `pending`, due now, so the
+///   next claim ends them as `endpoint-removed` (`deleted_endpoint_gets_nothing`).
 /// - `create_endpoint` with an id that exists MUST fail with `Conflict`.
 /// - An endpoint read back MUST equal what was written; a description or rate limit out of
 ///   range MUST be `InvalidInput` and write nothing (`endpoints_round_trip`).
@@ -326,7 +348,8 @@ pub trait EndpointStore: Send + Sync + fmt::Debug + 'static {
         id: EndpointId,
         update: &EndpointUpdate,
     ) -> Result<Endpoint>;
-    /// Remove one (its pending deliveries die as `endpoint-removed` when next claimed).
+    /// Remove one (its pending and held deliveries become due and die as
+    /// `endpoint-removed` when next claimed).
     async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()>;
     /// Register or update a consumer (upsert by name).
     async fn put_consumer(&self, consumer: &Consumer) -> Result<()>;
@@ -415,6 +438,9 @@ macro_rules! forward {
             }
             async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
                 (**self).retry_now(tenant, delivery).await
+            }
+            async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+                (**self).reset(tenant, delivery).await
             }
             async fn stats(&self) -> Result<Stats> {
                 (**self).stats().await

@@ -126,9 +126,18 @@ pub enum Verdict {
         /// When it is due again.
         until: Timestamp,
     },
-    /// Back to `pending` at `until`, the attempt refunded (a paused endpoint).
+    /// Back to `pending` at `until`, the attempt refunded (our configuration, e.g. a secret
+    /// that does not open).
     Parked {
         /// When it is due again.
+        until: Timestamp,
+    },
+    /// `held` for its endpoint (paused or disabled) until `until`, the attempt refunded:
+    /// not probed, made `pending` again when the endpoint is resumed or re-enabled
+    /// ([`crate::EndpointUpdate::releases_held`]). `until` is [`Timestamp::MAX`] for a paused
+    /// endpoint and the end of [`crate::endpoint::DISABLED_HOLD`] for a disabled one.
+    AwaitEndpoint {
+        /// When the wait ends (a disabled endpoint's hold expires then).
         until: Timestamp,
     },
 }
@@ -143,13 +152,16 @@ impl Verdict {
             Verdict::Dead { .. } => "dead",
             Verdict::Snoozed { .. } => "snoozed",
             Verdict::Parked { .. } => "parked",
+            Verdict::AwaitEndpoint { .. } => "await-endpoint",
         }
     }
 
     /// Whether the claim's attempt is given back.
     pub fn refunds_attempt(&self) -> bool {
         match self {
-            Verdict::Snoozed { .. } | Verdict::Parked { .. } => true,
+            Verdict::Snoozed { .. } | Verdict::Parked { .. } | Verdict::AwaitEndpoint { .. } => {
+                true
+            }
             Verdict::Dead { reason } => reason.refunds_attempt(),
             _ => false,
         }
@@ -163,7 +175,8 @@ pub struct VerdictPolicy {
     pub retry: RetryPolicy,
     /// How often a held delivery is probed. Default 1 h.
     pub held_probe_interval: Duration,
-    /// How long a delivery to a paused endpoint is parked. Default 60 s.
+    /// How long a delivery is parked when our own configuration fails (a secret that does
+    /// not open). Default 60 s.
     pub park_delay: Duration,
     /// How many snoozes a delivery may take before a snooze counts as a retry. Default 5.
     pub max_snoozes: u32,
@@ -237,25 +250,25 @@ pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy)
         probe_at: now.saturating_add(after),
     };
 
-    // A probe of a held delivery: only a 2xx releases it, only a 410 kills it; anything
-    // else keeps it held without spending an attempt.
+    // Waiting for the endpoint: not probed, released by a resume or re-enable. A paused
+    // endpoint's wait never ends by itself; a disabled one's expires after DISABLED_HOLD.
+    let await_endpoint = |until: Timestamp| Verdict::AwaitEndpoint { until };
+
+    // A probe of a held delivery: a 2xx releases it, a 410 kills it, a 401/403 keeps it held;
+    // anything else (5xx, timeout, other 4xx) returns it to the ordinary retry schedule
+    // below. A probe that finds its endpoint disabled is a hold that expired.
     if ctx.probe {
-        return match outcome {
+        match outcome {
             Outcome::Http {
-                status: 200..=299, ..
-            } => Verdict::Succeeded,
-            Outcome::Http { status: 410, .. } => Verdict::Dead {
-                reason: DeadReason::Gone,
-            },
-            Outcome::EndpointMissing => Verdict::Dead {
-                reason: DeadReason::EndpointRemoved,
-            },
-            Outcome::EndpointDisabled => Verdict::Dead {
-                reason: DeadReason::EndpointDisabled,
-            },
-            Outcome::EndpointPaused => held(policy.park_delay),
-            _ => held(policy.held_probe_interval),
-        };
+                status: 401 | 403, ..
+            } => return held(policy.held_probe_interval),
+            Outcome::EndpointDisabled => {
+                return Verdict::Dead {
+                    reason: DeadReason::EndpointDisabled,
+                }
+            }
+            _ => {}
+        }
     }
 
     match outcome {
@@ -304,12 +317,10 @@ pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy)
         Outcome::EndpointMissing => Verdict::Dead {
             reason: DeadReason::EndpointRemoved,
         },
-        Outcome::EndpointPaused => Verdict::Parked {
-            until: now.saturating_add(policy.park_delay),
-        },
-        Outcome::EndpointDisabled => Verdict::Dead {
-            reason: DeadReason::EndpointDisabled,
-        },
+        Outcome::EndpointPaused => await_endpoint(Timestamp::MAX),
+        Outcome::EndpointDisabled => {
+            await_endpoint(now.saturating_add(crate::endpoint::DISABLED_HOLD))
+        }
         Outcome::Unrenderable => Verdict::Dead {
             reason: DeadReason::Unrenderable,
         },
@@ -495,13 +506,17 @@ mod tests {
                 "endpoint paused",
                 Outcome::EndpointPaused,
                 1,
-                Verdict::Parked { until: at(60) },
+                Verdict::AwaitEndpoint {
+                    until: Timestamp::MAX,
+                },
             ),
             (
                 "endpoint disabled",
                 Outcome::EndpointDisabled,
                 1,
-                dead(DeadReason::EndpointDisabled),
+                Verdict::AwaitEndpoint {
+                    until: at(7 * 24 * 3600),
+                },
             ),
             (
                 "unrenderable",
@@ -528,6 +543,7 @@ mod tests {
             (dead(DeadReason::EndpointDisabled), true),
             (Verdict::Snoozed { until: at(1) }, true),
             (Verdict::Parked { until: at(1) }, true),
+            (Verdict::AwaitEndpoint { until: at(1) }, true),
         ];
         for (v, refund) in rows {
             assert_eq!(v.refunds_attempt(), refund, "{v:?}");
@@ -623,6 +639,8 @@ mod tests {
         );
     }
 
+    /// Probes of a held delivery (attempt 3 spent): 2xx succeeds, 401/403 stays held, 410
+    /// kills, and a 5xx, timeout or other answer returns to the retry schedule (seed 000).
     #[test]
     fn held_probes_table() {
         let mut c = ctx(3);
@@ -631,22 +649,58 @@ mod tests {
             (http(200), Verdict::Succeeded),
             (http(401), Verdict::Held { probe_at: at(3600) }),
             (http(403), Verdict::Held { probe_at: at(3600) }),
-            (http(500), Verdict::Held { probe_at: at(3600) }),
-            (
-                Outcome::Transport(ErrorClass::Timeout),
-                Verdict::Held { probe_at: at(3600) },
-            ),
+            (http(500), retry(30 * 60)),
+            (http(503), retry(30 * 60)),
+            (Outcome::Transport(ErrorClass::Timeout), retry(30 * 60)),
+            (Outcome::Transport(ErrorClass::Network), retry(30 * 60)),
+            (http(404), retry(30 * 60)),
             (http(410), dead(DeadReason::Gone)),
             (Outcome::EndpointMissing, dead(DeadReason::EndpointRemoved)),
             (
                 Outcome::EndpointDisabled,
                 dead(DeadReason::EndpointDisabled),
             ),
-            (Outcome::EndpointPaused, Verdict::Held { probe_at: at(60) }),
+            (
+                Outcome::EndpointPaused,
+                Verdict::AwaitEndpoint {
+                    until: Timestamp::MAX,
+                },
+            ),
         ];
         for (o, want) in rows {
             assert_eq!(classify(&o, &c, &policy()), want, "{o:?}");
         }
+        // A probe that meets a 5xx with the budget spent is dead like any retry.
+        let mut last = ctx(6);
+        last.probe = true;
+        assert_eq!(
+            classify(&http(503), &last, &policy()),
+            dead(DeadReason::MaxAttempts)
+        );
+        // Retry-After is honoured for a probe as for any attempt.
+        let ra = Outcome::Http {
+            status: 503,
+            retry_after: Some("7200".into()),
+        };
+        assert_eq!(classify(&ra, &c, &policy()), retry(7200));
+    }
+
+    /// A delivery that finds its endpoint paused or disabled waits for it without spending:
+    /// a paused endpoint's wait has no end, a disabled one's ends after `DISABLED_HOLD`.
+    #[test]
+    fn endpoint_waits() {
+        assert_eq!(
+            classify(&Outcome::EndpointPaused, &ctx(2), &policy()),
+            Verdict::AwaitEndpoint {
+                until: Timestamp::MAX
+            }
+        );
+        assert_eq!(
+            classify(&Outcome::EndpointDisabled, &ctx(2), &policy()),
+            Verdict::AwaitEndpoint {
+                until: at(crate::endpoint::DISABLED_HOLD.as_secs())
+            }
+        );
     }
 
     #[test]

@@ -39,6 +39,8 @@ struct CompletionArrays {
     a_outcome: Vec<&'static str>,
     a_code: Vec<Option<i32>>,
     a_excerpt: Vec<Option<String>>,
+    tenants: Vec<String>,
+    awaits: Vec<bool>,
 }
 
 impl PostgresStore {
@@ -195,6 +197,7 @@ impl DeliveryStore for PostgresStore {
                 .push(u.last_outcome.as_ref().and_then(|o| o.excerpt.clone()));
             a.lo_at.push(u.last_outcome.as_ref().map(|o| ms(o.at)));
             a.disable.push(u.disable_endpoint);
+            a.awaits.push(u.awaits_endpoint);
             let rec = completion.attempt.as_ref();
             a.a_set.push(rec.is_some());
             a.a_probe.push(lease.is_probe());
@@ -205,6 +208,7 @@ impl DeliveryStore for PostgresStore {
             a.a_code
                 .push(rec.and_then(|r| r.status_code).map(i32::from));
             a.a_excerpt.push(rec.and_then(|r| r.excerpt.clone()));
+            a.tenants.push(lease.tenant.as_str().to_owned());
         }
         let matched: Vec<Uuid> = sqlx::query_scalar(&self.inner.sql.complete)
             .bind(ms(now))
@@ -228,6 +232,8 @@ impl DeliveryStore for PostgresStore {
             .bind(a.a_outcome)
             .bind(a.a_code)
             .bind(a.a_excerpt)
+            .bind(a.tenants)
+            .bind(a.awaits)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -251,8 +257,14 @@ impl DeliveryStore for PostgresStore {
         }
         let now = self.inner.clock.now();
         let mut seen = HashSet::with_capacity(leases.len());
-        let (mut ids, mut tokens, mut status, mut attempts, mut next) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut ids, mut tokens, mut status, mut attempts, mut next, mut tenants) = (
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+            Vec::new(),
+        );
         for lease in leases.iter().filter(|l| seen.insert(l.delivery_id)) {
             let u = lease.release(delay, now);
             ids.push(lease.delivery_id.as_uuid());
@@ -260,6 +272,7 @@ impl DeliveryStore for PostgresStore {
             status.push(u.status.as_str());
             attempts.push(int4(u.attempts));
             next.push(ms(u.next_attempt_at));
+            tenants.push(lease.tenant.as_str());
         }
         let released: Vec<Uuid> = sqlx::query_scalar(&self.inner.sql.release)
             .bind(ms(now))
@@ -268,6 +281,7 @@ impl DeliveryStore for PostgresStore {
             .bind(status)
             .bind(attempts)
             .bind(next)
+            .bind(tenants)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -289,6 +303,7 @@ impl DeliveryStore for PostgresStore {
             .bind(lease.token.as_uuid())
             .bind(ms(until))
             .bind(ms(now))
+            .bind(lease.tenant.as_str())
             .fetch_optional(&self.inner.pool)
             .await
             .db()?;
@@ -306,6 +321,7 @@ impl DeliveryStore for PostgresStore {
             .bind(lease.delivery_id.as_uuid())
             .bind(lease.token.as_uuid())
             .bind(ms(self.inner.clock.now()))
+            .bind(lease.tenant.as_str())
             .fetch_optional(&self.inner.pool)
             .await
             .db()?;
@@ -358,6 +374,24 @@ impl DeliveryStore for PostgresStore {
                     delivery,
                     "only a pending or held delivery can be retried now",
                 )
+                .await);
+        }
+        Ok(())
+    }
+
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let n = self
+            .counted(
+                sqlx::query(&self.inner.sql.reset)
+                    .bind(delivery.as_uuid())
+                    .bind(tenant.as_str())
+                    .bind(ms(self.inner.clock.now()))
+                    .bind(&self.inner.channel),
+            )
+            .await?;
+        if n == 0 {
+            return Err(self
+                .missing_or_conflict(tenant, delivery, "only a held delivery can be reset")
                 .await);
         }
         Ok(())

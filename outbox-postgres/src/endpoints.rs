@@ -110,6 +110,16 @@ impl EndpointStore for PostgresStore {
                 .db()?;
             released = get::<i64>(&row, "n")?;
         }
+        if let Some(until) = update.holds_until(now) {
+            sqlx::query(&self.inner.sql.hold_for_endpoint)
+                .bind(tenant.as_str())
+                .bind(id.to_string())
+                .bind(ms(until))
+                .bind(ms(now))
+                .execute(&mut *tx)
+                .await
+                .db()?;
+        }
         tx.commit().await.db()?;
         if released > 0 {
             self.inner.wakeups.wake();
@@ -118,14 +128,30 @@ impl EndpointStore for PostgresStore {
     }
 
     async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
+        let now = self.inner.clock.now();
+        let mut tx = self.inner.pool.begin().await.db()?;
         let done = sqlx::query(&self.inner.sql.delete_endpoint)
             .bind(id.as_uuid())
             .bind(tenant.as_str())
-            .execute(&self.inner.pool)
+            .execute(&mut *tx)
             .await
             .db()?;
         if done.rows_affected() == 0 {
             return Err(Error::not_found("endpoint"));
+        }
+        // Its held deliveries become due, so the next claim ends them (`endpoint-removed`).
+        let row = sqlx::query(&self.inner.sql.release_held)
+            .bind(tenant.as_str())
+            .bind(id.to_string())
+            .bind(ms(now))
+            .bind(&self.inner.channel)
+            .fetch_one(&mut *tx)
+            .await
+            .db()?;
+        let released = get::<i64>(&row, "n")?;
+        tx.commit().await.db()?;
+        if released > 0 {
+            self.inner.wakeups.wake();
         }
         Ok(())
     }

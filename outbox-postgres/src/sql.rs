@@ -2,6 +2,9 @@
 //! prepares and caches each text per connection). Every time is a bound parameter from the
 //! injected clock; no statement reads `now()`.
 
+use outboxkit_core::endpoint::DISABLED_HOLD;
+use outboxkit_core::Timestamp;
+
 /// The columns of a delivery row, in the order [`crate::rows::delivery`] reads them.
 const DELIVERY_COLS: [&str; 20] = [
     "id",
@@ -70,6 +73,18 @@ fn budget(d: &str) -> String {
     )
 }
 
+/// Until when a new delivery to the endpoint aliased `e` waits, written at `now`
+/// (`EndpointStatus::hold_until`): NULL when active, `Timestamp::MAX` when paused, `now +
+/// DISABLED_HOLD` when disabled.
+fn endpoint_hold(e: &str, now: &str) -> String {
+    format!(
+        "(CASE {e}.status WHEN 'paused' THEN {never}::int8 \
+                          WHEN 'disabled' THEN {now} + {hold}::int8 END)",
+        never = Timestamp::MAX.as_unix_millis(),
+        hold = DISABLED_HOLD.as_millis(),
+    )
+}
+
 /// `WITH u AS (<update returning 1>) SELECT count, notify-if-any`.
 fn counted_with_notify(update: &str, channel_param: &str) -> String {
     format!(
@@ -94,6 +109,8 @@ pub(crate) struct Sql {
     pub release_held: String,
     pub replay: String,
     pub retry_now: String,
+    pub hold_for_endpoint: String,
+    pub reset: String,
     pub status_of: String,
     pub stats: String,
     pub get_delivery: String,
@@ -135,19 +152,21 @@ impl Sql {
                        $8::text, $9::text, $10::int8) \
                ON CONFLICT DO NOTHING RETURNING id), \
              dest AS ( \
-               SELECT 0 AS grp, 0::int8 AS k1, c.name AS k2, 'handler' AS kind, c.name AS target \
+               SELECT 0 AS grp, 0::int8 AS k1, c.name AS k2, 'handler' AS kind, c.name AS target, \
+                      NULL::int8 AS hold \
                  FROM {c} c WHERE {cm} \
                UNION ALL \
-               SELECT 1, e.created_at, e.id::text, 'webhook', e.id::text \
-                 FROM {e} e WHERE e.tenant = $2::text AND e.status = 'active' AND {em} \
+               SELECT 1, e.created_at, e.id::text, 'webhook', e.id::text, {hold1} \
+                 FROM {e} e WHERE e.tenant = $2::text AND {em} \
                UNION ALL \
-               SELECT 2, r.ord, '', 'email', r.rcpt \
+               SELECT 2, r.ord, '', 'email', r.rcpt, NULL::int8 \
                  FROM unnest($13::text[]) WITH ORDINALITY AS r(rcpt, ord)), \
              nd AS ( \
                INSERT INTO {d} (id, message_id, tenant, topic, ordering_key, kind, target, status, \
                                 next_attempt_at, created_at, updated_at) \
                SELECT {did}, ins.id, $2::text, $3::text, $5::text, dest.kind, dest.target, \
-                      'pending', $7::int8, $10::int8, $10::int8 \
+                      CASE WHEN dest.hold IS NULL THEN 'pending' ELSE 'held' END, \
+                      coalesce(dest.hold, $7::int8), $10::int8, $10::int8 \
                  FROM ins CROSS JOIN dest \
                 ORDER BY dest.grp, dest.k1, dest.k2 \
                RETURNING 1), \
@@ -161,6 +180,7 @@ impl Sql {
                FROM n",
             cm = topic_matches("c.filter", "$3::text"),
             em = topic_matches("e.filter", "$3::text"),
+            hold1 = endpoint_hold("e", "$10::int8"),
             did = derive_id(
                 "$11::bytea",
                 "$12::int8",
@@ -184,25 +204,27 @@ impl Sql {
              good AS (SELECT input.* FROM input WHERE input.id IN (SELECT id FROM ins)), \
              routes AS ( \
                SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, c.name AS k2, \
-                      'handler' AS kind, c.name AS target \
+                      'handler' AS kind, c.name AS target, NULL::int8 AS hold \
                  FROM unnest($16::text[], $17::text[]) AS t(tenant, topic) \
                  JOIN {c} c ON {cm} \
                UNION ALL \
-               SELECT t.tenant, t.topic, 1, e.created_at, e.id::text, 'webhook', e.id::text \
+               SELECT t.tenant, t.topic, 1, e.created_at, e.id::text, 'webhook', e.id::text, \
+                      {hold} \
                  FROM unnest($16::text[], $17::text[]) AS t(tenant, topic) \
-                 JOIN {e} e ON e.tenant = t.tenant AND e.status = 'active' AND {em}), \
+                 JOIN {e} e ON e.tenant = t.tenant AND {em}), \
              dest AS ( \
-               SELECT g.ord AS mord, r.grp, r.k1, r.k2, r.kind, r.target \
+               SELECT g.ord AS mord, r.grp, r.k1, r.k2, r.kind, r.target, r.hold \
                  FROM good g JOIN routes r ON r.tenant = g.tenant AND r.topic = g.topic \
                UNION ALL \
-               SELECT g.ord, 2, r.ord, '', 'email', r.rcpt \
+               SELECT g.ord, 2, r.ord, '', 'email', r.rcpt, NULL::int8 \
                  FROM unnest($12::int8[], $13::text[]) WITH ORDINALITY AS r(mord, rcpt, ord) \
                  JOIN good g ON g.ord = r.mord), \
              nd AS ( \
                INSERT INTO {d} (id, message_id, tenant, topic, ordering_key, kind, target, status, \
                                 next_attempt_at, created_at, updated_at) \
                SELECT {did}, g.id, g.tenant, g.topic, g.ordering_key, dest.kind, dest.target, \
-                      'pending', g.available_at, $14::int8, $14::int8 \
+                      CASE WHEN dest.hold IS NULL THEN 'pending' ELSE 'held' END, \
+                      coalesce(dest.hold, g.available_at), $14::int8, $14::int8 \
                  FROM dest JOIN good g ON g.ord = dest.mord \
                 ORDER BY dest.mord, dest.grp, dest.k1, dest.k2 \
                RETURNING message_id), \
@@ -224,6 +246,7 @@ impl Sql {
               ORDER BY i.ord",
             cm = topic_matches("c.filter", "t.topic"),
             em = topic_matches("e.filter", "t.topic"),
+            hold = endpoint_hold("e", "$14::int8"),
             did = derive_id(
                 "g.did_hi",
                 "g.did_lo",
@@ -298,13 +321,17 @@ impl Sql {
                                     $7::int8[], $8::int8[], $9::text[], $10::text[], $11::int4[], \
                                     $12::text[], $13::int8[], $14::bool[], $15::bool[], \
                                     $16::bool[], $17::int8[], $18::int8[], $19::text[], \
-                                    $20::int4[], $21::text[]) \
+                                    $20::int4[], $21::text[], $22::text[], $23::bool[]) \
                  AS u(id, token, status, attempts, snoozes, next_at, completed_at, dead_reason, \
                       lo_outcome, lo_code, lo_excerpt, lo_at, disable, \
-                      a_set, a_probe, a_started, a_finished, a_outcome, a_code, a_excerpt)), \
+                      a_set, a_probe, a_started, a_finished, a_outcome, a_code, a_excerpt, \
+                      tenant, awaits)), \
              upd AS ( \
-               UPDATE {d} d SET status = u.status, attempts = u.attempts, snoozes = u.snoozes, \
-                      next_attempt_at = u.next_at, completed_at = u.completed_at, \
+               UPDATE {d} d SET \
+                      status = CASE WHEN {back} THEN 'pending' ELSE u.status END, \
+                      attempts = u.attempts, snoozes = u.snoozes, \
+                      next_attempt_at = CASE WHEN {back} THEN $1::int8 ELSE u.next_at END, \
+                      completed_at = u.completed_at, \
                       dead_reason = u.dead_reason, \
                       last_outcome = coalesce(u.lo_outcome, d.last_outcome), \
                       last_status_code = CASE WHEN u.lo_outcome IS NULL \
@@ -315,7 +342,7 @@ impl Sql {
                       claim_token = NULL, lease_until = NULL, updated_at = $1::int8, \
                       ledger_len = d.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END \
                  FROM u \
-                WHERE d.id = u.id AND d.claim_token = u.token \
+                WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant \
                   AND d.status IN ('processing', 'sending') \
                RETURNING d.id, d.tenant, d.ledger_len, \
                          CASE WHEN u.disable AND d.kind = 'webhook' THEN d.target::uuid END \
@@ -332,16 +359,24 @@ impl Sql {
                UPDATE {e} e SET status = 'disabled', disabled_reason = 'gone', \
                       updated_at = $1::int8 \
                  FROM upd WHERE e.id = upd.endpoint_id AND e.tenant = upd.tenant) \
-             SELECT id FROM upd"
+             SELECT id FROM upd",
+            // A wait for an endpoint that a resume or delete made while the delivery was
+            // claimed (`DeliveryUpdate::endpoint_is_back`): pending, due now.
+            back = format!(
+                "(u.awaits AND NOT EXISTS (SELECT 1 FROM {e} x \
+                   WHERE x.id = (CASE WHEN d.kind = 'webhook' THEN d.target END)::uuid \
+                     AND x.tenant = d.tenant AND x.status <> 'active'))"
+            ),
         );
 
         let release = format!(
             "UPDATE {d} d SET status = u.status, attempts = u.attempts, \
                     next_attempt_at = u.next_at, claim_token = NULL, lease_until = NULL, \
                     updated_at = $1::int8 \
-               FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[], $6::int8[]) \
-                    AS u(id, token, status, attempts, next_at) \
-              WHERE d.id = u.id AND d.claim_token = u.token \
+               FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[], $6::int8[], \
+                           $7::text[]) \
+                    AS u(id, token, status, attempts, next_at, tenant) \
+              WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant \
                 AND d.status IN ('processing', 'sending') \
              RETURNING d.id"
         );
@@ -349,14 +384,14 @@ impl Sql {
         let extend = format!(
             "UPDATE {d} SET lease_until = $3::int8, next_attempt_at = $3::int8, \
                     updated_at = $4::int8 \
-              WHERE id = $1::uuid AND claim_token = $2::uuid \
+              WHERE id = $1::uuid AND claim_token = $2::uuid AND tenant = $5::text \
                 AND status IN ('processing', 'sending') \
              RETURNING id"
         );
 
         let mark_sending = format!(
             "UPDATE {d} SET status = 'sending', updated_at = $3::int8 \
-              WHERE id = $1::uuid AND claim_token = $2::uuid \
+              WHERE id = $1::uuid AND claim_token = $2::uuid AND tenant = $4::text \
                 AND status IN ('processing', 'sending') \
              RETURNING id"
         );
@@ -386,6 +421,21 @@ impl Sql {
                 "UPDATE {d} SET status = 'pending', next_attempt_at = $3::int8, \
                         updated_at = $3::int8 \
                   WHERE id = $1::uuid AND tenant = $2::text AND status IN ('pending', 'held')"
+            ),
+            "$4::text",
+        );
+
+        let hold_for_endpoint = format!(
+            "UPDATE {d} SET status = 'held', next_attempt_at = $3::int8, updated_at = $4::int8 \
+              WHERE status IN ('pending', 'held') AND target = $2::text AND kind = 'webhook' \
+                AND tenant = $1::text"
+        );
+
+        let reset = counted_with_notify(
+            &format!(
+                "UPDATE {d} SET status = 'pending', attempts = 0, snoozes = 0, \
+                        next_attempt_at = $3::int8, updated_at = $3::int8 \
+                  WHERE id = $1::uuid AND tenant = $2::text AND status = 'held'"
             ),
             "$4::text",
         );
@@ -522,6 +572,8 @@ impl Sql {
             release_held,
             replay,
             retry_now,
+            hold_for_endpoint,
+            reset,
             status_of,
             stats,
             get_delivery,

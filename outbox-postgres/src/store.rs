@@ -22,8 +22,10 @@ use crate::sql::Sql;
 
 /// The migrations shipped with this crate, applied in order by [`PostgresStore::migrate`].
 /// `{schema}` in the text is replaced by the quoted schema name.
-const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "init", include_str!("../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (2, "hold", include_str!("../migrations/0002_hold.sql")),
+];
 
 /// The outbox on PostgreSQL: every store trait of `outboxkit-core` on one `sqlx` pool.
 ///

@@ -95,7 +95,13 @@ impl RedisStore {
                 .s(pack_v(u.snoozes, u.completed_at, u.dead_reason))
                 .b(last)
                 .b(entry)
-                .s(if u.disable_endpoint { "1" } else { "0" });
+                .s(if u.disable_endpoint {
+                    "1"
+                } else if u.awaits_endpoint {
+                    "w"
+                } else {
+                    "0"
+                });
         }
         Ok(a)
     }
@@ -275,6 +281,12 @@ impl DeliveryStore for RedisStore {
 
     async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.operator("retry", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("reset", tenant, delivery.to_string())
             .await
             .map(drop)
     }

@@ -85,7 +85,8 @@ impl EndpointStore for RedisStore {
         update.validate()?;
         for _ in 0..UPDATE_TRIES {
             let (mut e, ver) = self.read_endpoint(tenant, id).await?;
-            update.apply(&mut e, self.now());
+            let now = self.now();
+            update.apply(&mut e, now);
             let fields = endpoint_fields(&e);
             let mut a = Args::new();
             a.s("update")
@@ -93,8 +94,12 @@ impl EndpointStore for RedisStore {
                 .s(tenant.as_str())
                 .s(&ver)
                 .s(if update.releases_held() { "1" } else { "0" })
-                .t(self.now())
-                .n(fields.len() as i64);
+                .t(now);
+            match update.holds_until(now) {
+                Some(until) => a.t(until),
+                None => a.s(""),
+            };
+            a.n(fields.len() as i64);
             for (k, v) in &fields {
                 a.s(k).b(v.clone());
             }
@@ -120,8 +125,14 @@ impl EndpointStore for RedisStore {
 
     async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
         let mut a = Args::new();
-        a.s("delete").s(id.to_string()).s(tenant.as_str());
-        let _: i64 = self.run(&self.inner.scripts.endpoint, &a).await?;
+        a.s("delete")
+            .s(id.to_string())
+            .s(tenant.as_str())
+            .t(self.now());
+        let n: i64 = self.run(&self.inner.scripts.endpoint, &a).await?;
+        if n > 1 {
+            self.wake_local();
+        }
         Ok(())
     }
 

@@ -73,3 +73,22 @@ impl Scripts {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The hold times written by the scripts are the ones outboxkit-core defines.
+    #[test]
+    fn hold_constants_match_core() {
+        let common = include_str!("scripts/common.lua");
+        let never = format!(
+            "local HOLD_NEVER = '{}'",
+            outboxkit_core::Timestamp::MAX.as_unix_millis()
+        );
+        let hold = format!(
+            "local DISABLED_HOLD_MS = {}",
+            outboxkit_core::endpoint::DISABLED_HOLD.as_millis()
+        );
+        assert!(common.contains(&never), "{never}");
+        assert!(common.contains(&hold), "{hold}");
+    }
+}

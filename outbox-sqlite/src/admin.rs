@@ -87,6 +87,23 @@ pub(crate) fn retry_now(
     )
 }
 
+/// Reset a held delivery to a fresh budget, due now.
+pub(crate) fn reset(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+    now: Timestamp,
+) -> Result<()> {
+    guarded(
+        conn,
+        sql::RESET,
+        tenant,
+        id,
+        now,
+        "only a held delivery can be reset",
+    )
+}
+
 /// Counts per status and the oldest due delivery.
 pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
     let mut stats = Stats::default();
@@ -177,18 +194,28 @@ pub(crate) fn update_endpoint(
     } else {
         0
     };
+    if let Some(until) = update.holds_until(now) {
+        conn.prepare_cached(sql::HOLD_FOR_ENDPOINT)?
+            .execute(params![tenant.as_str(), id.to_string(), ms(until), ms(now)])?;
+    }
     Ok((e, released))
 }
 
-/// Remove an endpoint of a tenant.
-pub(crate) fn delete_endpoint(conn: &Connection, tenant: &TenantId, id: EndpointId) -> Result<()> {
+/// Remove an endpoint of a tenant; its held deliveries become due so the next claim ends
+/// them (`endpoint-removed`). Returns how many were released.
+pub(crate) fn delete_endpoint(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: EndpointId,
+    now: Timestamp,
+) -> Result<u64> {
     let n = conn
         .prepare_cached(sql::DELETE_ENDPOINT)?
         .execute(params![id.to_string(), tenant.as_str()])?;
     if n == 0 {
         return Err(Error::not_found("endpoint").into());
     }
-    Ok(())
+    release_held(conn, tenant, id, now)
 }
 
 /// Register or replace a consumer by name.

@@ -222,7 +222,20 @@ pub(crate) fn complete(
     completion: &Completion,
     now: Timestamp,
 ) -> Result<()> {
-    let update = lease.settle(&completion.verdict, completion.attempt.as_ref(), now);
+    let mut update = lease.settle(&completion.verdict, completion.attempt.as_ref(), now);
+    if update.awaits_endpoint {
+        // The endpoint may have been resumed or deleted while the delivery was claimed.
+        let status: Option<Option<String>> = conn
+            .prepare_cached(sql::ENDPOINT_STATUS_OF_DELIVERY)?
+            .query_row(
+                params![lease.delivery_id.to_string(), lease.tenant.as_str()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if matches!(status, Some(None)) || matches!(status, Some(Some(ref s)) if s == "active") {
+            update.endpoint_is_back(now);
+        }
+    }
     settle(conn, lease, &update, completion.attempt.as_ref(), now)
 }
 

@@ -31,10 +31,13 @@ use crate::error::{Result, SqliteError};
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// The schema versions this crate knows, oldest first.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/0001_init.sql")),
+    (2, include_str!("../migrations/0002_hold.sql")),
+];
 
 /// The newest schema version.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 const STATEMENT_CACHE: usize = 64;
 

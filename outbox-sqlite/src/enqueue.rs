@@ -70,16 +70,18 @@ pub(crate) fn write(
             let list = rows::collect(&mut stmt, [m.tenant.as_str()], rows::endpoint)?;
             endpoints.insert(m.tenant.clone(), list);
         }
+        let tenant_endpoints = endpoints
+            .get(&m.tenant)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         let destinations = fanout::destinations(
             &m,
             v,
             consumers.as_deref().unwrap_or_default(),
-            endpoints
-                .get(&m.tenant)
-                .map(Vec::as_slice)
-                .unwrap_or_default(),
+            tenant_endpoints,
         );
-        let deliveries = fanout::delivery_rows(&m, destinations, entropy);
+        let mut deliveries = fanout::delivery_rows(&m, destinations, entropy);
+        fanout::hold_for_endpoints(&mut deliveries, tenant_endpoints, now);
         for d in &deliveries {
             insert_delivery.execute(params![
                 d.id.to_string(),

@@ -153,6 +153,16 @@ pub(crate) const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
      WHERE target = ?2 AND status = 'held' AND tenant = ?1 AND kind = 'webhook'";
 
+/// Make the endpoint's pending and held deliveries wait for it (a pause or disable).
+pub(crate) const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
+     SET status = 'held', next_attempt_at = ?3, updated_at = ?4 \
+     WHERE target = ?2 AND status IN ('pending', 'held') AND tenant = ?1 AND kind = 'webhook'";
+
+/// The status of a webhook delivery's endpoint (NULL when it is gone).
+pub(crate) const ENDPOINT_STATUS_OF_DELIVERY: &str = "SELECT e.status FROM outbox_deliveries d \
+     LEFT JOIN outbox_endpoints e ON e.id = d.target AND e.tenant = d.tenant \
+     WHERE d.id = ?1 AND d.tenant = ?2";
+
 pub(crate) const DELIVERY_STATUS: &str =
     "SELECT status FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2";
 
@@ -164,6 +174,10 @@ pub(crate) const REPLAY: &str = "UPDATE outbox_deliveries \
 pub(crate) const RETRY_NOW: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
      WHERE id = ?1 AND tenant = ?2 AND status IN ('pending', 'held')";
+
+pub(crate) const RESET: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', attempts = 0, snoozes = 0, next_attempt_at = ?3, updated_at = ?3 \
+     WHERE id = ?1 AND tenant = ?2 AND status = 'held'";
 
 pub(crate) const STATS_COUNTS: &str =
     "SELECT status, count(*) FROM outbox_deliveries GROUP BY status";

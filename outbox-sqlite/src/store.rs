@@ -268,6 +268,14 @@ impl DeliveryStore for SqliteStore {
         Ok(())
     }
 
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, now, _| admin::reset(tx, &tenant, delivery, now))
+            .await?;
+        self.wake_if(true);
+        Ok(())
+    }
+
     async fn stats(&self) -> Result<Stats> {
         self.read(|tx, now| admin::stats(tx, now)).await
     }
@@ -335,8 +343,11 @@ impl EndpointStore for SqliteStore {
 
     async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
         let tenant = tenant.clone();
-        self.write(move |tx, _, _| admin::delete_endpoint(tx, &tenant, id))
-            .await
+        let n = self
+            .write(move |tx, now, _| admin::delete_endpoint(tx, &tenant, id, now))
+            .await?;
+        self.wake_if(n > 0);
+        Ok(())
     }
 
     async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {

@@ -149,6 +149,10 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
         self.gate("retry_now").await?;
         self.inner.retry_now(tenant, delivery).await
     }
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.gate("reset").await?;
+        self.inner.reset(tenant, delivery).await
+    }
     async fn stats(&self) -> Result<Stats> {
         self.gate("stats").await?;
         self.inner.stats().await

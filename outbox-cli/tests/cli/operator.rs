@@ -143,6 +143,9 @@ async fn operator_commands_on_sqlite() {
     assert!(outbox(&["retry", "--store", s, &did])
         .ok()
         .contains("due now"));
+    let r = outbox(&["retry", "--reset", "--store", s, &did]);
+    assert_eq!(r.code, 1, "only held deliveries reset: {r:?}");
+    assert!(r.stderr.contains("held"), "{r:?}");
     let r = outbox(&["replay", "--store", s, &did]);
     assert_eq!(r.code, 1, "only dead deliveries replay: {r:?}");
     assert!(outbox(&["release-held", "--store", s, "--endpoint", &ep])

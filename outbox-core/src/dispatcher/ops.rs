@@ -43,6 +43,12 @@ impl Operator {
         self.store.retry_now(tenant, delivery).await
     }
 
+    /// Reset a held delivery to a fresh budget, due now (attempts and snoozes 0). Any other
+    /// status is a `Conflict`.
+    pub async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.store.reset(tenant, delivery).await
+    }
+
     /// Remove finished deliveries older than `older_than`, `batch` at a time, visiting
     /// tenants in rotation until nothing is left to purge.
     pub async fn purge(&self, older_than: Duration, batch: u32) -> Result<PurgeReport> {

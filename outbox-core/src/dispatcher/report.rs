@@ -92,7 +92,7 @@ impl Report {
                 self.snoozed += 1;
                 t.snoozed += 1;
             }
-            Verdict::Parked { .. } => self.parked += 1,
+            Verdict::Parked { .. } | Verdict::AwaitEndpoint { .. } => self.parked += 1,
             Verdict::Dead { .. } => {
                 self.dead += 1;
                 t.dead += 1;

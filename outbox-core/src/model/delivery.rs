@@ -110,7 +110,9 @@ pub enum DeliveryStatus {
     /// Delivered.
     Succeeded,
     /// Held after a 401/403: probed every `held_probe_interval`, released on a 2xx or a
-    /// secret/URL change.
+    /// secret/URL change. Also a delivery waiting for its paused or disabled endpoint: due
+    /// never (paused) or when the disabled endpoint's hold expires, released when the
+    /// endpoint is resumed or re-enabled.
     Held,
     /// Given up; can be replayed.
     Dead,

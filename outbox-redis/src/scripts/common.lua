@@ -92,6 +92,17 @@ end
 
 local function finished(s) return s == 'succeeded' or s == 'dead' end
 
+-- Deliveries waiting for a paused endpoint are due never (`Timestamp::MAX`); for a disabled
+-- one, `DISABLED_HOLD` (7 days) after they began to wait. Checked against outboxkit-core by
+-- a unit test in `scripts.rs`.
+local HOLD_NEVER = '253402300799999'
+local DISABLED_HOLD_MS = 604800000
+local function hold_until(status, now)
+  if status == 'paused' then return HOLD_NEVER end
+  if status == 'disabled' then return S(tonumber(now) + DISABLED_HOLD_MS) end
+  return nil
+end
+
 -- Whether a lease (tenant, token) still owns `d`: same token and tenant, still claimed.
 local function owns(d, tenant, token)
   return d and token ~= '' and d.token == token and d.tenant == tenant
@@ -182,6 +193,24 @@ local function release_held(tenant, endpoint, now)
       set_status(d, 'pending')
       d.next = now
       redis.call('HSET', k_d(id), 'h', make_h('pending', d.attempts, now, '', now))
+      place(d, false)
+      n = n + 1
+    end
+  end
+  return n
+end
+
+-- Every pending or held webhook delivery of `endpoint` that belongs to `tenant` waits for
+-- it: held, due at `due_at`. Scans the webhook due set (a pause is a rare operator action).
+local function hold_for_endpoint(tenant, endpoint, due_at, now)
+  local n = 0
+  for _, m in ipairs(redis.call('ZRANGE', k_q('webhook', endpoint), 0, -1)) do
+    local d = load(member_id(m))
+    if d and d.target == endpoint and d.tenant == tenant
+        and (d.status == 'pending' or d.status == 'held') then
+      set_status(d, 'held')
+      d.next = due_at
+      redis.call('HSET', k_d(d.id), 'h', make_h('held', d.attempts, due_at, '', now))
       place(d, false)
       n = n + 1
     end

@@ -3,7 +3,8 @@
 -- ARGV: now, attempts cap, then per item 12 fields:
 --   id, tenant, token, status, attempts, next, completed (''), h, v,
 --   last outcome json ('' keeps the old one), ledger entry ('' when nothing was tried),
---   disable the endpoint (1 for a 410, else 0)
+--   disable the endpoint (1 for a 410), or w when the delivery waits for its endpoint
+--   (written as pending, due now, when the endpoint is active again or gone), else 0
 -- Returns 1 (written) or 0 (lease lost) per item.
 local now, cap = ARGV[1], tonumber(ARGV[2])
 local out = {}
@@ -23,6 +24,15 @@ while a <= #ARGV do
       or (st ~= 'processing' and st ~= 'sending') then
     out[#out + 1] = 0
   else
+    local h, next = ARGV[a + 7], ARGV[a + 5]
+    if ARGV[a + 11] == 'w' then
+      -- A resume or delete while the delivery was claimed did not see it: do not wait.
+      local es = redis.call('HMGET', k_e(target), 'status', 'tenant')
+      if not es[1] or es[1] == 'active' or es[2] ~= tenant then
+        status, next = 'pending', now
+        h = make_h('pending', ARGV[a + 4], now, '', now)
+      end
+    end
     moved(id, kind, target, st, status)
     local last, entry = ARGV[a + 9], ARGV[a + 10]
     if entry ~= '' then
@@ -34,9 +44,9 @@ while a <= #ARGV do
       end
     end
     if last ~= '' then
-      redis.call('HSET', dk, 'h', ARGV[a + 7], 'v', ARGV[a + 8], 'l', last)
+      redis.call('HSET', dk, 'h', h, 'v', ARGV[a + 8], 'l', last)
     else
-      redis.call('HSET', dk, 'h', ARGV[a + 7], 'v', ARGV[a + 8])
+      redis.call('HSET', dk, 'h', h, 'v', ARGV[a + 8])
     end
     if finished(status) then
       -- `place` for the common case, inline.
@@ -47,7 +57,7 @@ while a <= #ARGV do
     else
       place({ id = id, m = m, tenant = tenant, kind = kind, target = target,
         okey = okey ~= '' and okey, status = status, attempts = ARGV[a + 4],
-        next = ARGV[a + 5] }, false)
+        next = next }, false)
     end
     if ARGV[a + 11] == '1' and kind == 'webhook' then
       local ek = k_e(target)

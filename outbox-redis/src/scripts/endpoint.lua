@@ -1,8 +1,9 @@
 -- Endpoint writes and listing.
 -- ARGV: op, then
 --   create: id, tenant, created, field/value pairs...
---   update: id, tenant, version, releases held (0/1), now, nset, pairs..., fields to delete...
---   delete: id, tenant
+--   update: id, tenant, version, releases held (0/1), now, hold until ('' or a time), nset,
+--           pairs..., fields to delete...
+--   delete: id, tenant, now
 --   list:   tenant
 local op = ARGV[1]
 if op == 'list' then
@@ -33,21 +34,28 @@ end
 if op == 'delete' then
   redis.call('DEL', ek)
   redis.call('ZREM', k_te(tenant), id)
-  return 1
+  -- Its held deliveries become due, so the next claim ends them (`endpoint-removed`).
+  local n = release_held(tenant, id, ARGV[4])
+  flush()
+  if n > 0 then wake() end
+  return 1 + n
 end
 -- update: compare-and-set on the version read by the caller.
 if redis.call('HGET', ek, 'ver') ~= ARGV[4] then return { 0, 0 } end
-local releases, now = ARGV[5], ARGV[6]
-local nset = tonumber(ARGV[7])
+local releases, now, hold = ARGV[5], ARGV[6], ARGV[7]
+local nset = tonumber(ARGV[8])
 local args = {}
-for j = 8, 7 + 2 * nset do args[#args + 1] = ARGV[j] end
+for j = 9, 8 + 2 * nset do args[#args + 1] = ARGV[j] end
 redis.call('HSET', ek, unpack(args))
-for j = 8 + 2 * nset, #ARGV do redis.call('HDEL', ek, ARGV[j]) end
+for j = 9 + 2 * nset, #ARGV do redis.call('HDEL', ek, ARGV[j]) end
 redis.call('HINCRBY', ek, 'ver', 1)
 local n = 0
 if releases == '1' then
   n = release_held(tenant, id, now)
-  flush()
-  if n > 0 then wake() end
 end
+if hold ~= '' then
+  hold_for_endpoint(tenant, id, hold, now)
+end
+flush()
+if n > 0 then wake() end
 return { 1, n }

@@ -65,8 +65,8 @@ for _ = 1, count do
       if matches(c.filter, topic) then dests[#dests + 1] = { 'handler', c.name } end
     end
     for _, e in ipairs(tenant_endpoints(tenant)) do
-      if e.status == 'active' and matches(e.filter, topic) then
-        dests[#dests + 1] = { 'webhook', e.id }
+      if matches(e.filter, topic) then
+        dests[#dests + 1] = { 'webhook', e.id, hold_until(e.status, now) }
       end
     end
     for r in string.gmatch(emails, '[^\n]+') do dests[#dests + 1] = { 'email', r } end
@@ -85,12 +85,20 @@ for _ = 1, count do
       for i, dest in ipairs(dests) do
         local id = derive_id(base, i)
         local seq = last - n + i
-        local kind, target = dest[1], dest[2]
+        local kind, target, hold = dest[1], dest[2], dest[3]
         local m = member(seq, id)
-        redis.call('HSET', k_d(id), 'h', h, 'v', '0||',
+        local row_h, due = h, avail
+        if hold then
+          -- Waiting for a paused or disabled endpoint: held, indexed like a 401 hold.
+          row_h, due = make_h('held', '0', hold, '', now), hold
+          counts.pending = counts.pending - 1
+          counts.held = (counts.held or 0) + 1
+          redis.call('SADD', k_h(target), id)
+        end
+        redis.call('HSET', k_d(id), 'h', row_h, 'v', '0||',
           's', m .. tail .. kind .. '\31' .. target .. '\31' .. now .. '\31' .. okey)
         local q = k_q(kind, target)
-        redis.call('ZADD', q, avail, m)
+        redis.call('ZADD', q, due, m)
         if not registered[q] then
           redis.call('SADD', K_QS, q)
           registered[q] = true

@@ -1,5 +1,6 @@
 -- Operator calls on one tenant's deliveries.
--- ARGV: op ('replay' | 'retry' | 'release_held'), tenant, id (delivery or endpoint), now
+-- ARGV: op ('replay' | 'retry' | 'reset' | 'release_held'), tenant, id (delivery or
+-- endpoint), now
 local op, tenant, id, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if op == 'release_held' then
   local n = release_held(tenant, id, now)
@@ -18,6 +19,14 @@ if op == 'replay' then
   d.attempts, d.next = '0', now
   redis.call('HSET', dk, 'h', make_h('pending', '0', now, '', now), 'v', '0||')
   place(d, true)
+elseif op == 'reset' then
+  if d.status ~= 'held' then
+    return redis.error_reply('OUTBOX_CONFLICT only a held delivery can be reset')
+  end
+  set_status(d, 'pending')
+  d.attempts, d.next = '0', now
+  redis.call('HSET', dk, 'h', make_h('pending', '0', now, '', now), 'v', '0||')
+  place(d, false)
 else
   if d.status ~= 'pending' and d.status ~= 'held' then
     return redis.error_reply('OUTBOX_CONFLICT only a pending or held delivery can be retried now')

@@ -7,6 +7,7 @@
 
 mod claim;
 mod enqueue;
+mod fencing;
 mod held;
 mod helpers;
 mod ledger;
@@ -14,15 +15,18 @@ mod operator;
 mod retention;
 mod roundtrip;
 mod verdicts;
+mod waiting;
 
 pub use claim::*;
 pub use enqueue::*;
+pub use fencing::*;
 pub use held::*;
 pub use ledger::*;
 pub use operator::*;
 pub use retention::*;
 pub use roundtrip::*;
 pub use verdicts::*;
+pub use waiting::*;
 
 #[allow(unused_imports)]
 use super::Fixture;
@@ -48,6 +52,7 @@ macro_rules! __conformance_cases {
             claim_is_exclusive,
             stranded_claim_is_claimable_after_lease,
             stale_token_is_fenced,
+            forged_tenant_lease_is_fenced,
             late_completion_with_matching_token_is_accepted,
             extend_keeps_lease_alive,
             exhausted_rows_die_at_claim,
@@ -92,6 +97,14 @@ macro_rules! __conformance_cases {
             messages_round_trip_byte_for_byte,
             endpoints_round_trip,
             attempts_round_trip,
+            held_probe_5xx_or_timeout_returns_to_schedule,
+            reset_held_gives_fresh_budget,
+            paused_endpoint_holds_then_resumes_in_order,
+            pause_holds_queued_deliveries,
+            disabled_endpoint_holds_until_reenabled,
+            disabled_endpoint_hold_expires,
+            deleted_endpoint_gets_nothing,
+            await_endpoint_after_resume_is_pending,
         );
     };
 }

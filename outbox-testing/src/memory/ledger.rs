@@ -68,13 +68,22 @@ impl State {
         } else {
             0
         };
+        if let Some(until) = update.holds_until(now) {
+            self.hold_for_endpoint(tenant, id, until, now);
+        }
         Ok((e, released))
     }
 
-    pub(super) fn delete_endpoint(&mut self, tenant: &TenantId, id: EndpointId) -> Result<()> {
+    /// Remove the endpoint; its held deliveries become due so the next claim ends them.
+    pub(super) fn delete_endpoint(
+        &mut self,
+        tenant: &TenantId,
+        id: EndpointId,
+        now: Timestamp,
+    ) -> Result<u64> {
         self.endpoint(tenant, id)?;
         self.endpoints.remove(&id);
-        Ok(())
+        Ok(self.release_held(tenant, id, now))
     }
 
     pub(super) fn delete_consumer(&mut self, name: &ConsumerName) -> Result<()> {

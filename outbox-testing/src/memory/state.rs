@@ -181,7 +181,8 @@ impl State {
             .cloned()
             .collect();
         let destinations = fanout::destinations(&message, &v, &consumers, &endpoints);
-        let rows = fanout::delivery_rows(&message, destinations, entropy);
+        let mut rows = fanout::delivery_rows(&message, destinations, entropy);
+        fanout::hold_for_endpoints(&mut rows, &endpoints, now);
         let out = Enqueued {
             message_id: message.id,
             deliveries: u32::try_from(rows.len()).unwrap_or(u32::MAX),
@@ -327,8 +328,17 @@ impl State {
     /// Write `lease.settle(..)`, append the attempt, disable the endpoint on `gone`.
     pub(super) fn complete(&mut self, lease: &Lease, c: &Completion, now: Timestamp) -> Result<()> {
         self.fenced(lease)?;
-        let u = lease.settle(&c.verdict, c.attempt.as_ref(), now);
+        let mut u = lease.settle(&c.verdict, c.attempt.as_ref(), now);
         let id = lease.delivery_id;
+        if u.awaits_endpoint {
+            let endpoint = self.rows.get(&id).and_then(|r| r.d.endpoint());
+            let waits = endpoint
+                .and_then(|e| self.endpoints.get(&e))
+                .is_some_and(|e| e.tenant == lease.tenant && e.status != EndpointStatus::Active);
+            if !waits {
+                u.endpoint_is_back(now);
+            }
+        }
         let endpoint = self.modify(id, |r| {
             apply(r, &u, now);
             r.d.endpoint()
@@ -426,6 +436,58 @@ impl State {
             });
         }
         held.len() as u64
+    }
+
+    /// The endpoint's pending and held deliveries wait for it: `held` until `until`.
+    pub(super) fn hold_for_endpoint(
+        &mut self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> u64 {
+        let target = Destination::Webhook(endpoint);
+        let waiting: Vec<DeliveryId> = self
+            .rows
+            .values()
+            .filter(|r| {
+                matches!(r.d.status, DeliveryStatus::Pending | DeliveryStatus::Held)
+                    && &r.d.tenant == tenant
+                    && r.d.destination == target
+            })
+            .map(|r| r.d.id)
+            .collect();
+        for id in &waiting {
+            self.modify(*id, |r| {
+                r.d.status = DeliveryStatus::Held;
+                r.d.next_attempt_at = until;
+                r.d.updated_at = now;
+            });
+        }
+        waiting.len() as u64
+    }
+
+    /// A held delivery gets a fresh budget, due now.
+    pub(super) fn reset(
+        &mut self,
+        tenant: &TenantId,
+        id: DeliveryId,
+        now: Timestamp,
+    ) -> Result<()> {
+        if self.row_of(tenant, id)?.d.status != DeliveryStatus::Held {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                "only a held delivery can be reset",
+            ));
+        }
+        self.modify(id, |r| {
+            r.d.status = DeliveryStatus::Pending;
+            r.d.attempts = 0;
+            r.d.snoozes = 0;
+            r.d.next_attempt_at = now;
+            r.d.updated_at = now;
+        });
+        Ok(())
     }
 
     /// A dead delivery gets a fresh budget, due now.

@@ -77,6 +77,13 @@ impl DeliveryStore for InMemoryStore {
         Ok(())
     }
 
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let now = self.now();
+        self.lock().reset(tenant, delivery, now)?;
+        self.wake();
+        Ok(())
+    }
+
     async fn stats(&self) -> Result<Stats> {
         let now = self.now();
         Ok(self.lock().stats(now))
@@ -147,7 +154,11 @@ impl EndpointStore for InMemoryStore {
     }
 
     async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
-        self.lock().delete_endpoint(tenant, id)
+        let now = self.now();
+        if self.lock().delete_endpoint(tenant, id, now)? > 0 {
+            self.wake();
+        }
+        Ok(())
     }
 
     async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {

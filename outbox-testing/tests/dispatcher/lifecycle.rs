@@ -227,6 +227,13 @@ impl outboxkit_core::DeliveryStore for Doubling {
     ) -> outboxkit_core::Result<()> {
         self.0.retry_now(t, d).await
     }
+    async fn reset(
+        &self,
+        t: &outboxkit_core::TenantId,
+        d: DeliveryId,
+    ) -> outboxkit_core::Result<()> {
+        self.0.reset(t, d).await
+    }
     async fn stats(&self) -> outboxkit_core::Result<Stats> {
         self.0.stats().await
     }

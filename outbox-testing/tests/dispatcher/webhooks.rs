@@ -163,13 +163,14 @@ async fn a_410_kills_the_delivery_and_disables_the_endpoint() {
     assert_eq!(del.dead_reason, Some(DeadReason::Gone));
     let e = w.store.get_endpoint(&w.tenant, ep).await.unwrap();
     assert_eq!(e.status, EndpointStatus::Disabled(DisabledReason::Gone));
-    // A disabled endpoint gets no new deliveries.
+    // A disabled endpoint's new deliveries are written and wait for it: nothing is sent.
     let r = w
         .store
         .enqueue(NewMessage::new("order.created", serde_json::json!({})))
         .await
         .unwrap();
-    assert_eq!(r.deliveries, 0);
+    assert_eq!(r.deliveries, 1);
+    assert_eq!(d.run_once(BUDGET).await.unwrap().claimed, 0);
 }
 
 #[tokio::test]
@@ -221,18 +222,18 @@ async fn paused_endpoints_park_without_spending_and_retry_after_is_honoured() {
         .set_status(&w.tenant, ep, EndpointStatus::Paused)
         .await
         .unwrap();
-    assert_eq!(d.run_once(BUDGET).await.unwrap().parked, 1);
+    // The pause holds the queued delivery for the endpoint: not claimed, nothing spent.
+    assert_eq!(d.run_once(BUDGET).await.unwrap().claimed, 0);
     let del = w.one().await;
-    assert_eq!((del.status, del.attempts), (DeliveryStatus::Pending, 0));
-    assert_eq!(
-        del.next_attempt_at,
-        w.clock.now().saturating_add(Duration::from_secs(60))
-    );
+    assert_eq!((del.status, del.attempts), (DeliveryStatus::Held, 0));
+    assert_eq!(del.next_attempt_at, outboxkit_core::Timestamp::MAX);
+    w.advance(Duration::from_secs(3600));
+    assert_eq!(d.run_once(BUDGET).await.unwrap().claimed, 0);
+    // The resume makes it due at once.
     w.admin
         .set_status(&w.tenant, ep, EndpointStatus::Active)
         .await
         .unwrap();
-    w.advance(Duration::from_secs(61));
     assert_eq!(d.run_once(BUDGET).await.unwrap().retried, 1);
     let del = w.one().await;
     assert_eq!(

@@ -255,8 +255,9 @@ pub async fn batch_enqueue_is_all_or_nothing(fx: Fixture) {
     assert!(empty.is_empty());
 }
 
-/// One delivery per matching consumer, per active matching endpoint of the tenant, per
-/// e-mail recipient; a message matching nothing is still recorded.
+/// One delivery per matching consumer, per matching endpoint of the tenant, per e-mail
+/// recipient; a paused or disabled endpoint's delivery is written `held` for it; a message
+/// matching nothing is still recorded.
 pub async fn fan_out_at_enqueue(fx: Fixture) {
     let lonely = enqueue(&fx, msg("lonely.topic").tenant("acme")).await;
     assert_eq!(lonely.deliveries, 0);
@@ -275,8 +276,8 @@ pub async fn fan_out_at_enqueue(fx: Fixture) {
     let e_all = add_endpoint(&fx, "acme", "*").await;
     let e_exact = add_endpoint(&fx, "acme", "order.created").await;
     let e_prefix = add_endpoint(&fx, "acme", "billing.*,order.*").await;
-    let _paused = add_endpoint_with(&fx, "acme", "*", EndpointStatus::Paused).await;
-    let _disabled = add_endpoint_with(
+    let paused = add_endpoint_with(&fx, "acme", "*", EndpointStatus::Paused).await;
+    let disabled = add_endpoint_with(
         &fx,
         "acme",
         "*",
@@ -295,13 +296,19 @@ pub async fn fan_out_at_enqueue(fx: Fixture) {
             .email("x@example.com"),
     )
     .await;
-    assert_eq!(e.deliveries, 8);
+    assert_eq!(e.deliveries, 10);
+    let waiting = [Some(paused.id), Some(disabled.id)];
     let got: BTreeSet<Destination> = list_all(&fx, &acme, &DeliveryFilter::default())
         .await
         .into_iter()
         .filter(|d| d.message_id == e.message_id)
         .map(|d| {
-            assert_eq!(d.status, DeliveryStatus::Pending);
+            let want = if waiting.contains(&d.destination.endpoint()) {
+                DeliveryStatus::Held
+            } else {
+                DeliveryStatus::Pending
+            };
+            assert_eq!(d.status, want, "{:?}", d.destination);
             assert_eq!(d.attempts, 0);
             d.destination
         })
@@ -313,6 +320,8 @@ pub async fn fan_out_at_enqueue(fx: Fixture) {
         Destination::Webhook(e_all.id),
         Destination::Webhook(e_exact.id),
         Destination::Webhook(e_prefix.id),
+        Destination::Webhook(paused.id),
+        Destination::Webhook(disabled.id),
         Destination::Email(Recipient::new("x@example.com").expect("recipient")),
         Destination::Email(Recipient::new("y@example.com").expect("recipient")),
     ]
@@ -321,13 +330,14 @@ pub async fn fan_out_at_enqueue(fx: Fixture) {
     assert_eq!(got, want);
 
     let deep = enqueue(&fx, msg("order.item.added").tenant("acme")).await;
-    assert_eq!(deep.deliveries, 4, "`*` and `order.*` match deeper topics");
+    assert_eq!(deep.deliveries, 6, "`*` and `order.*` match deeper topics");
     let bare = enqueue(&fx, msg("order").tenant("acme")).await;
-    assert_eq!(bare.deliveries, 3, "`order.*` does not match `order`");
+    assert_eq!(bare.deliveries, 5, "`order.*` does not match `order`");
     assert!(list_all(&fx, &tenant("beta"), &DeliveryFilter::default())
         .await
         .is_empty());
-    assert_eq!(fx.store().stats().await.expect("stats").pending, 15);
+    let stats = fx.store().stats().await.expect("stats");
+    assert_eq!((stats.pending, stats.held), (15, 6));
 }
 
 /// A wake listener, when the store has one, is woken by an enqueue from this handle or a

@@ -1,9 +1,10 @@
 //! Every verdict of DESIGN §4, produced by the real classification table and written
 //! through the store.
 
+use outboxkit_core::endpoint::DISABLED_HOLD;
 use outboxkit_core::{
     AttemptOutcome, DeadReason, DeliveryStatus, DisabledReason, EndpointStatus, EndpointUpdate,
-    ErrorClass, ErrorKind, HandlerOutcome, Outcome, Verdict,
+    ErrorClass, ErrorKind, HandlerOutcome, Outcome, Timestamp, Verdict,
 };
 
 use super::helpers::*;
@@ -157,7 +158,7 @@ fn httpdate_after(fx: &Fixture, s: u64) -> String {
     )
 }
 
-/// A 410 kills the delivery (`gone`) and disables the endpoint, so new messages skip it.
+/// A 410 kills the delivery (`gone`) and disables the endpoint, so new messages wait for it.
 pub async fn verdict_gone_disables_endpoint(fx: Fixture) {
     let e = add_endpoint(&fx, "acme", "*").await;
     let keep = add_endpoint(&fx, "acme", "*").await;
@@ -198,9 +199,11 @@ pub async fn verdict_gone_disables_endpoint(fx: Fixture) {
     );
     let next = enqueue(&fx, msg("order.updated").tenant("acme")).await;
     assert_eq!(
-        next.deliveries, 1,
-        "a disabled endpoint gets no new deliveries"
+        next.deliveries, 2,
+        "a disabled endpoint's new delivery is written and waits"
     );
+    let got = claim_one(&fx, &for_webhooks()).await;
+    assert_eq!(got.delivery.destination.endpoint(), Some(keep.id));
 }
 
 /// A failure with the budget spent is `dead` (`max_attempts`).
@@ -347,12 +350,14 @@ pub async fn snooze_cap_counts_as_retry(fx: Fixture) {
     assert_eq!(d.next_attempt_at, now(&fx).saturating_add(secs(60)));
 }
 
-/// A delivery to a paused endpoint is parked for the park delay without spending an
-/// attempt or writing the ledger; new messages skip the paused endpoint.
+/// A delivery that finds its endpoint paused after it was claimed waits for the endpoint:
+/// `held` with no due time, no attempt spent, no ledger entry, the last outcome kept; new
+/// messages still get a (waiting) delivery; nothing is claimed until the endpoint resumes.
 pub async fn paused_endpoint_parks_without_spending(fx: Fixture) {
     let e = add_endpoint(&fx, "acme", "*").await;
     enqueue(&fx, msg("order.created").tenant("acme")).await;
     let acme = tenant("acme");
+    let got = claim_one(&fx, &for_webhooks()).await;
     let paused = EndpointUpdate {
         status: Some(EndpointStatus::Paused),
         ..Default::default()
@@ -363,24 +368,16 @@ pub async fn paused_endpoint_parks_without_spending(fx: Fixture) {
         .await
         .expect("pause");
     assert_eq!(ep.status, EndpointStatus::Paused);
-    let got = claim_one(&fx, &for_webhooks()).await;
-    let status = fx
-        .store()
-        .get_endpoint(&acme, e.id)
-        .await
-        .expect("get_endpoint")
-        .status;
-    assert_eq!(status, EndpointStatus::Paused);
     let v = settle(&fx, &got, Outcome::EndpointPaused, &webhook_policy()).await;
     assert_eq!(
         v,
-        Verdict::Parked {
-            until: now(&fx).saturating_add(secs(60))
+        Verdict::AwaitEndpoint {
+            until: Timestamp::MAX
         }
     );
     let d = delivery(&fx, &acme, got.delivery.id).await;
-    assert_eq!((d.status, d.attempts), (DeliveryStatus::Pending, 0));
-    assert_eq!(d.next_attempt_at, now(&fx).saturating_add(secs(60)));
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::Held, 0));
+    assert_eq!(d.next_attempt_at, Timestamp::MAX);
     assert_eq!(d.last_outcome, None);
     assert!(fx
         .store()
@@ -392,18 +389,36 @@ pub async fn paused_endpoint_parks_without_spending(fx: Fixture) {
         enqueue(&fx, msg("order.updated").tenant("acme"))
             .await
             .deliveries,
-        0
+        1
     );
+    fx.clock().advance(secs(30 * 24 * 3600));
+    claim_none(&fx, &for_webhooks()).await;
+    let resume = EndpointUpdate {
+        status: Some(EndpointStatus::Active),
+        ..Default::default()
+    };
+    fx.store()
+        .update_endpoint(&acme, e.id, &resume)
+        .await
+        .expect("resume");
+    let both = claim(&fx, &for_webhooks()).await;
+    assert_eq!(both.len(), 2);
+    assert_eq!(both[0].delivery.id, got.delivery.id);
+    assert_eq!(both[0].lease.attempts, 1);
+    // An attempt that fails, then a pause met mid-flight: no attempt recorded for the wait,
+    // the last outcome there was is kept.
+    settle(&fx, &both[0], http(503), &webhook_policy()).await;
+    settle(&fx, &both[1], http(200), &webhook_policy()).await;
     fx.clock().advance(secs(60));
     let again = claim_one(&fx, &for_webhooks()).await;
-    assert_eq!(again.lease.attempts, 1);
-    // A parked completion records no attempt and keeps the last outcome there was.
-    settle(&fx, &again, http(503), &webhook_policy()).await;
-    fx.clock().advance(secs(60));
-    let third = claim_one(&fx, &for_webhooks()).await;
-    settle(&fx, &third, Outcome::EndpointPaused, &webhook_policy()).await;
+    assert_eq!(again.lease.attempts, 2);
+    fx.store()
+        .update_endpoint(&acme, e.id, &paused)
+        .await
+        .expect("pause again");
+    settle(&fx, &again, Outcome::EndpointPaused, &webhook_policy()).await;
     let d = delivery(&fx, &acme, got.delivery.id).await;
-    assert_eq!((d.status, d.attempts), (DeliveryStatus::Pending, 1));
+    assert_eq!((d.status, d.attempts), (DeliveryStatus::Held, 1));
     assert_eq!(d.last_outcome.and_then(|l| l.status_code), Some(503));
     assert_eq!(
         fx.store()
@@ -415,8 +430,8 @@ pub async fn paused_endpoint_parks_without_spending(fx: Fixture) {
     );
 }
 
-/// Deliveries to a deleted endpoint die as `endpoint-removed`, to a disabled one as
-/// `endpoint-disabled`, spending nothing.
+/// Deliveries to a deleted endpoint die as `endpoint-removed`; a disabled endpoint's wait
+/// (`DISABLED_HOLD`) and then die as `endpoint-disabled` — both spending nothing.
 pub async fn removed_and_disabled_endpoint_dead(fx: Fixture) {
     let removed = add_endpoint(&fx, "acme", "*").await;
     let disabled = add_endpoint(&fx, "acme", "*").await;
@@ -435,9 +450,12 @@ pub async fn removed_and_disabled_endpoint_dead(fx: Fixture) {
         .await
         .expect("disable");
     let policy = webhook_policy();
-    let claimed = claim(&fx, &for_webhooks()).await;
-    assert_eq!(claimed.len(), 2);
-    for c in &claimed {
+    for expect in [removed.id, disabled.id] {
+        if expect == disabled.id {
+            fx.clock().advance(DISABLED_HOLD);
+        }
+        let c = &claim_one(&fx, &for_webhooks()).await;
+        assert_eq!(c.delivery.destination.endpoint(), Some(expect));
         let id = c
             .delivery
             .destination

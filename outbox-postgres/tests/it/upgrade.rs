@@ -1,0 +1,123 @@
+//! A schema made by version 1 (which parked a paused endpoint's deliveries as `pending`)
+//! upgrades in place: nothing is lost, the paused endpoint's deliveries wait for it, and the
+//! resume sends them in order.
+
+use std::time::Duration;
+
+use outboxkit_core::{
+    Clock, DeliveryFilter, DeliveryStatus, DeliveryStore, Endpoint, EndpointId, EndpointStatus,
+    EndpointStore, EndpointUpdate, EndpointUrl, Ledger, MessageStore, NewMessage, OsEntropy,
+    PageRequest, SealedSecret, TenantId, Timestamp, TopicFilter,
+};
+use outboxkit_postgres::sqlx;
+use outboxkit_testing::ManualClock;
+
+use crate::support::{success, with_db, LEASE};
+
+fn endpoint(tenant: &TenantId, now: Timestamp) -> Endpoint {
+    Endpoint {
+        id: EndpointId::generate(now, &OsEntropy),
+        tenant: tenant.clone(),
+        url: EndpointUrl::parse("https://hooks.example.com/in").unwrap(),
+        description: String::new(),
+        filter: TopicFilter::all(),
+        status: EndpointStatus::Active,
+        secret: SealedSecret(vec![1; 8]),
+        previous_secret: None,
+        body_format: Default::default(),
+        rate_limit: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_with_a_paused_endpoint_upgrades_in_place() {
+    with_db(|db| async move {
+        let s = format!("\"{}\"", db.schema);
+        // The schema exactly as version 1 left it.
+        for statement in [
+            format!("CREATE SCHEMA {s}"),
+            format!(
+                "CREATE TABLE {s}.schema_migrations (version integer PRIMARY KEY, \
+                 name text NOT NULL, applied_at bigint NOT NULL)"
+            ),
+            include_str!("../../migrations/0001_init.sql").replace("{schema}", &s),
+            format!("INSERT INTO {s}.schema_migrations VALUES (1, 'init', 0)"),
+        ] {
+            sqlx::raw_sql(&statement).execute(&db.admin).await.unwrap();
+        }
+        let clock = ManualClock::new();
+        let store = db.store(db.pool(&db.app("upgrade"), 2).await, clock.clone());
+        let acme = TenantId::new("acme").unwrap();
+        let paused = endpoint(&acme, clock.now());
+        clock.advance(Duration::from_millis(1));
+        let active = endpoint(&acme, clock.now());
+        store.create_endpoint(&paused).await.unwrap();
+        store.create_endpoint(&active).await.unwrap();
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let m = NewMessage::new("order.created", serde_json::json!({ "n": n })).tenant("acme");
+            ids.push(store.enqueue(m).await.unwrap().message_id);
+            clock.advance(Duration::from_millis(1));
+        }
+        // Version 1 paused by changing the status only: its deliveries stayed `pending`.
+        sqlx::query(&format!(
+            "UPDATE {s}.endpoints SET status = 'paused' WHERE id = $1"
+        ))
+        .bind(paused.id.as_uuid())
+        .execute(&db.admin)
+        .await
+        .unwrap();
+
+        assert_eq!(store.migrate().await.unwrap(), 1, "version 2 applies");
+        let all = store
+            .list_deliveries(&acme, &DeliveryFilter::default(), PageRequest::first(100))
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(all.len(), 6, "nothing is lost");
+        for d in &all {
+            if d.destination.endpoint() == Some(paused.id) {
+                assert_eq!(
+                    (d.status, d.next_attempt_at),
+                    (DeliveryStatus::Held, Timestamp::MAX)
+                );
+            } else {
+                assert_eq!(d.status, DeliveryStatus::Pending);
+            }
+        }
+        let request = outboxkit_core::ClaimRequest::new(100, LEASE).webhooks(6);
+        let first = store.claim(&request).await.unwrap();
+        assert_eq!(first.len(), 3);
+        for c in &first {
+            assert_eq!(c.delivery.destination.endpoint(), Some(active.id));
+            store
+                .complete(&c.lease, &success(clock.now()))
+                .await
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(3600));
+        assert!(store.claim(&request).await.unwrap().is_empty());
+
+        let resume = EndpointUpdate {
+            status: Some(EndpointStatus::Active),
+            ..Default::default()
+        };
+        store
+            .update_endpoint(&acme, paused.id, &resume)
+            .await
+            .unwrap();
+        let later = store.claim(&request).await.unwrap();
+        assert_eq!(
+            later.iter().map(|c| c.message.id).collect::<Vec<_>>(),
+            ids,
+            "the resume sends them in enqueue order"
+        );
+        for c in &later {
+            assert_eq!(c.delivery.destination.endpoint(), Some(paused.id));
+            assert_eq!(c.lease.attempts, 1);
+        }
+    })
+    .await;
+}
