@@ -36,6 +36,9 @@ pub enum Reply {
     StallAfterHeaders(u16),
     /// This status and a streamed body of this many bytes (`content-length` set).
     HugeBody(u16, usize),
+    /// This status and a chunked body of this many bytes that never ends: a client that
+    /// reads to the end waits until it gives up; one that stops at a cap returns.
+    EndlessBody(u16, usize),
     /// This (3xx) status with a `Location` header.
     Redirect(u16, String),
     /// Close the connection abruptly (TCP reset) without answering.
