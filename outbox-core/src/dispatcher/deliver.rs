@@ -323,6 +323,8 @@ async fn handler_path(
                 .saturating_add(1),
         },
         max_depth: shared.config.max_depth,
+        tenant: delivery.tenant.clone(),
+        emits: reg.options.emits.clone(),
     };
     let call = AssertUnwindSafe(reg.handler.handle(ctx, message)).catch_unwind();
     let (outcome, text) = tokio::select! {

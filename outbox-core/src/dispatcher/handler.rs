@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::ids::{ConsumerName, DeliveryId};
+use crate::ids::{ConsumerName, DeliveryId, TenantId, Topic, TopicFilter};
 use crate::model::{Cause, Message, NewMessage};
 use crate::retry::RetryPolicy;
 use crate::store::{DynStore, Enqueued};
@@ -94,6 +94,8 @@ pub struct Context {
     pub(crate) store: Arc<DynStore>,
     pub(crate) cause: Cause,
     pub(crate) max_depth: u32,
+    pub(crate) tenant: TenantId,
+    pub(crate) emits: Option<TopicFilter>,
 }
 
 impl fmt::Debug for Context {
@@ -102,6 +104,7 @@ impl fmt::Debug for Context {
             .field("delivery_id", &self.delivery_id)
             .field("consumer", &self.consumer)
             .field("attempt", &self.attempt)
+            .field("tenant", &self.tenant)
             .finish_non_exhaustive()
     }
 }
@@ -122,14 +125,23 @@ impl Context {
         self.attempt
     }
 
+    /// The tenant of the message being handled (follow-ups inherit it).
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
     /// Cancelled when the handler's timeout passes or the dispatcher stops: stop work and
     /// return.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }
 
-    /// Enqueue a follow-up message now, carrying this message as its cause. A chain deeper
-    /// than the dispatcher's `max_depth` is refused with `InvalidInput` (field `cause`).
+    /// Enqueue a follow-up message now, carrying this message as its cause and, unless the
+    /// follow-up names one, this message's tenant.
+    ///
+    /// A chain deeper than the dispatcher's `max_depth` is refused with `InvalidInput`
+    /// (field `cause`); a topic outside the handler's declared [`HandlerOptions::emits`] is
+    /// refused with `InvalidInput` (field `topic`). Nothing is written then.
     /// Follow-ups are at least once too: give them an idempotency key derived from
     /// [`Context::delivery_id`] when a retry must not emit twice.
     pub async fn emit(&self, message: NewMessage) -> Result<Enqueued> {
@@ -142,8 +154,24 @@ impl Context {
                 ),
             ));
         }
+        if let Some(emits) = &self.emits {
+            let topic = Topic::new(message.topic_str())?;
+            if !emits.matches(&topic) {
+                return Err(Error::invalid_input(
+                    "topic",
+                    format!(
+                        "consumer {} does not declare {topic} among the topics it emits",
+                        self.consumer
+                    ),
+                ));
+            }
+        }
         self.store
-            .enqueue(message.caused_by(self.cause.clone()))
+            .enqueue(
+                message
+                    .inherit_tenant(&self.tenant)
+                    .caused_by(self.cause.clone()),
+            )
             .await
     }
 }
@@ -195,6 +223,9 @@ pub struct HandlerOptions {
     pub concurrency: Option<usize>,
     /// Optional deduplication.
     pub dedup: Option<Dedup>,
+    /// The topics this handler may emit through [`Context::emit`]; `None` (the default)
+    /// allows any. Others are refused with `InvalidInput`.
+    pub emits: Option<TopicFilter>,
 }
 
 impl Default for HandlerOptions {
@@ -204,6 +235,7 @@ impl Default for HandlerOptions {
             timeout: Duration::from_secs(30),
             concurrency: None,
             dedup: None,
+            emits: None,
         }
     }
 }
