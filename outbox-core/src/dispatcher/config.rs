@@ -43,6 +43,14 @@ pub struct DispatcherConfig {
     pub dormant_topics: Vec<Topic>,
     /// How long the report waits for queue statistics. Default 500 ms.
     pub stats_deadline: Duration,
+    /// The deadline of one e-mail send. A mailer still busy then is abandoned and the send
+    /// counts as an `Unknown` outcome (it may have gone out). Default 10 s; shorter than
+    /// the lease.
+    pub mail_timeout: Duration,
+    /// The installation prefix of mail idempotency keys (`<prefix>-<delivery id>`): give
+    /// each application or environment sharing one mail-service account its own. 1–163
+    /// visible ASCII characters. Default `outbox`.
+    pub mail_key_prefix: String,
 }
 
 impl Default for DispatcherConfig {
@@ -63,6 +71,8 @@ impl Default for DispatcherConfig {
             header_prefix: crate::signing::DEFAULT_HEADER_PREFIX.to_owned(),
             dormant_topics: Vec::new(),
             stats_deadline: Duration::from_millis(500),
+            mail_timeout: Duration::from_secs(10),
+            mail_key_prefix: crate::mail::DEFAULT_MAIL_KEY_PREFIX.to_owned(),
         }
     }
 }
@@ -156,6 +166,20 @@ impl DispatcherConfig {
             Duration::ZERO,
             Duration::from_secs(60),
         )?;
+        between(
+            "mail_timeout",
+            self.mail_timeout,
+            Duration::from_millis(10),
+            Duration::from_secs(600),
+        )?;
+        if self.mail_timeout >= self.lease {
+            return Err(Error::misconfigured(
+                "mail_timeout",
+                "must be shorter than the lease",
+            ));
+        }
+        crate::mail::check_mail_key_prefix(&self.mail_key_prefix)
+            .map_err(|e| Error::misconfigured("mail_key_prefix", e.message().to_owned()))?;
         Ok(())
     }
 }
@@ -194,6 +218,14 @@ mod tests {
             (
                 "held_probe_interval",
                 Box::new(|c| c.held_probe_interval = Duration::ZERO),
+            ),
+            (
+                "mail_timeout",
+                Box::new(|c| c.mail_timeout = Duration::from_secs(50)),
+            ),
+            (
+                "mail_key_prefix",
+                Box::new(|c| c.mail_key_prefix = "two words".into()),
             ),
         ];
         for (field, mutate) in cases {

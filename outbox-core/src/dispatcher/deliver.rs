@@ -14,7 +14,7 @@ use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache}
 use super::Shared;
 use crate::claim::{Claimed, Completion, Lease};
 use crate::ids::{ConsumerName, EndpointId, Recipient};
-use crate::mail::{mail_idempotency_key, MailError, MailErrorCode, MailOutcome};
+use crate::mail::{namespaced_mail_idempotency_key, MailError, MailErrorCode, MailOutcome};
 use crate::model::{
     excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
     ErrorClass, Message,
@@ -531,13 +531,25 @@ async fn email_path(
             )
         }
     };
-    if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {
+    if let Gate::Release(delay) = gate(shared, run, shared.config.mail_timeout, None) {
         return Done::Release {
             lease,
             delay,
             duplicate: false,
         };
     }
+    // Validated with the configuration: never fails here.
+    let key = match namespaced_mail_idempotency_key(&shared.config.mail_key_prefix, delivery.id) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::error!(error = %e, "the mail key prefix is invalid; releasing the delivery");
+            return Done::Release {
+                lease,
+                delay: shared.config.park_delay,
+                duplicate: false,
+            };
+        }
+    };
     match shared.store.mark_sending(&lease).await {
         Ok(()) => {}
         Err(e) if e.is_lease_lost() => return Done::LeaseLost,
@@ -551,8 +563,15 @@ async fn email_path(
         }
     }
     let started = shared.clock.now();
-    let key = mail_idempotency_key(delivery.id);
-    let result = ch.mailer.send(&mail, &key).await;
+    let result = tokio::select! {
+        r = ch.mailer.send(&mail, &key) => r,
+        // Abandoned mid-call: the mail may have gone out.
+        () = shared.clock.sleep(shared.config.mail_timeout) => Err(MailError::new(
+            MailErrorCode::Timeout,
+            MailOutcome::Unknown,
+            "the mailer did not answer before the mail deadline",
+        )),
+    };
     let finished = shared.clock.now();
     let text = match &result {
         Ok(_) => String::new(),

@@ -159,9 +159,15 @@ impl Dispatcher {
     fn min_reservation(&self) -> Duration {
         let s = &self.shared;
         let handler = s.handlers.values().map(|r| r.options.timeout).min();
-        let channel =
-            (s.webhooks.is_some() || s.mail.is_some()).then_some(s.config.webhook_timeout);
-        handler.into_iter().chain(channel).min().unwrap_or_default() + s.config.reservation_margin
+        let webhook = s.webhooks.is_some().then_some(s.config.webhook_timeout);
+        let mail = s.mail.is_some().then_some(s.config.mail_timeout);
+        handler
+            .into_iter()
+            .chain(webhook)
+            .chain(mail)
+            .min()
+            .unwrap_or_default()
+            + s.config.reservation_margin
     }
 
     fn claim_request(&self, run: &RunState, size: usize, now: Timestamp) -> Option<ClaimRequest> {
