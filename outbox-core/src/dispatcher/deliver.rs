@@ -9,11 +9,12 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{Context, HandlerResult, Seen};
+use super::handler::{Context, HandlerResult, KeyGuard, KeyOutcome, Seen};
 use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
+use super::Registered;
 use super::Shared;
 use crate::claim::{Claimed, Completion, Lease};
-use crate::ids::{ConsumerName, EndpointId, Recipient};
+use crate::ids::{ConsumerName, DeliveryId, EndpointId, Recipient};
 use crate::mail::{namespaced_mail_idempotency_key, MailError, MailErrorCode, MailOutcome};
 use crate::model::{
     excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
@@ -270,41 +271,33 @@ async fn handler_path(
         };
     }
     let started = shared.clock.now();
-    let key = reg.options.dedup.as_ref().and_then(|d| (d.key)(&message));
-    if let Some(k) = &key {
-        let seen = reg
-            .dedup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .check(k, started);
-        match seen {
-            Seen::InFlight => {
-                return Done::Release {
-                    lease,
-                    delay: shared.config.poll_interval,
-                    duplicate: false,
-                }
+    let guard = match reserve_key(shared, reg, &message, delivery.id, started) {
+        Reserve::Go(guard) => guard,
+        Reserve::Taken(delay) => {
+            return Done::Release {
+                lease,
+                delay,
+                duplicate: false,
             }
-            Seen::Done => {
-                let rec = AttemptRecord {
-                    started_at: started,
-                    finished_at: started,
-                    outcome: AttemptOutcome::Succeeded,
-                    status_code: None,
-                    excerpt: Some("skipped: the dedup key succeeded recently".into()),
-                };
-                return completed(
-                    lease,
-                    Verdict::Succeeded,
-                    Some(rec),
-                    delivery,
-                    started,
-                    started,
-                );
-            }
-            Seen::New => {}
         }
-    }
+        Reserve::Skip => {
+            let rec = AttemptRecord {
+                started_at: started,
+                finished_at: started,
+                outcome: AttemptOutcome::Succeeded,
+                status_code: None,
+                excerpt: Some("skipped: the dedup key succeeded recently".into()),
+            };
+            return completed(
+                lease,
+                Verdict::Succeeded,
+                Some(rec),
+                delivery,
+                started,
+                started,
+            );
+        }
+    };
     let cancel = CancellationToken::new();
     let ctx = Context {
         delivery_id: delivery.id,
@@ -341,22 +334,15 @@ async fn handler_path(
         }
     };
     let finished = shared.clock.now();
-    if let Some(k) = &key {
-        let ttl = reg.options.dedup.as_ref().map_or(Duration::ZERO, |d| d.ttl);
-        let cap = reg.options.dedup.as_ref().map_or(1, |d| d.capacity);
-        let ok = outcome == HandlerOutcome::Ok;
-        reg.dedup.lock().unwrap_or_else(|p| p.into_inner()).finish(
-            k,
-            ok,
-            finished.saturating_add(ttl),
-            cap,
-        );
-    }
     let outcome = Outcome::Handler(outcome);
     let policy = verdict_policy(shared, reg.options.retry.clone(), false);
     let verdict = classify(&outcome, &context(shared, &lease), &policy);
     if let Verdict::Snoozed { until } = verdict {
         run.trip(consumer, until);
+    }
+    if let Some(g) = guard {
+        let ttl = reg.options.dedup.as_ref().map_or(Duration::ZERO, |d| d.ttl);
+        g.finish(key_outcome(&verdict, finished, ttl, shared.config.lease));
     }
     completed(
         lease,
@@ -366,6 +352,66 @@ async fn handler_path(
         started,
         finished,
     )
+}
+
+enum Reserve<'a> {
+    /// Run it (holding the key, if any).
+    Go(Option<KeyGuard<'a>>),
+    /// Another delivery holds the key: release for this long.
+    Taken(Duration),
+    /// The key succeeded recently.
+    Skip,
+}
+
+/// Reserve the message's dedup key for this delivery, if the handler deduplicates.
+fn reserve_key<'a>(
+    shared: &Shared,
+    reg: &'a Registered,
+    message: &Message,
+    delivery: DeliveryId,
+    now: Timestamp,
+) -> Reserve<'a> {
+    let Some(dedup) = &reg.options.dedup else {
+        return Reserve::Go(None);
+    };
+    let Some(key) = (dedup.key)(message) else {
+        return Reserve::Go(None);
+    };
+    let seen = reg
+        .dedup
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .check(&key, delivery, now);
+    match seen {
+        Seen::New => Reserve::Go(Some(KeyGuard::new(
+            &reg.dedup,
+            key,
+            delivery,
+            now.saturating_add(shared.config.lease),
+            dedup.capacity,
+        ))),
+        Seen::Taken(None) => Reserve::Taken(shared.config.poll_interval),
+        Seen::Taken(Some(until)) => {
+            Reserve::Taken(until.duration_since(now).max(shared.config.poll_interval))
+        }
+        Seen::Done => Reserve::Skip,
+    }
+}
+
+/// What a verdict means for the delivery's dedup key: a success is remembered for `ttl`, a
+/// dead end frees it, anything else keeps it until the next attempt is due plus a lease.
+fn key_outcome(verdict: &Verdict, now: Timestamp, ttl: Duration, lease: Duration) -> KeyOutcome {
+    match verdict {
+        Verdict::Succeeded => KeyOutcome::Succeeded(now.saturating_add(ttl)),
+        Verdict::Dead { .. } => KeyOutcome::Dead,
+        Verdict::Retry { at: due }
+        | Verdict::Held { probe_at: due }
+        | Verdict::Snoozed { until: due }
+        | Verdict::Parked { until: due } => KeyOutcome::Again {
+            due: *due,
+            until: due.saturating_add(lease),
+        },
+    }
 }
 
 async fn webhook_path(

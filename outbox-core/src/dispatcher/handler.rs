@@ -1,7 +1,7 @@
 //! In-process handlers (DESIGN §8.1): the [`Handler`] trait, what it returns, the context it
 //! gets, and its options (retry policy, timeout, concurrency, dedup).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -179,8 +179,19 @@ impl Context {
 /// A function from a message to its deduplication key.
 pub type DedupKeyFn = Arc<dyn Fn(&Message) -> Option<String> + Send + Sync>;
 
-/// Skip a message whose key is in flight or succeeded within `ttl`; remember at most
-/// `capacity` keys.
+/// Skip a message whose key is taken: reserved by another delivery from its first attempt
+/// until its final outcome (held across its retries), or succeeded within `ttl`.
+///
+/// - A delivery whose key another delivery holds is released without spending an attempt,
+///   due when the holder's next attempt is (or after one poll interval while it runs).
+/// - A success remembers the key for `ttl` (default [`Dedup::DEFAULT_TTL`], 60 s); later
+///   deliveries with it complete as succeeded without calling the handler ("skipped").
+/// - A final failure (dead) frees the key at once.
+/// - A retry keeps the key reserved until the retry is due plus the lease (so a delivery
+///   that never comes back — replayed elsewhere, dead at claim — frees it by itself).
+/// - A delivery aborted at shutdown keeps its key for one lease, then it frees itself.
+/// - At most `capacity` succeeded keys are remembered (default [`Dedup::DEFAULT_CAPACITY`],
+///   10 000; the oldest goes first). The cache lives in the dispatcher's memory.
 #[derive(Clone)]
 pub struct Dedup {
     pub(crate) key: DedupKeyFn,
@@ -189,6 +200,11 @@ pub struct Dedup {
 }
 
 impl Dedup {
+    /// How long a succeeded key is remembered by default: 60 s.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+    /// How many succeeded keys are remembered by default: 10 000.
+    pub const DEFAULT_CAPACITY: usize = 10_000;
+
     /// Deduplicate by `key`, remembering successes for `ttl`, at most `capacity` keys.
     pub fn new(
         key: impl Fn(&Message) -> Option<String> + Send + Sync + 'static,
@@ -200,6 +216,11 @@ impl Dedup {
             ttl,
             capacity: capacity.max(1),
         }
+    }
+
+    /// Deduplicate by `key` with the default TTL and capacity.
+    pub fn by(key: impl Fn(&Message) -> Option<String> + Send + Sync + 'static) -> Self {
+        Self::new(key, Self::DEFAULT_TTL, Self::DEFAULT_CAPACITY)
     }
 }
 
@@ -243,46 +264,118 @@ impl Default for HandlerOptions {
 /// Whether a dedup key was seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Seen {
+    /// Free: now reserved for this delivery.
     New,
-    InFlight,
+    /// Another delivery holds it: try again at this time (`None`: while it runs).
+    Taken(Option<Timestamp>),
+    /// Succeeded recently.
     Done,
 }
 
-/// A bounded cache of dedup keys: in-flight keys and recent successes.
+/// Who holds a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// This delivery runs now.
+    Running(DeliveryId),
+    /// This delivery will try again at `due`; the key frees itself at `until`.
+    Held {
+        owner: DeliveryId,
+        due: Timestamp,
+        until: Timestamp,
+    },
+}
+
+impl Mark {
+    fn owner(self) -> DeliveryId {
+        match self {
+            Mark::Running(o) | Mark::Held { owner: o, .. } => o,
+        }
+    }
+}
+
+/// How an attempt ended, for the dedup key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyOutcome {
+    /// Succeeded: remember the key until this time.
+    Succeeded(Timestamp),
+    /// Dead: free the key.
+    Dead,
+    /// It will run again at `due`: keep the key until `until`.
+    Again {
+        /// When it is due.
+        due: Timestamp,
+        /// When the key frees itself if it has not come back.
+        until: Timestamp,
+    },
+}
+
+/// A bounded cache of dedup keys: reserved keys and recent successes.
 #[derive(Debug, Default)]
 pub(crate) struct DedupCache {
-    in_flight: HashSet<String>,
+    marks: HashMap<String, Mark>,
     done: HashMap<String, Timestamp>,
     order: VecDeque<String>,
+    /// How many marks were left after the last sweep of expired reservations.
+    swept: usize,
 }
 
 impl DedupCache {
-    pub(crate) fn check(&mut self, key: &str, now: Timestamp) -> Seen {
-        if self.in_flight.contains(key) {
-            return Seen::InFlight;
+    pub(crate) fn check(&mut self, key: &str, delivery: DeliveryId, now: Timestamp) -> Seen {
+        if self.marks.len() >= 2 * self.swept.max(64) {
+            // Reservations of deliveries that never came back (amortised: the map doubles
+            // between sweeps).
+            self.marks
+                .retain(|_, m| !matches!(m, Mark::Held { until, .. } if *until <= now));
+            self.swept = self.marks.len();
         }
-        match self.done.get(key) {
-            Some(until) if *until > now => Seen::Done,
-            _ => {
-                self.in_flight.insert(key.to_owned());
-                Seen::New
+        match self.marks.get(key).copied() {
+            Some(Mark::Running(o)) if o != delivery => return Seen::Taken(None),
+            Some(Mark::Held { owner, due, until }) if owner != delivery && until > now => {
+                return Seen::Taken(Some(due))
             }
+            _ => {}
         }
+        if self.done.get(key).is_some_and(|until| *until > now) {
+            self.marks.remove(key);
+            return Seen::Done;
+        }
+        self.marks.insert(key.to_owned(), Mark::Running(delivery));
+        Seen::New
     }
 
+    /// Record how `delivery`'s attempt ended (ignored when the key has another owner).
     pub(crate) fn finish(
         &mut self,
         key: &str,
-        succeeded: bool,
-        expires: Timestamp,
+        delivery: DeliveryId,
+        outcome: KeyOutcome,
         capacity: usize,
     ) {
-        self.in_flight.remove(key);
-        if !succeeded {
+        if self.marks.get(key).map(|m| m.owner()) != Some(delivery) {
             return;
         }
-        if self.done.insert(key.to_owned(), expires).is_none() {
-            self.order.push_back(key.to_owned());
+        match outcome {
+            KeyOutcome::Again { due, until } => {
+                self.marks.insert(
+                    key.to_owned(),
+                    Mark::Held {
+                        owner: delivery,
+                        due,
+                        until,
+                    },
+                );
+                return;
+            }
+            KeyOutcome::Dead => {
+                self.marks.remove(key);
+                return;
+            }
+            KeyOutcome::Succeeded(expires) => {
+                self.marks.remove(key);
+                if self.done.insert(key.to_owned(), expires).is_none() {
+                    self.order.push_back(key.to_owned());
+                }
+            }
         }
         while self.done.len() > capacity {
             match self.order.pop_front() {
@@ -295,6 +388,61 @@ impl DedupCache {
     }
 }
 
+/// A key reserved for one running delivery. Dropped without [`KeyGuard::finish`] (the task
+/// was aborted at shutdown), the key is held until `abandoned_until`, then frees itself.
+pub(crate) struct KeyGuard<'a> {
+    cache: &'a std::sync::Mutex<DedupCache>,
+    key: String,
+    delivery: DeliveryId,
+    abandoned_until: Timestamp,
+    capacity: usize,
+    finished: bool,
+}
+
+impl<'a> KeyGuard<'a> {
+    pub(crate) fn new(
+        cache: &'a std::sync::Mutex<DedupCache>,
+        key: String,
+        delivery: DeliveryId,
+        abandoned_until: Timestamp,
+        capacity: usize,
+    ) -> Self {
+        KeyGuard {
+            cache,
+            key,
+            delivery,
+            abandoned_until,
+            capacity,
+            finished: false,
+        }
+    }
+
+    pub(crate) fn finish(mut self, outcome: KeyOutcome) {
+        self.finished = true;
+        self.record(outcome);
+    }
+
+    fn record(&self, outcome: KeyOutcome) {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).finish(
+            &self.key,
+            self.delivery,
+            outcome,
+            self.capacity,
+        );
+    }
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.record(KeyOutcome::Again {
+                due: self.abandoned_until,
+                until: self.abandoned_until,
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,20 +451,66 @@ mod tests {
         Timestamp::EPOCH.saturating_add(Duration::from_secs(s))
     }
 
+    fn id(n: u8) -> DeliveryId {
+        DeliveryId::parse(&format!("01900000-0000-7000-8000-0000000000{n:02x}")).unwrap()
+    }
+
     #[test]
-    fn dedup_cache_skips_in_flight_and_recent_successes() {
+    fn dedup_cache_skips_taken_keys_and_recent_successes() {
         let mut c = DedupCache::default();
-        assert_eq!(c.check("a", t(0)), Seen::New);
-        assert_eq!(c.check("a", t(0)), Seen::InFlight);
-        c.finish("a", true, t(10), 100);
-        assert_eq!(c.check("a", t(5)), Seen::Done);
-        assert_eq!(c.check("a", t(10)), Seen::New, "expired after the ttl");
-        c.finish("a", false, t(20), 100);
+        let (a, b) = (id(1), id(2));
+        assert_eq!(c.check("k", a, t(0)), Seen::New);
+        assert_eq!(c.check("k", b, t(0)), Seen::Taken(None));
+        c.finish("k", a, KeyOutcome::Succeeded(t(10)), 100);
+        assert_eq!(c.check("k", b, t(5)), Seen::Done);
+        assert_eq!(c.check("k", b, t(10)), Seen::New, "expired after the ttl");
+        c.finish("k", b, KeyOutcome::Dead, 100);
         assert_eq!(
-            c.check("a", t(11)),
+            c.check("k", a, t(11)),
             Seen::New,
-            "a failure is not remembered"
+            "a dead end frees the key"
         );
+    }
+
+    #[test]
+    fn a_key_is_held_across_retries_until_the_final_outcome() {
+        let mut c = DedupCache::default();
+        let (a, b) = (id(1), id(2));
+        assert_eq!(c.check("k", a, t(0)), Seen::New);
+        let again = |due, until| KeyOutcome::Again {
+            due: t(due),
+            until: t(until),
+        };
+        c.finish("k", a, again(20, 60), 100);
+        assert_eq!(c.check("k", b, t(1)), Seen::Taken(Some(t(20))));
+        assert_eq!(c.check("k", b, t(30)), Seen::Taken(Some(t(20))));
+        assert_eq!(c.check("k", a, t(60)), Seen::New, "the holder's retry runs");
+        c.finish("k", a, again(80, 120), 100);
+        assert_eq!(c.check("k", b, t(119)), Seen::Taken(Some(t(80))));
+        assert_eq!(
+            c.check("k", b, t(120)),
+            Seen::New,
+            "a holder that never came back frees the key"
+        );
+        c.finish("k", a, KeyOutcome::Succeeded(t(500)), 100);
+        assert_eq!(
+            c.check("k", a, t(121)),
+            Seen::Taken(None),
+            "a stale owner changes nothing"
+        );
+    }
+
+    #[test]
+    fn an_abandoned_key_frees_itself() {
+        let cache = std::sync::Mutex::new(DedupCache::default());
+        let (a, b) = (id(1), id(2));
+        assert_eq!(cache.lock().unwrap().check("k", a, t(0)), Seen::New);
+        drop(KeyGuard::new(&cache, "k".into(), a, t(40), 100));
+        let mut c = cache.lock().unwrap();
+        assert_eq!(c.check("k", b, t(1)), Seen::Taken(Some(t(40))));
+        assert_eq!(c.check("k", a, t(1)), Seen::New, "its own retry runs");
+        c.finish("k", a, KeyOutcome::Dead, 100);
+        assert_eq!(c.check("k", b, t(2)), Seen::New);
     }
 
     #[test]
@@ -324,16 +518,16 @@ mod tests {
         let mut c = DedupCache::default();
         for i in 0..10 {
             let k = format!("k{i}");
-            assert_eq!(c.check(&k, t(0)), Seen::New);
-            c.finish(&k, true, t(100), 3);
+            assert_eq!(c.check(&k, id(i), t(0)), Seen::New);
+            c.finish(&k, id(i), KeyOutcome::Succeeded(t(100)), 3);
         }
         assert_eq!(c.done.len(), 3);
         assert_eq!(
-            c.check("k0", t(1)),
+            c.check("k0", id(0), t(1)),
             Seen::New,
             "the oldest keys were evicted"
         );
-        assert_eq!(c.check("k9", t(1)), Seen::Done);
+        assert_eq!(c.check("k9", id(9), t(1)), Seen::Done);
     }
 
     #[test]
