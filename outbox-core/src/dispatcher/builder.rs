@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::handler::{DedupCache, Handler, HandlerOptions};
+use super::dedup::DedupCache;
+use super::handler::{Handler, HandlerOptions};
 use super::report::Observer;
 use super::{
     Dispatcher, DispatcherConfig, LiteralRecipients, MailChannel, MailComposer, PayloadComposer,

@@ -9,12 +9,13 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{Context, HandlerResult, KeyGuard, KeyOutcome, Seen};
+use super::dedup::{key_outcome, reserve_key, Reserve};
+use super::handler::{Context, HandlerResult};
 use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
-use super::Registered;
+
 use super::Shared;
 use crate::claim::{Claimed, Completion, Lease};
-use crate::ids::{ConsumerName, DeliveryId, EndpointId, Recipient};
+use crate::ids::{ConsumerName, EndpointId, Recipient};
 use crate::mail::{namespaced_mail_idempotency_key, MailError, MailErrorCode, MailOutcome};
 use crate::model::{
     excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
@@ -352,66 +353,6 @@ async fn handler_path(
         started,
         finished,
     )
-}
-
-enum Reserve<'a> {
-    /// Run it (holding the key, if any).
-    Go(Option<KeyGuard<'a>>),
-    /// Another delivery holds the key: release for this long.
-    Taken(Duration),
-    /// The key succeeded recently.
-    Skip,
-}
-
-/// Reserve the message's dedup key for this delivery, if the handler deduplicates.
-fn reserve_key<'a>(
-    shared: &Shared,
-    reg: &'a Registered,
-    message: &Message,
-    delivery: DeliveryId,
-    now: Timestamp,
-) -> Reserve<'a> {
-    let Some(dedup) = &reg.options.dedup else {
-        return Reserve::Go(None);
-    };
-    let Some(key) = (dedup.key)(message) else {
-        return Reserve::Go(None);
-    };
-    let seen = reg
-        .dedup
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .check(&key, delivery, now);
-    match seen {
-        Seen::New => Reserve::Go(Some(KeyGuard::new(
-            &reg.dedup,
-            key,
-            delivery,
-            now.saturating_add(shared.config.lease),
-            dedup.capacity,
-        ))),
-        Seen::Taken(None) => Reserve::Taken(shared.config.poll_interval),
-        Seen::Taken(Some(until)) => {
-            Reserve::Taken(until.duration_since(now).max(shared.config.poll_interval))
-        }
-        Seen::Done => Reserve::Skip,
-    }
-}
-
-/// What a verdict means for the delivery's dedup key: a success is remembered for `ttl`, a
-/// dead end frees it, anything else keeps it until the next attempt is due plus a lease.
-fn key_outcome(verdict: &Verdict, now: Timestamp, ttl: Duration, lease: Duration) -> KeyOutcome {
-    match verdict {
-        Verdict::Succeeded => KeyOutcome::Succeeded(now.saturating_add(ttl)),
-        Verdict::Dead { .. } => KeyOutcome::Dead,
-        Verdict::Retry { at: due }
-        | Verdict::Held { probe_at: due }
-        | Verdict::Snoozed { until: due }
-        | Verdict::Parked { until: due } => KeyOutcome::Again {
-            due: *due,
-            until: due.saturating_add(lease),
-        },
-    }
 }
 
 async fn webhook_path(

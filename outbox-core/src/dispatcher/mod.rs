@@ -6,6 +6,7 @@
 
 mod builder;
 mod config;
+mod dedup;
 mod deliver;
 mod email;
 mod handler;
@@ -30,8 +31,8 @@ pub use ops::{EndpointAdmin, NewEndpoint, Operator};
 pub use report::{DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
 pub use webhook::{endpoint_gate, open_secrets, signed_request, webhook_body};
 
+use self::dedup::DedupCache;
 use self::deliver::{deliver, Done, Meta, RunState};
-use self::handler::DedupCache;
 use self::report::observe;
 use self::webhook::EndpointCache;
 use crate::claim::{ClaimRequest, Completion, Lease};
