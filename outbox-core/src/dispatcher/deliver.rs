@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
+use super::lease::{keep_alive, LiveLease};
 use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
 
 use super::Shared;
@@ -30,8 +31,11 @@ use crate::ErrorKind;
 pub(crate) struct RunState {
     /// `run_once`'s soft deadline.
     pub(crate) deadline: Option<Timestamp>,
-    /// Set on shutdown: start nothing new.
+    /// Set when the run stops (shutdown, or `run_once` out of budget or work): start
+    /// nothing new.
     pub(crate) stopping: CancellationToken,
+    /// Set on `run`'s shutdown signal only: cancels running handlers' contexts.
+    pub(crate) shutdown: CancellationToken,
     /// Handlers paused by a snooze, until when.
     pub(crate) breakers: Mutex<HashMap<ConsumerName, Timestamp>>,
     /// Deliveries this run has started (`run_once`: all of them; `run`: those in flight).
@@ -43,9 +47,16 @@ impl RunState {
         RunState {
             deadline,
             stopping: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
             breakers: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// The shutdown signal arrived: start nothing new and cancel running handlers.
+    pub(crate) fn shut_down(&self) {
+        self.stopping.cancel();
+        self.shutdown.cancel();
     }
 
     /// Whether `started` covers the whole run (`run_once`, which has a deadline).
@@ -299,11 +310,14 @@ async fn handler_path(
             );
         }
     };
-    let cancel = CancellationToken::new();
+    let lease_attempts = lease.attempts;
+    // Cancelled at shutdown, at the timeout, or when the lease is lost.
+    let cancel = run.shutdown.child_token();
+    let live = LiveLease::new(lease);
     let ctx = Context {
         delivery_id: delivery.id,
         consumer: consumer.clone(),
-        attempt: lease.attempts,
+        attempt: lease_attempts,
         cancel: cancel.clone(),
         store: shared.store.clone(),
         cause: Cause {
@@ -333,7 +347,24 @@ async fn handler_path(
             cancel.cancel();
             (HandlerOutcome::Timeout, "the handler timed out".to_owned())
         }
+        never = keep_alive(shared, &live, &cancel) => match never {},
     };
+    let lost = live.is_lost();
+    let lease = live.into_lease();
+    if lost {
+        // Another worker has it: write nothing (the dedup key expires by itself).
+        return Done::LeaseLost;
+    }
+    if run.shutdown.is_cancelled()
+        && matches!(outcome, HandlerOutcome::Retry | HandlerOutcome::Timeout)
+    {
+        // Stopped by the shutdown: put it back with the attempt refunded, like an abort.
+        return Done::Release {
+            lease,
+            delay: Duration::ZERO,
+            duplicate: false,
+        };
+    }
     let finished = shared.clock.now();
     let outcome = Outcome::Handler(outcome);
     let policy = verdict_policy(shared, reg.options.retry.clone(), false);

@@ -128,8 +128,10 @@ impl Context {
         &self.tenant
     }
 
-    /// Cancelled when the handler's timeout passes or the dispatcher stops: stop work and
-    /// return.
+    /// Cancelled when the handler's timeout passes, when `run`'s shutdown signal arrives,
+    /// or when the delivery's lease is lost to another worker: stop work and return. After
+    /// a shutdown, returning `Retry` gives the attempt back; after a lost lease, nothing
+    /// the handler returns is written.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }

@@ -10,6 +10,7 @@ mod dedup;
 mod deliver;
 mod email;
 mod handler;
+mod lease;
 mod ops;
 mod report;
 mod webhook;
@@ -238,7 +239,7 @@ impl Dispatcher {
             if !run.stopping.is_cancelled() {
                 if let Mode::Forever(signal) = &mut mode {
                     if futures::FutureExt::now_or_never(signal).is_some() {
-                        run.stopping.cancel();
+                        run.shut_down();
                     }
                 }
             }
@@ -329,7 +330,7 @@ impl Dispatcher {
                 r = settled(&mut settling), if settling.is_some() => written = Some(r),
                 () = woken => {}
                 () = s.clock.sleep(s.config.poll_interval) => {}
-                () = shutdown => run.stopping.cancel(),
+                () = shutdown => run.shut_down(),
             }
             if let Some(r) = written {
                 settling = None;

@@ -4,6 +4,7 @@
 mod dedup;
 mod followups;
 mod handlers;
+mod leases;
 mod lifecycle;
 mod mail;
 mod webhooks;
