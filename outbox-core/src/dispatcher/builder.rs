@@ -238,6 +238,7 @@ impl DispatcherBuilder {
                 mail,
                 observer: self.observer,
                 registered: tokio::sync::OnceCell::new(),
+                limits: super::limits::EndpointLimits::default(),
             }),
         })
     }

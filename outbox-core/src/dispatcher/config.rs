@@ -1,10 +1,11 @@
 //! [`DispatcherConfig`]: every knob of the dispatcher, with documented defaults, validated
 //! once at `build()`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::ids::Topic;
+use crate::ids::{EndpointId, Topic};
 
 /// How the dispatcher claims, runs and completes deliveries.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,6 +52,12 @@ pub struct DispatcherConfig {
     /// each application or environment sharing one mail-service account its own. 1–163
     /// visible ASCII characters. Default `outbox`.
     pub mail_key_prefix: String,
+    /// Webhook requests in flight at once per endpoint, unless overridden; `None` (the
+    /// default) sets no limit beyond `concurrency`. A delivery to an endpoint at its limit is
+    /// released without spending an attempt, due after one poll interval.
+    pub endpoint_concurrency: Option<usize>,
+    /// Per-endpoint overrides of `endpoint_concurrency`, by endpoint id (1–10000 each).
+    pub endpoint_concurrency_overrides: BTreeMap<EndpointId, usize>,
 }
 
 impl Default for DispatcherConfig {
@@ -73,6 +80,8 @@ impl Default for DispatcherConfig {
             stats_deadline: Duration::from_millis(500),
             mail_timeout: Duration::from_secs(10),
             mail_key_prefix: crate::mail::DEFAULT_MAIL_KEY_PREFIX.to_owned(),
+            endpoint_concurrency: None,
+            endpoint_concurrency_overrides: BTreeMap::new(),
         }
     }
 }
@@ -180,7 +189,34 @@ impl DispatcherConfig {
         }
         crate::mail::check_mail_key_prefix(&self.mail_key_prefix)
             .map_err(|e| Error::misconfigured("mail_key_prefix", e.message().to_owned()))?;
+        if self
+            .endpoint_concurrency
+            .is_some_and(|c| !(1..=10_000).contains(&c))
+        {
+            return Err(Error::misconfigured(
+                "endpoint_concurrency",
+                "must be from 1 to 10000",
+            ));
+        }
+        if self
+            .endpoint_concurrency_overrides
+            .values()
+            .any(|c| !(1..=10_000).contains(c))
+        {
+            return Err(Error::misconfigured(
+                "endpoint_concurrency_overrides",
+                "each must be from 1 to 10000",
+            ));
+        }
         Ok(())
+    }
+
+    /// The most webhook requests in flight to `endpoint` (`None`: no per-endpoint limit).
+    pub fn concurrency_for(&self, endpoint: EndpointId) -> Option<usize> {
+        self.endpoint_concurrency_overrides
+            .get(&endpoint)
+            .copied()
+            .or(self.endpoint_concurrency)
     }
 }
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
 use super::lease::{keep_alive, LiveLease};
+use super::limits::Admit;
 use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
 
 use super::Shared;
@@ -447,6 +448,29 @@ async fn webhook_path(
             duplicate: false,
         };
     }
+    let _permit = match shared.limits.admit(
+        endpoint.id,
+        endpoint.rate_limit,
+        shared.config.concurrency_for(endpoint.id),
+        shared.clock.now(),
+    ) {
+        Admit::Go(permit) => permit,
+        // Not started: back without spending an attempt, due when it may go.
+        Admit::RateLimited(wait) => {
+            return Done::Release {
+                lease,
+                delay: wait,
+                duplicate: false,
+            }
+        }
+        Admit::Busy => {
+            return Done::Release {
+                lease,
+                delay: shared.config.poll_interval,
+                duplicate: false,
+            }
+        }
+    };
     let started = shared.clock.now();
     let request = signed_request(
         &endpoint,

@@ -11,6 +11,7 @@ mod deliver;
 mod email;
 mod handler;
 mod lease;
+mod limits;
 mod ops;
 mod report;
 mod webhook;
@@ -82,6 +83,7 @@ pub(crate) struct Shared {
     pub(crate) mail: Option<MailChannel>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) registered: tokio::sync::OnceCell<()>,
+    pub(crate) limits: limits::EndpointLimits,
 }
 
 /// Runs deliveries. Build one with [`Dispatcher::builder`]; clone it freely (clones share

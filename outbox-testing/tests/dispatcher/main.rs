@@ -6,6 +6,7 @@ mod followups;
 mod handlers;
 mod leases;
 mod lifecycle;
+mod limits;
 mod mail;
 mod webhooks;
 
