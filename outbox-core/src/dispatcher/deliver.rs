@@ -104,6 +104,7 @@ pub(crate) enum Done {
 #[derive(Clone, Debug)]
 pub(crate) struct Meta {
     pub(crate) topic: crate::ids::Topic,
+    pub(crate) tenant: crate::ids::TenantId,
     pub(crate) kind: DestinationKind,
     pub(crate) attempt: u32,
     pub(crate) duration: Duration,
@@ -222,6 +223,7 @@ fn completed(
 ) -> Done {
     let meta = Meta {
         topic: delivery.topic.clone(),
+        tenant: delivery.tenant.clone(),
         kind: delivery.destination.kind(),
         attempt: lease.attempts,
         duration: finished.duration_since(started),

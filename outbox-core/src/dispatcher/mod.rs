@@ -4,6 +4,7 @@
 //! `run(shutdown)` is the long-running loop; `run_once(budget)` drains what is due within a
 //! soft time budget (cron, serverless). Both return a [`Report`].
 
+mod alerts;
 mod builder;
 mod config;
 mod dedup;
@@ -25,12 +26,13 @@ use tokio::sync::Semaphore;
 use tokio::task::{Id, JoinSet};
 use tracing::Instrument;
 
+pub use alerts::{AlertEmail, AlertWebhook, DeadLetterAlerts, ALERT_LIST_LIMIT};
 pub use builder::DispatcherBuilder;
 pub use config::DispatcherConfig;
 pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResolver};
 pub use handler::{Context, Dedup, Handler, HandlerOptions, HandlerResult};
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
-pub use report::{DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
+pub use report::{DeadLetterEvent, DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
 pub use webhook::{endpoint_gate, open_secrets, signed_request, webhook_body};
 
 use self::dedup::DedupCache;
@@ -42,12 +44,14 @@ use crate::endpoint::Consumer;
 use crate::error::{ErrorKind, Result};
 use crate::ids::ConsumerName;
 use crate::mail::DynMailer;
+use crate::model::DeadReason;
 use crate::retry::TenantPolicy;
 use crate::signing::HeaderNames;
 use crate::store::DynStore;
 use crate::time::{ClockExt, DynClock, DynEntropy, Timestamp};
 use crate::transport::DynWebhookTransport;
 use crate::vault::DynSecretVault;
+use crate::verdict::Verdict;
 
 pub(crate) struct Registered {
     pub(crate) consumer: Consumer,
@@ -84,6 +88,7 @@ pub(crate) struct Shared {
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) registered: tokio::sync::OnceCell<()>,
     pub(crate) limits: limits::EndpointLimits,
+    pub(crate) alerts: Option<Arc<alerts::Alerter>>,
 }
 
 /// Runs deliveries. Build one with [`Dispatcher::builder`]; clone it freely (clones share
@@ -478,6 +483,34 @@ fn completed(
             duration: meta.duration,
         };
         observe(|| o.on_delivery(&event));
+    }
+    if let Verdict::Dead { reason } = completion.verdict {
+        dead_letter(shared, lease, meta, reason);
+    }
+}
+
+/// Tell the observer and the operator's alerts that a delivery went dead (never waits).
+fn dead_letter(shared: &Shared, lease: &Lease, meta: &Meta, reason: DeadReason) {
+    if let Some(o) = &shared.observer {
+        let event = DeadLetterEvent {
+            delivery_id: lease.delivery_id,
+            tenant: &meta.tenant,
+            topic: &meta.topic,
+            kind: meta.kind,
+            reason,
+            attempts: meta.attempt,
+        };
+        observe(|| o.on_dead(&event));
+    }
+    if let Some(a) = &shared.alerts {
+        a.dead(alerts::DeadItem {
+            delivery_id: lease.delivery_id,
+            tenant: meta.tenant.clone(),
+            topic: meta.topic.clone(),
+            kind: meta.kind,
+            reason,
+            attempts: meta.attempt,
+        });
     }
 }
 

@@ -1,6 +1,7 @@
 //! The dispatcher driven on `InMemoryStore` with `ManualClock`, `ScriptedTransport`,
 //! `WebhookReceiver` (through the real `HttpTransport`) and `MailStandIn`.
 
+mod deadletter;
 mod dedup;
 mod followups;
 mod handlers;
