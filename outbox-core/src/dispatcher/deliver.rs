@@ -17,15 +17,12 @@ use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache}
 
 use super::Shared;
 use crate::claim::{Claimed, Completion, Lease};
-use crate::ids::{ConsumerName, EndpointId, Recipient};
-use crate::mail::{namespaced_mail_idempotency_key, MailError, MailErrorCode, MailOutcome};
+use crate::ids::{ConsumerName, EndpointId};
 use crate::model::{
-    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
-    ErrorClass, Message,
+    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind, Message,
 };
 use crate::time::{ClockExt, EntropyExt, Timestamp};
 use crate::verdict::{classify, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy};
-use crate::ErrorKind;
 
 /// The state of one `run` or `run_once` call, shared by its delivery tasks.
 #[derive(Debug)]
@@ -110,7 +107,7 @@ pub(crate) struct Meta {
     pub(crate) duration: Duration,
 }
 
-enum Gate {
+pub(super) enum Gate {
     Go,
     Release(Duration),
 }
@@ -150,7 +147,9 @@ pub(crate) async fn deliver(
         Destination::Webhook(e) => {
             webhook_path(&shared, &run, &endpoints, lease, &delivery, &message, *e).await
         }
-        Destination::Email(r) => email_path(&shared, &run, lease, &delivery, &message, r).await,
+        Destination::Email(r) => {
+            super::email::email_path(&shared, &run, lease, &delivery, &message, r).await
+        }
     };
     if !run.whole_run() || matches!(done, Done::Release { .. }) {
         run.started
@@ -162,7 +161,7 @@ pub(crate) async fn deliver(
 }
 
 /// The checks made right before a delivery starts.
-fn gate(
+pub(super) fn gate(
     shared: &Shared,
     run: &RunState,
     timeout: Duration,
@@ -187,7 +186,7 @@ fn gate(
     Gate::Go
 }
 
-fn verdict_policy(
+pub(super) fn verdict_policy(
     shared: &Shared,
     retry: crate::retry::RetryPolicy,
     mail_idempotent: bool,
@@ -203,7 +202,7 @@ fn verdict_policy(
     }
 }
 
-fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
+pub(super) fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
     AttemptContext {
         attempt: lease.attempts,
         snoozes: lease.snoozes,
@@ -213,7 +212,7 @@ fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
     }
 }
 
-fn completed(
+pub(super) fn completed(
     lease: Lease,
     verdict: Verdict,
     attempt: Option<AttemptRecord>,
@@ -235,7 +234,7 @@ fn completed(
     }
 }
 
-fn record(
+pub(super) fn record(
     outcome: &Outcome,
     started: Timestamp,
     finished: Timestamp,
@@ -491,142 +490,6 @@ async fn webhook_path(
         lease,
         verdict,
         record(&outcome, started, finished, response.excerpt()),
-        delivery,
-        started,
-        finished,
-    )
-}
-
-async fn email_path(
-    shared: &Shared,
-    run: &RunState,
-    lease: Lease,
-    delivery: &Delivery,
-    message: &Message,
-    recipient: &Recipient,
-) -> Done {
-    let Some(ch) = &shared.mail else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
-    };
-    let now = shared.clock.now();
-    let idempotent = ch.mailer.capabilities().idempotent;
-    let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), idempotent);
-    let fail = |lease: Lease, outcome: Outcome, text: &str| {
-        let verdict = classify(&outcome, &context(shared, &lease), &policy);
-        completed(
-            lease,
-            verdict,
-            record(&outcome, now, now, text),
-            delivery,
-            now,
-            now,
-        )
-    };
-    if lease.was_sending() && !idempotent {
-        let rec = AttemptRecord {
-            started_at: now,
-            finished_at: now,
-            outcome: AttemptOutcome::Failed(ErrorClass::MailUnknown),
-            status_code: None,
-            excerpt: Some(
-                "an earlier send may have happened and the mailer is not idempotent".into(),
-            ),
-        };
-        return completed(
-            lease,
-            Verdict::Dead {
-                reason: crate::model::DeadReason::UnknownOutcome,
-            },
-            Some(rec),
-            delivery,
-            now,
-            now,
-        );
-    }
-    let to = match ch.resolver.resolve(&delivery.tenant, recipient).await {
-        Ok(a) => a,
-        Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::NotFound) => {
-            return fail(
-                lease,
-                Outcome::Unrenderable,
-                "the recipient does not resolve",
-            );
-        }
-        Err(_) => {
-            let err = MailError::new(
-                MailErrorCode::Other,
-                MailOutcome::NotSent,
-                "recipient lookup failed",
-            );
-            return fail(lease, Outcome::Mail(Err(err)), "recipient lookup failed");
-        }
-    };
-    let mail = match ch.composer.compose(message, to) {
-        Ok(m) => m,
-        Err(_) => {
-            return fail(
-                lease,
-                Outcome::Unrenderable,
-                "the message cannot be rendered as an e-mail",
-            )
-        }
-    };
-    if let Gate::Release(delay) = gate(shared, run, shared.config.mail_timeout, None) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
-    }
-    // Validated with the configuration: never fails here.
-    let key = match namespaced_mail_idempotency_key(&shared.config.mail_key_prefix, delivery.id) {
-        Ok(k) => k,
-        Err(e) => {
-            tracing::error!(error = %e, "the mail key prefix is invalid; releasing the delivery");
-            return Done::Release {
-                lease,
-                delay: shared.config.park_delay,
-                duplicate: false,
-            };
-        }
-    };
-    match shared.store.mark_sending(&lease).await {
-        Ok(()) => {}
-        Err(e) if e.is_lease_lost() => return Done::LeaseLost,
-        Err(e) => {
-            tracing::warn!(error = %e, "marking the delivery as sending failed; releasing it");
-            return Done::Release {
-                lease,
-                delay: shared.config.poll_interval,
-                duplicate: false,
-            };
-        }
-    }
-    let started = shared.clock.now();
-    let result = tokio::select! {
-        r = ch.mailer.send(&mail, &key) => r,
-        // Abandoned mid-call: the mail may have gone out.
-        () = shared.clock.sleep(shared.config.mail_timeout) => Err(MailError::new(
-            MailErrorCode::Timeout,
-            MailOutcome::Unknown,
-            "the mailer did not answer before the mail deadline",
-        )),
-    };
-    let finished = shared.clock.now();
-    let text = match &result {
-        Ok(_) => String::new(),
-        Err(e) => e.detail.clone(),
-    };
-    let outcome = Outcome::Mail(result.map(|_| ()));
-    let verdict = classify(&outcome, &context(shared, &lease), &policy);
-    completed(
-        lease,
-        verdict,
-        record(&outcome, started, finished, &text),
         delivery,
         started,
         finished,
