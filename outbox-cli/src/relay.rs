@@ -51,6 +51,13 @@ pub struct RelayArgs {
     /// The mail API deduplicates by Idempotency-Key (unknown outcomes may then be retried).
     #[arg(long)]
     mail_idempotent: bool,
+    /// The installation prefix of mail idempotency keys (`<prefix>-<delivery id>`); give each
+    /// app or environment sharing one mail account its own.
+    #[arg(long, env = "OUTBOX_MAIL_KEY_PREFIX", default_value = "outbox")]
+    mail_key_prefix: String,
+    /// POST a summary of deliveries that went dead here (at most one every 5 minutes).
+    #[arg(long)]
+    dead_letter_webhook: Option<String>,
 }
 
 #[derive(Debug)]
@@ -102,6 +109,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         poll_interval: parse_flag_duration("poll-interval", &a.poll_interval)?,
         webhook_timeout: parse_flag_duration("webhook-timeout", &a.webhook_timeout)?,
         shutdown_grace: parse_flag_duration("shutdown-grace", &a.shutdown_grace)?,
+        mail_key_prefix: a.mail_key_prefix.clone(),
         ..DispatcherConfig::default()
     };
     config.lease = match &a.lease {
@@ -118,11 +126,17 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
     let env = a.store.open().await?;
     let vault = vault_from(&env)?;
     let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
+    let alert_url = a
+        .dead_letter_webhook
+        .as_deref()
+        .map(outboxkit_core::EndpointUrl::parse)
+        .transpose()?;
+    let transport = Arc::new(transport);
     let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())
         .entropy(env.entropy.clone())
-        .webhooks(Arc::new(transport), vault)
+        .webhooks(transport.clone(), vault)
         .webhook_policy(TenantPolicy::uniform(policy))
         .observer(Arc::new(BatchLog));
     if let Some(url) = a.mail_url {
@@ -136,6 +150,16 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
             ..outboxkit_http::HttpMailerConfig::default()
         })?;
         builder = builder.mailer(Arc::new(mailer));
+    }
+    if let Some(url) = alert_url {
+        builder = builder.dead_letter_alerts(outboxkit_core::DeadLetterAlerts {
+            webhook: Some(outboxkit_core::AlertWebhook {
+                url,
+                transport,
+                secret: None,
+            }),
+            ..outboxkit_core::DeadLetterAlerts::default()
+        });
     }
     let dispatcher = builder.build()?;
     tracing::info!("outbox relay started");
