@@ -45,9 +45,9 @@ pub struct DispatcherConfig {
     /// How long the report waits for queue statistics. Default 500 ms.
     pub stats_deadline: Duration,
     /// The deadline of one e-mail send. A mailer still busy then is abandoned and the send
-    /// counts as an `Unknown` outcome (it may have gone out). Default 10 s; shorter than
-    /// the lease.
-    pub mail_timeout: Duration,
+    /// counts as an `Unknown` outcome (it may have gone out). `None` (the default) uses
+    /// `webhook_timeout`; a value must be shorter than the lease.
+    pub mail_timeout: Option<Duration>,
     /// The installation prefix of mail idempotency keys (`<prefix>-<delivery id>`): give
     /// each application or environment sharing one mail-service account its own. 1–163
     /// visible ASCII characters. Default `outbox`.
@@ -78,7 +78,7 @@ impl Default for DispatcherConfig {
             header_prefix: crate::signing::DEFAULT_HEADER_PREFIX.to_owned(),
             dormant_topics: Vec::new(),
             stats_deadline: Duration::from_millis(500),
-            mail_timeout: Duration::from_secs(10),
+            mail_timeout: None,
             mail_key_prefix: crate::mail::DEFAULT_MAIL_KEY_PREFIX.to_owned(),
             endpoint_concurrency: None,
             endpoint_concurrency_overrides: BTreeMap::new(),
@@ -175,17 +175,19 @@ impl DispatcherConfig {
             Duration::ZERO,
             Duration::from_secs(60),
         )?;
-        between(
-            "mail_timeout",
-            self.mail_timeout,
-            Duration::from_millis(10),
-            Duration::from_secs(600),
-        )?;
-        if self.mail_timeout >= self.lease {
-            return Err(Error::misconfigured(
+        if let Some(t) = self.mail_timeout {
+            between(
                 "mail_timeout",
-                "must be shorter than the lease",
-            ));
+                t,
+                Duration::from_millis(10),
+                Duration::from_secs(600),
+            )?;
+            if t >= self.lease {
+                return Err(Error::misconfigured(
+                    "mail_timeout",
+                    "must be shorter than the lease",
+                ));
+            }
         }
         crate::mail::check_mail_key_prefix(&self.mail_key_prefix)
             .map_err(|e| Error::misconfigured("mail_key_prefix", e.message().to_owned()))?;
@@ -209,6 +211,11 @@ impl DispatcherConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The deadline of one e-mail send: `mail_timeout`, else `webhook_timeout`.
+    pub fn mail_deadline(&self) -> Duration {
+        self.mail_timeout.unwrap_or(self.webhook_timeout)
     }
 
     /// The most webhook requests in flight to `endpoint` (`None`: no per-endpoint limit).
@@ -257,7 +264,7 @@ mod tests {
             ),
             (
                 "mail_timeout",
-                Box::new(|c| c.mail_timeout = Duration::from_secs(50)),
+                Box::new(|c| c.mail_timeout = Some(Duration::from_secs(50))),
             ),
             (
                 "mail_key_prefix",

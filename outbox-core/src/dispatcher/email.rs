@@ -137,7 +137,7 @@ pub(super) async fn email_path(
             )
         }
     };
-    if let Gate::Release(delay) = gate(shared, run, shared.config.mail_timeout, None) {
+    if let Gate::Release(delay) = gate(shared, run, shared.config.mail_deadline(), None) {
         return Done::Release {
             lease,
             delay,
@@ -172,7 +172,7 @@ pub(super) async fn email_path(
     let result = tokio::select! {
         r = ch.mailer.send(&mail, &key) => r,
         // Abandoned mid-call: the mail may have gone out.
-        () = shared.clock.sleep(shared.config.mail_timeout) => Err(MailError::new(
+        () = shared.clock.sleep(shared.config.mail_deadline()) => Err(MailError::new(
             MailErrorCode::Timeout,
             MailOutcome::Unknown,
             "the mailer did not answer before the mail deadline",

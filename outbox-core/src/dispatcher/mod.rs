@@ -169,7 +169,7 @@ impl Dispatcher {
         let s = &self.shared;
         let handler = s.handlers.values().map(|r| r.options.timeout).min();
         let webhook = s.webhooks.is_some().then_some(s.config.webhook_timeout);
-        let mail = s.mail.is_some().then_some(s.config.mail_timeout);
+        let mail = s.mail.is_some().then_some(s.config.mail_deadline());
         handler
             .into_iter()
             .chain(webhook)

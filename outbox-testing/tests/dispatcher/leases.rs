@@ -65,7 +65,7 @@ async fn long_handlers_keep_their_leases_and_a_lost_lease_cancels_the_handler() 
         .config(DispatcherConfig {
             lease: Duration::from_secs(30),
             webhook_timeout: Duration::from_secs(5),
-            mail_timeout: Duration::from_secs(5),
+            mail_timeout: Some(Duration::from_secs(5)),
             poll_interval: Duration::from_millis(50),
             ..DispatcherConfig::default()
         })

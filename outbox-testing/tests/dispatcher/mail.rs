@@ -149,7 +149,7 @@ impl Mailer for Hanging {
 /// mail deadline (but not the lease) and return the report.
 async fn run_past_the_mail_deadline(w: &crate::World, mailer: Hanging) -> outboxkit_core::Report {
     let config = outboxkit_core::DispatcherConfig {
-        mail_timeout: Duration::from_secs(5),
+        mail_timeout: Some(Duration::from_secs(5)),
         ..outboxkit_core::DispatcherConfig::default()
     };
     let d = w
