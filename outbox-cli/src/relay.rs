@@ -76,6 +76,13 @@ pub struct RelayArgs {
     /// The sender address (envelope and From header) for --smtp-url.
     #[arg(long, env = "OUTBOX_SMTP_FROM")]
     smtp_from: Option<String>,
+    /// The installation prefix of mail idempotency keys (`<prefix>-<delivery id>`); give each
+    /// app or environment sharing one mail account its own.
+    #[arg(long, env = "OUTBOX_MAIL_KEY_PREFIX", default_value = "outbox")]
+    mail_key_prefix: String,
+    /// POST a summary of deliveries that went dead here (at most one every 5 minutes).
+    #[arg(long)]
+    dead_letter_webhook: Option<String>,
 }
 
 /// The SMTP mailer of `--smtp-url`, checked once: refused credentials or TLS stop the
@@ -197,6 +204,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         poll_interval: parse_flag_duration("poll-interval", &a.poll_interval)?,
         webhook_timeout: parse_flag_duration("webhook-timeout", &a.webhook_timeout)?,
         shutdown_grace: parse_flag_duration("shutdown-grace", &a.shutdown_grace)?,
+        mail_key_prefix: a.mail_key_prefix.clone(),
         ..DispatcherConfig::default()
     };
     config.lease = match &a.lease {
@@ -213,17 +221,22 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
     let mut env = a.store.open().await?;
     env.vault_key = a.vault.vault_key.clone();
     let vault = vault_from(&env)?;
-    let transport = HintingTransport {
+    let transport = Arc::new(HintingTransport {
         inner: outboxkit_http::HttpTransport::new(egress_policy(a.egress))?,
         egress: a.egress,
         warned: std::sync::Mutex::default(),
-    };
+    });
     let webhook_timeout = config.webhook_timeout;
+    let alert_url = a
+        .dead_letter_webhook
+        .as_deref()
+        .map(outboxkit_core::EndpointUrl::parse)
+        .transpose()?;
     let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())
         .entropy(env.entropy.clone())
-        .webhooks(Arc::new(transport), vault)
+        .webhooks(transport.clone(), vault)
         .webhook_policy(TenantPolicy::uniform(policy))
         .observer(Arc::new(BatchLog));
     if let Some(url) = a.mail_url {
@@ -247,6 +260,16 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         )
         .await?;
         builder = builder.mailer(Arc::new(mailer));
+    }
+    if let Some(url) = alert_url {
+        builder = builder.dead_letter_alerts(outboxkit_core::DeadLetterAlerts {
+            webhook: Some(outboxkit_core::AlertWebhook {
+                url,
+                transport,
+                secret: None,
+            }),
+            ..outboxkit_core::DeadLetterAlerts::default()
+        });
     }
     let dispatcher = builder.build()?;
     tracing::info!(until_idle = a.until_idle, "outbox relay started");

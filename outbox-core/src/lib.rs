@@ -50,6 +50,7 @@ pub use async_trait::async_trait;
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
 };
+pub use dispatcher::{AlertEmail, AlertWebhook, DeadLetterAlerts, DeadLetterEvent};
 pub use dispatcher::{
     Context, Dedup, DeliveryEvent, Dispatcher, DispatcherBuilder, DispatcherConfig, EndpointAdmin,
     Handler, HandlerOptions, HandlerResult, NewEndpoint, Observer, Operator, RecipientResolver,

@@ -36,11 +36,44 @@ impl fmt::Debug for MailMessage {
     }
 }
 
-/// The idempotency key of an e-mail delivery: `outbox-<delivery id>`, identical on every
-/// attempt, never random.
+/// The default installation prefix of mail idempotency keys.
+pub const DEFAULT_MAIL_KEY_PREFIX: &str = "outbox";
+
+/// The longest mail key prefix: with `-` and a hyphenated UUID (37 characters) the key stays
+/// within the 200 characters of an [`IdempotencyKey`].
+pub const MAX_MAIL_KEY_PREFIX: usize = 200 - 37;
+
+/// The idempotency key of an e-mail delivery with the default prefix:
+/// `outbox-<delivery id>`, identical on every attempt, never random.
 pub fn mail_idempotency_key(delivery: DeliveryId) -> IdempotencyKey {
     // "outbox-" and a hyphenated UUID: 43 visible ASCII characters, always valid.
-    IdempotencyKey::trusted(format!("outbox-{delivery}"))
+    IdempotencyKey::trusted(format!("{DEFAULT_MAIL_KEY_PREFIX}-{delivery}"))
+}
+
+/// Check a mail key prefix: 1 to [`MAX_MAIL_KEY_PREFIX`] visible ASCII characters
+/// (`InvalidInput`, field `mail_key_prefix`, otherwise).
+pub fn check_mail_key_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty()
+        || prefix.len() > MAX_MAIL_KEY_PREFIX
+        || !prefix.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(Error::invalid_input(
+            "mail_key_prefix",
+            format!("must be 1 to {MAX_MAIL_KEY_PREFIX} visible ASCII characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// The idempotency key of an e-mail delivery in an installation: `<prefix>-<delivery id>`,
+/// identical on every attempt, never random, so two applications sharing one mail-service
+/// account never collide. The prefix is checked with [`check_mail_key_prefix`].
+pub fn namespaced_mail_idempotency_key(
+    prefix: &str,
+    delivery: DeliveryId,
+) -> Result<IdempotencyKey> {
+    check_mail_key_prefix(prefix)?;
+    Ok(IdempotencyKey::trusted(format!("{prefix}-{delivery}")))
 }
 
 /// Whether the mail service sent the message.
@@ -250,6 +283,32 @@ pub fn mail_from_payload(payload: &[u8], to: String) -> Result<MailMessage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaced_keys_are_stable_and_checked() {
+        let id = DeliveryId::parse("01900000-0000-7000-8000-0000000000aa").unwrap();
+        let k = namespaced_mail_idempotency_key("shop-prod", id).unwrap();
+        assert_eq!(k.as_str(), format!("shop-prod-{id}"));
+        assert_eq!(namespaced_mail_idempotency_key("shop-prod", id).unwrap(), k);
+        assert_eq!(
+            namespaced_mail_idempotency_key(DEFAULT_MAIL_KEY_PREFIX, id).unwrap(),
+            mail_idempotency_key(id)
+        );
+        let longest = "p".repeat(MAX_MAIL_KEY_PREFIX);
+        assert_eq!(
+            namespaced_mail_idempotency_key(&longest, id)
+                .unwrap()
+                .as_str()
+                .len(),
+            200
+        );
+        for bad in ["", "a b", "x\n", "ü"] {
+            let e = namespaced_mail_idempotency_key(bad, id).unwrap_err();
+            assert_eq!(e.field(), Some("mail_key_prefix"), "{bad:?}");
+        }
+        let e = namespaced_mail_idempotency_key(&format!("{longest}p"), id).unwrap_err();
+        assert_eq!(e.field(), Some("mail_key_prefix"));
+    }
 
     #[test]
     fn may_retry_table() {

@@ -41,6 +41,7 @@ struct Outbox {
     sent: Vec<(MailMessage, IdempotencyKey)>,
     accepted: HashMap<IdempotencyKey, String>,
     attempts: usize,
+    keys: Vec<IdempotencyKey>,
 }
 
 impl MailStandIn {
@@ -53,6 +54,7 @@ impl MailStandIn {
                 sent: Vec::new(),
                 accepted: HashMap::new(),
                 attempts: 0,
+                keys: Vec::new(),
             })),
         }
     }
@@ -96,6 +98,11 @@ impl MailStandIn {
     pub fn attempts(&self) -> usize {
         self.state().attempts
     }
+
+    /// The key of every `send` call (refused, deduplicated and accepted alike), in order.
+    pub fn keys(&self) -> Vec<IdempotencyKey> {
+        self.state().keys.clone()
+    }
 }
 
 impl Default for MailStandIn {
@@ -113,6 +120,7 @@ impl Mailer for MailStandIn {
     ) -> Result<Accepted, MailError> {
         let mut s = self.state();
         s.attempts += 1;
+        s.keys.push(key.clone());
         if !s.available {
             return Err(MailError::new(
                 MailErrorCode::Unavailable,

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::handler::{DedupCache, Handler, HandlerOptions};
+use super::alerts::{Alerter, DeadLetterAlerts};
+use super::dedup::DedupCache;
+use super::handler::{Handler, HandlerOptions};
 use super::report::Observer;
 use super::{
     Dispatcher, DispatcherConfig, LiteralRecipients, MailChannel, MailComposer, PayloadComposer,
@@ -39,6 +41,7 @@ pub struct DispatcherBuilder {
     resolver: Arc<dyn RecipientResolver>,
     composer: Arc<dyn MailComposer>,
     observer: Option<Arc<dyn Observer>>,
+    alerts: Option<DeadLetterAlerts>,
 }
 
 impl std::fmt::Debug for DispatcherBuilder {
@@ -65,6 +68,7 @@ impl DispatcherBuilder {
             resolver: Arc::new(LiteralRecipients),
             composer: Arc::new(PayloadComposer),
             observer: None,
+            alerts: None,
         }
     }
 
@@ -157,6 +161,13 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Alert the operator when deliveries go dead (a webhook and/or an e-mail, at most once
+    /// per `min_interval`); best effort, never in the way of a completion.
+    pub fn dead_letter_alerts(mut self, alerts: DeadLetterAlerts) -> Self {
+        self.alerts = Some(alerts);
+        self
+    }
+
     /// Check everything and build.
     pub fn build(self) -> Result<Dispatcher> {
         self.config.validate()?;
@@ -219,6 +230,20 @@ impl DispatcherBuilder {
             resolver: self.resolver,
             composer: self.composer,
         });
+        let alerts = match self.alerts {
+            Some(a) => {
+                a.validate()?;
+                Some(Arc::new(Alerter::new(
+                    a,
+                    clock.clone(),
+                    entropy.clone(),
+                    names.clone(),
+                    self.config.mail_key_prefix.clone(),
+                    self.config.webhook_timeout,
+                )))
+            }
+            None => None,
+        };
         if handlers.is_empty() && webhooks.is_none() && mail.is_none() {
             return Err(Error::misconfigured(
                 "dispatcher",
@@ -237,6 +262,8 @@ impl DispatcherBuilder {
                 mail,
                 observer: self.observer,
                 registered: tokio::sync::OnceCell::new(),
+                limits: super::limits::EndpointLimits::default(),
+                alerts,
             }),
         })
     }

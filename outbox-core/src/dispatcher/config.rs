@@ -1,10 +1,11 @@
 //! [`DispatcherConfig`]: every knob of the dispatcher, with documented defaults, validated
 //! once at `build()`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::ids::Topic;
+use crate::ids::{EndpointId, Topic};
 
 /// How the dispatcher claims, runs and completes deliveries.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +44,20 @@ pub struct DispatcherConfig {
     pub dormant_topics: Vec<Topic>,
     /// How long the report waits for queue statistics. Default 500 ms.
     pub stats_deadline: Duration,
+    /// The deadline of one e-mail send. A mailer still busy then is abandoned and the send
+    /// counts as an `Unknown` outcome (it may have gone out). `None` (the default) uses
+    /// `webhook_timeout`; a value must be shorter than the lease.
+    pub mail_timeout: Option<Duration>,
+    /// The installation prefix of mail idempotency keys (`<prefix>-<delivery id>`): give
+    /// each application or environment sharing one mail-service account its own. 1–163
+    /// visible ASCII characters. Default `outbox`.
+    pub mail_key_prefix: String,
+    /// Webhook requests in flight at once per endpoint, unless overridden; `None` (the
+    /// default) sets no limit beyond `concurrency`. A delivery to an endpoint at its limit is
+    /// released without spending an attempt, due after one poll interval.
+    pub endpoint_concurrency: Option<usize>,
+    /// Per-endpoint overrides of `endpoint_concurrency`, by endpoint id (1–10000 each).
+    pub endpoint_concurrency_overrides: BTreeMap<EndpointId, usize>,
 }
 
 impl Default for DispatcherConfig {
@@ -63,6 +78,10 @@ impl Default for DispatcherConfig {
             header_prefix: crate::signing::DEFAULT_HEADER_PREFIX.to_owned(),
             dormant_topics: Vec::new(),
             stats_deadline: Duration::from_millis(500),
+            mail_timeout: None,
+            mail_key_prefix: crate::mail::DEFAULT_MAIL_KEY_PREFIX.to_owned(),
+            endpoint_concurrency: None,
+            endpoint_concurrency_overrides: BTreeMap::new(),
         }
     }
 }
@@ -156,7 +175,55 @@ impl DispatcherConfig {
             Duration::ZERO,
             Duration::from_secs(60),
         )?;
+        if let Some(t) = self.mail_timeout {
+            between(
+                "mail_timeout",
+                t,
+                Duration::from_millis(10),
+                Duration::from_secs(600),
+            )?;
+            if t >= self.lease {
+                return Err(Error::misconfigured(
+                    "mail_timeout",
+                    "must be shorter than the lease",
+                ));
+            }
+        }
+        crate::mail::check_mail_key_prefix(&self.mail_key_prefix)
+            .map_err(|e| Error::misconfigured("mail_key_prefix", e.message().to_owned()))?;
+        if self
+            .endpoint_concurrency
+            .is_some_and(|c| !(1..=10_000).contains(&c))
+        {
+            return Err(Error::misconfigured(
+                "endpoint_concurrency",
+                "must be from 1 to 10000",
+            ));
+        }
+        if self
+            .endpoint_concurrency_overrides
+            .values()
+            .any(|c| !(1..=10_000).contains(c))
+        {
+            return Err(Error::misconfigured(
+                "endpoint_concurrency_overrides",
+                "each must be from 1 to 10000",
+            ));
+        }
         Ok(())
+    }
+
+    /// The deadline of one e-mail send: `mail_timeout`, else `webhook_timeout`.
+    pub fn mail_deadline(&self) -> Duration {
+        self.mail_timeout.unwrap_or(self.webhook_timeout)
+    }
+
+    /// The most webhook requests in flight to `endpoint` (`None`: no per-endpoint limit).
+    pub fn concurrency_for(&self, endpoint: EndpointId) -> Option<usize> {
+        self.endpoint_concurrency_overrides
+            .get(&endpoint)
+            .copied()
+            .or(self.endpoint_concurrency)
     }
 }
 
@@ -194,6 +261,14 @@ mod tests {
             (
                 "held_probe_interval",
                 Box::new(|c| c.held_probe_interval = Duration::ZERO),
+            ),
+            (
+                "mail_timeout",
+                Box::new(|c| c.mail_timeout = Some(Duration::from_secs(50))),
+            ),
+            (
+                "mail_key_prefix",
+                Box::new(|c| c.mail_key_prefix = "two words".into()),
             ),
         ];
         for (field, mutate) in cases {

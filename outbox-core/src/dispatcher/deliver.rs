@@ -9,27 +9,31 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{Context, HandlerResult, Seen};
+use super::dedup::{key_outcome, reserve_key, Reserve};
+use super::handler::{Context, HandlerResult};
+use super::lease::{keep_alive, LiveLease};
+use super::limits::Admit;
 use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
+
 use super::Shared;
 use crate::claim::{Claimed, Completion, Lease};
-use crate::ids::{ConsumerName, EndpointId, Recipient};
-use crate::mail::{mail_idempotency_key, MailError, MailErrorCode, MailOutcome};
+use crate::ids::{ConsumerName, EndpointId};
 use crate::model::{
-    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
-    ErrorClass, Message,
+    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind, Message,
 };
 use crate::time::{ClockExt, EntropyExt, Timestamp};
 use crate::verdict::{classify, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy};
-use crate::ErrorKind;
 
 /// The state of one `run` or `run_once` call, shared by its delivery tasks.
 #[derive(Debug)]
 pub(crate) struct RunState {
     /// `run_once`'s soft deadline.
     pub(crate) deadline: Option<Timestamp>,
-    /// Set on shutdown: start nothing new.
+    /// Set when the run stops (shutdown, or `run_once` out of budget or work): start
+    /// nothing new.
     pub(crate) stopping: CancellationToken,
+    /// Set on `run`'s shutdown signal only: cancels running handlers' contexts.
+    pub(crate) shutdown: CancellationToken,
     /// Handlers paused by a snooze, until when.
     pub(crate) breakers: Mutex<HashMap<ConsumerName, Timestamp>>,
     /// Deliveries this run has started (`run_once`: all of them; `run`: those in flight).
@@ -41,9 +45,16 @@ impl RunState {
         RunState {
             deadline,
             stopping: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
             breakers: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// The shutdown signal arrived: start nothing new and cancel running handlers.
+    pub(crate) fn shut_down(&self) {
+        self.stopping.cancel();
+        self.shutdown.cancel();
     }
 
     /// Whether `started` covers the whole run (`run_once`, which has a deadline).
@@ -90,12 +101,13 @@ pub(crate) enum Done {
 #[derive(Clone, Debug)]
 pub(crate) struct Meta {
     pub(crate) topic: crate::ids::Topic,
+    pub(crate) tenant: crate::ids::TenantId,
     pub(crate) kind: DestinationKind,
     pub(crate) attempt: u32,
     pub(crate) duration: Duration,
 }
 
-enum Gate {
+pub(super) enum Gate {
     Go,
     Release(Duration),
 }
@@ -135,7 +147,9 @@ pub(crate) async fn deliver(
         Destination::Webhook(e) => {
             webhook_path(&shared, &run, &endpoints, lease, &delivery, &message, *e).await
         }
-        Destination::Email(r) => email_path(&shared, &run, lease, &delivery, &message, r).await,
+        Destination::Email(r) => {
+            super::email::email_path(&shared, &run, lease, &delivery, &message, r).await
+        }
     };
     if !run.whole_run() || matches!(done, Done::Release { .. }) {
         run.started
@@ -147,7 +161,7 @@ pub(crate) async fn deliver(
 }
 
 /// The checks made right before a delivery starts.
-fn gate(
+pub(super) fn gate(
     shared: &Shared,
     run: &RunState,
     timeout: Duration,
@@ -172,7 +186,7 @@ fn gate(
     Gate::Go
 }
 
-fn verdict_policy(
+pub(super) fn verdict_policy(
     shared: &Shared,
     retry: crate::retry::RetryPolicy,
     mail_idempotent: bool,
@@ -188,7 +202,7 @@ fn verdict_policy(
     }
 }
 
-fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
+pub(super) fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
     AttemptContext {
         attempt: lease.attempts,
         snoozes: lease.snoozes,
@@ -198,7 +212,7 @@ fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
     }
 }
 
-fn completed(
+pub(super) fn completed(
     lease: Lease,
     verdict: Verdict,
     attempt: Option<AttemptRecord>,
@@ -208,6 +222,7 @@ fn completed(
 ) -> Done {
     let meta = Meta {
         topic: delivery.topic.clone(),
+        tenant: delivery.tenant.clone(),
         kind: delivery.destination.kind(),
         attempt: lease.attempts,
         duration: finished.duration_since(started),
@@ -219,7 +234,7 @@ fn completed(
     }
 }
 
-fn record(
+pub(super) fn record(
     outcome: &Outcome,
     started: Timestamp,
     finished: Timestamp,
@@ -270,46 +285,41 @@ async fn handler_path(
         };
     }
     let started = shared.clock.now();
-    let key = reg.options.dedup.as_ref().and_then(|d| (d.key)(&message));
-    if let Some(k) = &key {
-        let seen = reg
-            .dedup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .check(k, started);
-        match seen {
-            Seen::InFlight => {
-                return Done::Release {
-                    lease,
-                    delay: shared.config.poll_interval,
-                    duplicate: false,
-                }
+    let guard = match reserve_key(shared, reg, &message, delivery.id, started) {
+        Reserve::Go(guard) => guard,
+        Reserve::Taken(delay) => {
+            return Done::Release {
+                lease,
+                delay,
+                duplicate: false,
             }
-            Seen::Done => {
-                let rec = AttemptRecord {
-                    started_at: started,
-                    finished_at: started,
-                    outcome: AttemptOutcome::Succeeded,
-                    status_code: None,
-                    excerpt: Some("skipped: the dedup key succeeded recently".into()),
-                };
-                return completed(
-                    lease,
-                    Verdict::Succeeded,
-                    Some(rec),
-                    delivery,
-                    started,
-                    started,
-                );
-            }
-            Seen::New => {}
         }
-    }
-    let cancel = CancellationToken::new();
+        Reserve::Skip => {
+            let rec = AttemptRecord {
+                started_at: started,
+                finished_at: started,
+                outcome: AttemptOutcome::Succeeded,
+                status_code: None,
+                excerpt: Some("skipped: the dedup key succeeded recently".into()),
+            };
+            return completed(
+                lease,
+                Verdict::Succeeded,
+                Some(rec),
+                delivery,
+                started,
+                started,
+            );
+        }
+    };
+    let lease_attempts = lease.attempts;
+    // Cancelled at shutdown, at the timeout, or when the lease is lost.
+    let cancel = run.shutdown.child_token();
+    let live = LiveLease::new(lease);
     let ctx = Context {
         delivery_id: delivery.id,
         consumer: consumer.clone(),
-        attempt: lease.attempts,
+        attempt: lease_attempts,
         cancel: cancel.clone(),
         store: shared.store.clone(),
         cause: Cause {
@@ -323,6 +333,8 @@ async fn handler_path(
                 .saturating_add(1),
         },
         max_depth: shared.config.max_depth,
+        tenant: delivery.tenant.clone(),
+        emits: reg.options.emits.clone(),
     };
     let call = AssertUnwindSafe(reg.handler.handle(ctx, message)).catch_unwind();
     let (outcome, text) = tokio::select! {
@@ -337,24 +349,34 @@ async fn handler_path(
             cancel.cancel();
             (HandlerOutcome::Timeout, "the handler timed out".to_owned())
         }
+        never = keep_alive(shared, &live, &cancel) => match never {},
     };
-    let finished = shared.clock.now();
-    if let Some(k) = &key {
-        let ttl = reg.options.dedup.as_ref().map_or(Duration::ZERO, |d| d.ttl);
-        let cap = reg.options.dedup.as_ref().map_or(1, |d| d.capacity);
-        let ok = outcome == HandlerOutcome::Ok;
-        reg.dedup.lock().unwrap_or_else(|p| p.into_inner()).finish(
-            k,
-            ok,
-            finished.saturating_add(ttl),
-            cap,
-        );
+    let lost = live.is_lost();
+    let lease = live.into_lease();
+    if lost {
+        // Another worker has it: write nothing (the dedup key expires by itself).
+        return Done::LeaseLost;
     }
+    if run.shutdown.is_cancelled()
+        && matches!(outcome, HandlerOutcome::Retry | HandlerOutcome::Timeout)
+    {
+        // Stopped by the shutdown: put it back with the attempt refunded, like an abort.
+        return Done::Release {
+            lease,
+            delay: Duration::ZERO,
+            duplicate: false,
+        };
+    }
+    let finished = shared.clock.now();
     let outcome = Outcome::Handler(outcome);
     let policy = verdict_policy(shared, reg.options.retry.clone(), false);
     let verdict = classify(&outcome, &context(shared, &lease), &policy);
     if let Verdict::Snoozed { until } = verdict {
         run.trip(consumer, until);
+    }
+    if let Some(g) = guard {
+        let ttl = reg.options.dedup.as_ref().map_or(Duration::ZERO, |d| d.ttl);
+        g.finish(key_outcome(&verdict, finished, ttl, shared.config.lease));
     }
     completed(
         lease,
@@ -427,6 +449,29 @@ async fn webhook_path(
             duplicate: false,
         };
     }
+    let _permit = match shared.limits.admit(
+        endpoint.id,
+        endpoint.rate_limit,
+        shared.config.concurrency_for(endpoint.id),
+        shared.clock.now(),
+    ) {
+        Admit::Go(permit) => permit,
+        // Not started: back without spending an attempt, due when it may go.
+        Admit::RateLimited(wait) => {
+            return Done::Release {
+                lease,
+                delay: wait,
+                duplicate: false,
+            }
+        }
+        Admit::Busy => {
+            return Done::Release {
+                lease,
+                delay: shared.config.poll_interval,
+                duplicate: false,
+            }
+        }
+    };
     let started = shared.clock.now();
     let request = signed_request(
         &endpoint,
@@ -445,123 +490,6 @@ async fn webhook_path(
         lease,
         verdict,
         record(&outcome, started, finished, response.excerpt()),
-        delivery,
-        started,
-        finished,
-    )
-}
-
-async fn email_path(
-    shared: &Shared,
-    run: &RunState,
-    lease: Lease,
-    delivery: &Delivery,
-    message: &Message,
-    recipient: &Recipient,
-) -> Done {
-    let Some(ch) = &shared.mail else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
-    };
-    let now = shared.clock.now();
-    let idempotent = ch.mailer.capabilities().idempotent;
-    let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), idempotent);
-    let fail = |lease: Lease, outcome: Outcome, text: &str| {
-        let verdict = classify(&outcome, &context(shared, &lease), &policy);
-        completed(
-            lease,
-            verdict,
-            record(&outcome, now, now, text),
-            delivery,
-            now,
-            now,
-        )
-    };
-    if lease.was_sending() && !idempotent {
-        let rec = AttemptRecord {
-            started_at: now,
-            finished_at: now,
-            outcome: AttemptOutcome::Failed(ErrorClass::MailUnknown),
-            status_code: None,
-            excerpt: Some(
-                "an earlier send may have happened and the mailer is not idempotent".into(),
-            ),
-        };
-        return completed(
-            lease,
-            Verdict::Dead {
-                reason: crate::model::DeadReason::UnknownOutcome,
-            },
-            Some(rec),
-            delivery,
-            now,
-            now,
-        );
-    }
-    let to = match ch.resolver.resolve(&delivery.tenant, recipient).await {
-        Ok(a) => a,
-        Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::NotFound) => {
-            return fail(
-                lease,
-                Outcome::Unrenderable,
-                "the recipient does not resolve",
-            );
-        }
-        Err(_) => {
-            let err = MailError::new(
-                MailErrorCode::Other,
-                MailOutcome::NotSent,
-                "recipient lookup failed",
-            );
-            return fail(lease, Outcome::Mail(Err(err)), "recipient lookup failed");
-        }
-    };
-    let mail = match ch.composer.compose(message, to) {
-        Ok(m) => m,
-        Err(_) => {
-            return fail(
-                lease,
-                Outcome::Unrenderable,
-                "the message cannot be rendered as an e-mail",
-            )
-        }
-    };
-    if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
-    }
-    match shared.store.mark_sending(&lease).await {
-        Ok(()) => {}
-        Err(e) if e.is_lease_lost() => return Done::LeaseLost,
-        Err(e) => {
-            tracing::warn!(error = %e, "marking the delivery as sending failed; releasing it");
-            return Done::Release {
-                lease,
-                delay: shared.config.poll_interval,
-                duplicate: false,
-            };
-        }
-    }
-    let started = shared.clock.now();
-    let key = mail_idempotency_key(delivery.id);
-    let result = ch.mailer.send(&mail, &key).await;
-    let finished = shared.clock.now();
-    let text = match &result {
-        Ok(_) => String::new(),
-        Err(e) => e.detail.clone(),
-    };
-    let outcome = Outcome::Mail(result.map(|_| ()));
-    let verdict = classify(&outcome, &context(shared, &lease), &policy);
-    completed(
-        lease,
-        verdict,
-        record(&outcome, started, finished, &text),
         delivery,
         started,
         finished,

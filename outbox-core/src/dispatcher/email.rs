@@ -1,14 +1,23 @@
-//! The e-mail channel's seams: resolving a recipient to an address at send time, and
-//! composing the mail from a message.
+//! The e-mail channel: its seams (resolving a recipient to an address at send time,
+//! composing the mail from a message) and the send path of one delivery.
 
 use std::fmt;
 
 use async_trait::async_trait;
 
+use super::deliver::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
+use super::Shared;
+use crate::claim::Lease;
 use crate::error::Result;
 use crate::ids::{Recipient, TenantId};
-use crate::mail::{mail_from_payload, MailMessage};
-use crate::model::Message;
+use crate::mail::{
+    mail_from_payload, namespaced_mail_idempotency_key, MailError, MailErrorCode, MailMessage,
+    MailOutcome,
+};
+use crate::model::{AttemptOutcome, AttemptRecord, Delivery, ErrorClass, Message};
+use crate::time::ClockExt;
+use crate::verdict::{classify, Outcome, Verdict};
+use crate::ErrorKind;
 
 /// Turns a stored recipient (an address, or a reference such as a user id) into an address
 /// at send time, so the queue need not hold personal data.
@@ -48,4 +57,140 @@ impl MailComposer for PayloadComposer {
     fn compose(&self, message: &Message, to: String) -> Result<MailMessage> {
         mail_from_payload(&message.payload, to)
     }
+}
+
+pub(super) async fn email_path(
+    shared: &Shared,
+    run: &RunState,
+    lease: Lease,
+    delivery: &Delivery,
+    message: &Message,
+    recipient: &Recipient,
+) -> Done {
+    let Some(ch) = &shared.mail else {
+        return Done::Release {
+            lease,
+            delay: shared.config.poll_interval,
+            duplicate: false,
+        };
+    };
+    let now = shared.clock.now();
+    let idempotent = ch.mailer.capabilities().idempotent;
+    let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), idempotent);
+    let fail = |lease: Lease, outcome: Outcome, text: &str| {
+        let verdict = classify(&outcome, &context(shared, &lease), &policy);
+        completed(
+            lease,
+            verdict,
+            record(&outcome, now, now, text),
+            delivery,
+            now,
+            now,
+        )
+    };
+    if lease.was_sending() && !idempotent {
+        let rec = AttemptRecord {
+            started_at: now,
+            finished_at: now,
+            outcome: AttemptOutcome::Failed(ErrorClass::MailUnknown),
+            status_code: None,
+            excerpt: Some(
+                "an earlier send may have happened and the mailer is not idempotent".into(),
+            ),
+        };
+        return completed(
+            lease,
+            Verdict::Dead {
+                reason: crate::model::DeadReason::UnknownOutcome,
+            },
+            Some(rec),
+            delivery,
+            now,
+            now,
+        );
+    }
+    let to = match ch.resolver.resolve(&delivery.tenant, recipient).await {
+        Ok(a) => a,
+        Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::NotFound) => {
+            return fail(
+                lease,
+                Outcome::Unrenderable,
+                "the recipient does not resolve",
+            );
+        }
+        Err(_) => {
+            let err = MailError::new(
+                MailErrorCode::Other,
+                MailOutcome::NotSent,
+                "recipient lookup failed",
+            );
+            return fail(lease, Outcome::Mail(Err(err)), "recipient lookup failed");
+        }
+    };
+    let mail = match ch.composer.compose(message, to) {
+        Ok(m) => m,
+        Err(_) => {
+            return fail(
+                lease,
+                Outcome::Unrenderable,
+                "the message cannot be rendered as an e-mail",
+            )
+        }
+    };
+    if let Gate::Release(delay) = gate(shared, run, shared.config.mail_deadline(), None) {
+        return Done::Release {
+            lease,
+            delay,
+            duplicate: false,
+        };
+    }
+    // Validated with the configuration: never fails here.
+    let key = match namespaced_mail_idempotency_key(&shared.config.mail_key_prefix, delivery.id) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::error!(error = %e, "the mail key prefix is invalid; releasing the delivery");
+            return Done::Release {
+                lease,
+                delay: shared.config.park_delay,
+                duplicate: false,
+            };
+        }
+    };
+    match shared.store.mark_sending(&lease).await {
+        Ok(()) => {}
+        Err(e) if e.is_lease_lost() => return Done::LeaseLost,
+        Err(e) => {
+            tracing::warn!(error = %e, "marking the delivery as sending failed; releasing it");
+            return Done::Release {
+                lease,
+                delay: shared.config.poll_interval,
+                duplicate: false,
+            };
+        }
+    }
+    let started = shared.clock.now();
+    let result = tokio::select! {
+        r = ch.mailer.send(&mail, &key) => r,
+        // Abandoned mid-call: the mail may have gone out.
+        () = shared.clock.sleep(shared.config.mail_deadline()) => Err(MailError::new(
+            MailErrorCode::Timeout,
+            MailOutcome::Unknown,
+            "the mailer did not answer before the mail deadline",
+        )),
+    };
+    let finished = shared.clock.now();
+    let text = match &result {
+        Ok(_) => String::new(),
+        Err(e) => e.detail.clone(),
+    };
+    let outcome = Outcome::Mail(result.map(|_| ()));
+    let verdict = classify(&outcome, &context(shared, &lease), &policy);
+    completed(
+        lease,
+        verdict,
+        record(&outcome, started, finished, &text),
+        delivery,
+        started,
+        finished,
+    )
 }

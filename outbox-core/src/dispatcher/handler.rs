@@ -1,7 +1,6 @@
 //! In-process handlers (DESIGN §8.1): the [`Handler`] trait, what it returns, the context it
 //! gets, and its options (retry policy, timeout, concurrency, dedup).
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -11,11 +10,10 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::ids::{ConsumerName, DeliveryId};
+use crate::ids::{ConsumerName, DeliveryId, TenantId, Topic, TopicFilter};
 use crate::model::{Cause, Message, NewMessage};
 use crate::retry::RetryPolicy;
 use crate::store::{DynStore, Enqueued};
-use crate::time::Timestamp;
 
 /// What a handler decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,6 +111,8 @@ pub struct Context {
     pub(crate) store: Arc<DynStore>,
     pub(crate) cause: Cause,
     pub(crate) max_depth: u32,
+    pub(crate) tenant: TenantId,
+    pub(crate) emits: Option<TopicFilter>,
 }
 
 impl fmt::Debug for Context {
@@ -121,6 +121,7 @@ impl fmt::Debug for Context {
             .field("delivery_id", &self.delivery_id)
             .field("consumer", &self.consumer)
             .field("attempt", &self.attempt)
+            .field("tenant", &self.tenant)
             .finish_non_exhaustive()
     }
 }
@@ -141,14 +142,25 @@ impl Context {
         self.attempt
     }
 
-    /// Cancelled when the handler's timeout passes or the dispatcher stops: stop work and
-    /// return.
+    /// The tenant of the message being handled (follow-ups inherit it).
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// Cancelled when the handler's timeout passes, when `run`'s shutdown signal arrives,
+    /// or when the delivery's lease is lost to another worker: stop work and return. After
+    /// a shutdown, returning `Retry` gives the attempt back; after a lost lease, nothing
+    /// the handler returns is written.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }
 
-    /// Enqueue a follow-up message now, carrying this message as its cause. A chain deeper
-    /// than the dispatcher's `max_depth` is refused with `InvalidInput` (field `cause`).
+    /// Enqueue a follow-up message now, carrying this message as its cause and, unless the
+    /// follow-up names one, this message's tenant.
+    ///
+    /// A chain deeper than the dispatcher's `max_depth` is refused with `InvalidInput`
+    /// (field `cause`); a topic outside the handler's declared [`HandlerOptions::emits`] is
+    /// refused with `InvalidInput` (field `topic`). Nothing is written then.
     /// Follow-ups are at least once too: give them an idempotency key derived from
     /// [`Context::delivery_id`] when a retry must not emit twice.
     pub async fn emit(&self, message: NewMessage) -> Result<Enqueued> {
@@ -161,8 +173,24 @@ impl Context {
                 ),
             ));
         }
+        if let Some(emits) = &self.emits {
+            let topic = Topic::new(message.topic_str())?;
+            if !emits.matches(&topic) {
+                return Err(Error::invalid_input(
+                    "topic",
+                    format!(
+                        "consumer {} does not declare {topic} among the topics it emits",
+                        self.consumer
+                    ),
+                ));
+            }
+        }
         self.store
-            .enqueue(message.caused_by(self.cause.clone()))
+            .enqueue(
+                message
+                    .inherit_tenant(&self.tenant)
+                    .caused_by(self.cause.clone()),
+            )
             .await
     }
 }
@@ -170,8 +198,19 @@ impl Context {
 /// A function from a message to its deduplication key.
 pub type DedupKeyFn = Arc<dyn Fn(&Message) -> Option<String> + Send + Sync>;
 
-/// Skip a message whose key is in flight or succeeded within `ttl`; remember at most
-/// `capacity` keys.
+/// Skip a message whose key is taken: reserved by another delivery from its first attempt
+/// until its final outcome (held across its retries), or succeeded within `ttl`.
+///
+/// - A delivery whose key another delivery holds is released without spending an attempt,
+///   due when the holder's next attempt is (or after one poll interval while it runs).
+/// - A success remembers the key for `ttl` (default [`Dedup::DEFAULT_TTL`], 60 s); later
+///   deliveries with it complete as succeeded without calling the handler ("skipped").
+/// - A final failure (dead) frees the key at once.
+/// - A retry keeps the key reserved until the retry is due plus the lease (so a delivery
+///   that never comes back — replayed elsewhere, dead at claim — frees it by itself).
+/// - A delivery aborted at shutdown keeps its key for one lease, then it frees itself.
+/// - At most `capacity` succeeded keys are remembered (default [`Dedup::DEFAULT_CAPACITY`],
+///   10 000; the oldest goes first). The cache lives in the dispatcher's memory.
 #[derive(Clone)]
 pub struct Dedup {
     pub(crate) key: DedupKeyFn,
@@ -180,6 +219,11 @@ pub struct Dedup {
 }
 
 impl Dedup {
+    /// How long a succeeded key is remembered by default: 60 s.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+    /// How many succeeded keys are remembered by default: 10 000.
+    pub const DEFAULT_CAPACITY: usize = 10_000;
+
     /// Deduplicate by `key`, remembering successes for `ttl`, at most `capacity` keys.
     pub fn new(
         key: impl Fn(&Message) -> Option<String> + Send + Sync + 'static,
@@ -191,6 +235,11 @@ impl Dedup {
             ttl,
             capacity: capacity.max(1),
         }
+    }
+
+    /// Deduplicate by `key` with the default TTL and capacity.
+    pub fn by(key: impl Fn(&Message) -> Option<String> + Send + Sync + 'static) -> Self {
+        Self::new(key, Self::DEFAULT_TTL, Self::DEFAULT_CAPACITY)
     }
 }
 
@@ -214,6 +263,9 @@ pub struct HandlerOptions {
     pub concurrency: Option<usize>,
     /// Optional deduplication.
     pub dedup: Option<Dedup>,
+    /// The topics this handler may emit through [`Context::emit`]; `None` (the default)
+    /// allows any. Others are refused with `InvalidInput`.
+    pub emits: Option<TopicFilter>,
 }
 
 impl Default for HandlerOptions {
@@ -223,61 +275,7 @@ impl Default for HandlerOptions {
             timeout: Duration::from_secs(30),
             concurrency: None,
             dedup: None,
-        }
-    }
-}
-
-/// Whether a dedup key was seen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Seen {
-    New,
-    InFlight,
-    Done,
-}
-
-/// A bounded cache of dedup keys: in-flight keys and recent successes.
-#[derive(Debug, Default)]
-pub(crate) struct DedupCache {
-    in_flight: HashSet<String>,
-    done: HashMap<String, Timestamp>,
-    order: VecDeque<String>,
-}
-
-impl DedupCache {
-    pub(crate) fn check(&mut self, key: &str, now: Timestamp) -> Seen {
-        if self.in_flight.contains(key) {
-            return Seen::InFlight;
-        }
-        match self.done.get(key) {
-            Some(until) if *until > now => Seen::Done,
-            _ => {
-                self.in_flight.insert(key.to_owned());
-                Seen::New
-            }
-        }
-    }
-
-    pub(crate) fn finish(
-        &mut self,
-        key: &str,
-        succeeded: bool,
-        expires: Timestamp,
-        capacity: usize,
-    ) {
-        self.in_flight.remove(key);
-        if !succeeded {
-            return;
-        }
-        if self.done.insert(key.to_owned(), expires).is_none() {
-            self.order.push_back(key.to_owned());
-        }
-        while self.done.len() > capacity {
-            match self.order.pop_front() {
-                Some(old) => {
-                    self.done.remove(&old);
-                }
-                None => break,
-            }
+            emits: None,
         }
     }
 }
@@ -285,43 +283,6 @@ impl DedupCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn t(s: u64) -> Timestamp {
-        Timestamp::EPOCH.saturating_add(Duration::from_secs(s))
-    }
-
-    #[test]
-    fn dedup_cache_skips_in_flight_and_recent_successes() {
-        let mut c = DedupCache::default();
-        assert_eq!(c.check("a", t(0)), Seen::New);
-        assert_eq!(c.check("a", t(0)), Seen::InFlight);
-        c.finish("a", true, t(10), 100);
-        assert_eq!(c.check("a", t(5)), Seen::Done);
-        assert_eq!(c.check("a", t(10)), Seen::New, "expired after the ttl");
-        c.finish("a", false, t(20), 100);
-        assert_eq!(
-            c.check("a", t(11)),
-            Seen::New,
-            "a failure is not remembered"
-        );
-    }
-
-    #[test]
-    fn dedup_cache_is_bounded() {
-        let mut c = DedupCache::default();
-        for i in 0..10 {
-            let k = format!("k{i}");
-            assert_eq!(c.check(&k, t(0)), Seen::New);
-            c.finish(&k, true, t(100), 3);
-        }
-        assert_eq!(c.done.len(), 3);
-        assert_eq!(
-            c.check("k0", t(1)),
-            Seen::New,
-            "the oldest keys were evicted"
-        );
-        assert_eq!(c.check("k9", t(1)), Seen::Done);
-    }
 
     #[test]
     fn results_from_std_results() {

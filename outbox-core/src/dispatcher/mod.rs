@@ -4,11 +4,15 @@
 //! `run(shutdown)` is the long-running loop; `run_once(budget)` drains what is due within a
 //! soft time budget (cron, serverless). Both return a [`Report`].
 
+mod alerts;
 mod builder;
 mod config;
+mod dedup;
 mod deliver;
 mod email;
 mod handler;
+mod lease;
+mod limits;
 mod ops;
 mod report;
 mod webhook;
@@ -22,16 +26,17 @@ use tokio::sync::Semaphore;
 use tokio::task::{Id, JoinSet};
 use tracing::Instrument;
 
+pub use alerts::{AlertEmail, AlertWebhook, DeadLetterAlerts, ALERT_LIST_LIMIT};
 pub use builder::DispatcherBuilder;
 pub use config::DispatcherConfig;
 pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResolver};
 pub use handler::{Context, Dedup, Handler, HandlerOptions, HandlerResult};
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
-pub use report::{DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
+pub use report::{DeadLetterEvent, DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
 pub use webhook::{endpoint_gate, open_secrets, signed_request, webhook_body};
 
+use self::dedup::DedupCache;
 use self::deliver::{deliver, Done, Meta, RunState};
-use self::handler::DedupCache;
 use self::report::observe;
 use self::webhook::EndpointCache;
 use crate::claim::{ClaimRequest, Completion, Lease};
@@ -39,12 +44,14 @@ use crate::endpoint::Consumer;
 use crate::error::{ErrorKind, Result};
 use crate::ids::ConsumerName;
 use crate::mail::DynMailer;
+use crate::model::DeadReason;
 use crate::retry::TenantPolicy;
 use crate::signing::HeaderNames;
 use crate::store::DynStore;
 use crate::time::{ClockExt, DynClock, DynEntropy, Timestamp};
 use crate::transport::DynWebhookTransport;
 use crate::vault::DynSecretVault;
+use crate::verdict::Verdict;
 
 pub(crate) struct Registered {
     pub(crate) consumer: Consumer,
@@ -80,6 +87,8 @@ pub(crate) struct Shared {
     pub(crate) mail: Option<MailChannel>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) registered: tokio::sync::OnceCell<()>,
+    pub(crate) limits: limits::EndpointLimits,
+    pub(crate) alerts: Option<Arc<alerts::Alerter>>,
 }
 
 /// Runs deliveries. Build one with [`Dispatcher::builder`]; clone it freely (clones share
@@ -159,9 +168,15 @@ impl Dispatcher {
     fn min_reservation(&self) -> Duration {
         let s = &self.shared;
         let handler = s.handlers.values().map(|r| r.options.timeout).min();
-        let channel =
-            (s.webhooks.is_some() || s.mail.is_some()).then_some(s.config.webhook_timeout);
-        handler.into_iter().chain(channel).min().unwrap_or_default() + s.config.reservation_margin
+        let webhook = s.webhooks.is_some().then_some(s.config.webhook_timeout);
+        let mail = s.mail.is_some().then_some(s.config.mail_deadline());
+        handler
+            .into_iter()
+            .chain(webhook)
+            .chain(mail)
+            .min()
+            .unwrap_or_default()
+            + s.config.reservation_margin
     }
 
     fn claim_request(&self, run: &RunState, size: usize, now: Timestamp) -> Option<ClaimRequest> {
@@ -231,7 +246,7 @@ impl Dispatcher {
             if !run.stopping.is_cancelled() {
                 if let Mode::Forever(signal) = &mut mode {
                     if futures::FutureExt::now_or_never(signal).is_some() {
-                        run.stopping.cancel();
+                        run.shut_down();
                     }
                 }
             }
@@ -324,7 +339,7 @@ impl Dispatcher {
                 r = settled(&mut settling), if settling.is_some() => written = Some(r),
                 () = woken => {}
                 () = s.clock.sleep(s.config.poll_interval) => {}
-                () = shutdown => run.stopping.cancel(),
+                () = shutdown => run.shut_down(),
             }
             if let Some(r) = written {
                 settling = None;
@@ -470,6 +485,34 @@ fn completed(
             duration: meta.duration,
         };
         observe(|| o.on_delivery(&event));
+    }
+    if let Verdict::Dead { reason } = completion.verdict {
+        dead_letter(shared, lease, meta, reason);
+    }
+}
+
+/// Tell the observer and the operator's alerts that a delivery went dead (never waits).
+fn dead_letter(shared: &Shared, lease: &Lease, meta: &Meta, reason: DeadReason) {
+    if let Some(o) = &shared.observer {
+        let event = DeadLetterEvent {
+            delivery_id: lease.delivery_id,
+            tenant: &meta.tenant,
+            topic: &meta.topic,
+            kind: meta.kind,
+            reason,
+            attempts: meta.attempt,
+        };
+        observe(|| o.on_dead(&event));
+    }
+    if let Some(a) = &shared.alerts {
+        a.dead(alerts::DeadItem {
+            delivery_id: lease.delivery_id,
+            tenant: meta.tenant.clone(),
+            topic: meta.topic.clone(),
+            kind: meta.kind,
+            reason,
+            attempts: meta.attempt,
+        });
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::ids::{DeliveryId, Topic};
-use crate::model::DestinationKind;
+use crate::ids::{DeliveryId, TenantId, Topic};
+use crate::model::{DeadReason, DestinationKind};
 use crate::store::Stats;
 use crate::verdict::Verdict;
 
@@ -174,6 +174,29 @@ pub trait Observer: Send + Sync + fmt::Debug + 'static {
     fn on_delivery(&self, event: &DeliveryEvent<'_>) {
         let _ = event;
     }
+    /// A delivery went dead (after the store recorded it; also reported to
+    /// [`Observer::on_delivery`]).
+    fn on_dead(&self, event: &DeadLetterEvent<'_>) {
+        let _ = event;
+    }
+}
+
+/// A delivery that went dead, for [`Observer::on_dead`]. No payload, no address.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DeadLetterEvent<'a> {
+    /// The delivery.
+    pub delivery_id: DeliveryId,
+    /// Its tenant.
+    pub tenant: &'a TenantId,
+    /// Its topic.
+    pub topic: &'a Topic,
+    /// Its channel.
+    pub kind: DestinationKind,
+    /// Why it is dead.
+    pub reason: DeadReason,
+    /// Attempts spent.
+    pub attempts: u32,
 }
 
 /// Call an observer, swallowing (and logging) a panic.

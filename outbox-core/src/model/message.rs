@@ -154,6 +154,14 @@ impl NewMessage {
         self
     }
 
+    /// Set the tenant to `tenant` unless one was named (follow-ups inherit their cause's).
+    pub(crate) fn inherit_tenant(mut self, tenant: &TenantId) -> Self {
+        if self.tenant.is_none() {
+            self.tenant = Some(tenant.as_str().to_owned());
+        }
+        self
+    }
+
     /// Make validation fail with `error` (used by helpers that build messages and cannot
     /// fail at that point).
     pub fn poisoned(mut self, error: Error) -> Self {

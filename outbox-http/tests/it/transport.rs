@@ -158,6 +158,27 @@ async fn a_huge_body_is_capped_and_the_excerpt_is_short() {
 }
 
 #[tokio::test]
+async fn reading_an_answer_stops_at_the_64_kib_cap() {
+    // A body that never ends: 128 KiB, then nothing. A transport that read past its cap
+    // would wait for the rest until the deadline and report a timeout; one that stops at
+    // 64 KiB returns the answer's status.
+    assert_eq!(
+        outboxkit_http::HttpTransportConfig::default().max_body,
+        64 * 1024
+    );
+    let r = WebhookReceiver::start().await.unwrap();
+    r.script([Reply::EndlessBody(200, 128 * 1024)]);
+    let t = loopback_transport();
+    let resp = t.send(plain(&r.url(), Duration::from_secs(3))).await;
+    assert_eq!(status(&resp), Some(200), "{resp:?}");
+    assert!(resp.excerpt().starts_with("xxx"));
+    // Under the cap the whole body is waited for: the same answer at 32 KiB times out.
+    r.script([Reply::EndlessBody(200, 32 * 1024)]);
+    let resp = t.send(plain(&r.url(), Duration::from_secs(1))).await;
+    assert_eq!(failure(&resp), Some(ErrorClass::Timeout), "{resp:?}");
+}
+
+#[tokio::test]
 async fn retry_after_reaches_the_verdict() {
     let r = WebhookReceiver::start().await.unwrap();
     r.script([

@@ -36,6 +36,9 @@ pub enum Reply {
     StallAfterHeaders(u16),
     /// This status and a streamed body of this many bytes (`content-length` set).
     HugeBody(u16, usize),
+    /// This status and a chunked body of this many bytes that never ends: a client that
+    /// reads to the end waits until it gives up; one that stops at a cap returns.
+    EndlessBody(u16, usize),
     /// This (3xx) status with a `Location` header.
     Redirect(u16, String),
     /// Close the connection abruptly (TCP reset) without answering.
@@ -57,6 +60,8 @@ pub struct ReceivedRequest {
     pub body: Vec<u8>,
     /// When it arrived, measured from the receiver's start.
     pub elapsed: Duration,
+    /// When it arrived by the receiver's clock (see [`WebhookReceiver::with_clock`]).
+    pub at: outboxkit_core::Timestamp,
     /// The Standard Webhooks verification against the receiver's secrets; `None` when no
     /// secrets are set.
     pub signature: Option<Result<(), VerifyError>>,
@@ -184,8 +189,8 @@ impl WebhookReceiver {
         self
     }
 
-    /// Check signature timestamps against this clock instead of the system clock (for
-    /// senders driven by a `ManualClock`).
+    /// Check signature timestamps against this clock, and stamp [`ReceivedRequest::at`] with
+    /// it, instead of the system clock (for senders driven by a `ManualClock`).
     pub fn with_clock(self, clock: Arc<DynClock>) -> Self {
         self.shared.state().clock = clock;
         self
@@ -283,12 +288,14 @@ impl Shared {
                 DEFAULT_TOLERANCE,
             ))
         };
+        let at = s.clock.now();
         s.requests.push(ReceivedRequest {
             method,
             path,
             headers,
             body,
             elapsed,
+            at,
             signature,
             webhook_id,
         });

@@ -123,6 +123,14 @@ async fn answer(
             s,
             ReplyBody::Repeat {
                 remaining: len as u64,
+                then_stall: false,
+            },
+        ),
+        Reply::EndlessBody(s, len) => respond(
+            s,
+            ReplyBody::Repeat {
+                remaining: len as u64,
+                then_stall: true,
             },
         ),
         Reply::Redirect(s, location) => {
@@ -159,8 +167,8 @@ fn respond(status: u16, body: ReplyBody) -> Response<ReplyBody> {
 pub(crate) enum ReplyBody {
     /// All at once (`None` once sent, or empty).
     Full(Option<Bytes>),
-    /// `remaining` bytes, streamed in chunks.
-    Repeat { remaining: u64 },
+    /// `remaining` bytes, streamed in chunks; then the end, or (`then_stall`) nothing ever.
+    Repeat { remaining: u64, then_stall: bool },
     /// Never a byte, never the end.
     Stall,
 }
@@ -183,9 +191,16 @@ impl Body for ReplyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
             ReplyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            ReplyBody::Repeat { remaining } => {
+            ReplyBody::Repeat {
+                remaining,
+                then_stall,
+            } => {
                 if *remaining == 0 {
-                    return Poll::Ready(None);
+                    return if *then_stall {
+                        Poll::Pending
+                    } else {
+                        Poll::Ready(None)
+                    };
                 }
                 let n = (*remaining).min(CHUNK as u64);
                 *remaining -= n;
@@ -200,7 +215,10 @@ impl Body for ReplyBody {
     fn is_end_stream(&self) -> bool {
         match self {
             ReplyBody::Full(b) => b.is_none(),
-            ReplyBody::Repeat { remaining } => *remaining == 0,
+            ReplyBody::Repeat {
+                remaining,
+                then_stall,
+            } => *remaining == 0 && !*then_stall,
             ReplyBody::Stall => false,
         }
     }
@@ -208,7 +226,13 @@ impl Body for ReplyBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             ReplyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            ReplyBody::Repeat { remaining } => SizeHint::with_exact(*remaining),
+            ReplyBody::Repeat {
+                remaining,
+                then_stall: false,
+            } => SizeHint::with_exact(*remaining),
+            ReplyBody::Repeat {
+                then_stall: true, ..
+            } => SizeHint::default(),
             ReplyBody::Stall => SizeHint::default(),
         }
     }

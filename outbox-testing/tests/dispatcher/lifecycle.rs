@@ -65,7 +65,8 @@ async fn shutdown_releases_what_is_still_claimed() {
                 async move {
                     s.notify_one();
                     ctx.cancellation().cancelled().await;
-                    HandlerResult::Ok
+                    // Stopped, not done: the attempt is refunded.
+                    HandlerResult::retry("stopped")
                 }
             },
             HandlerOptions {

@@ -1,9 +1,14 @@
 //! The dispatcher driven on `InMemoryStore` with `ManualClock`, `ScriptedTransport`,
 //! `WebhookReceiver` (through the real `HttpTransport`) and `MailStandIn`.
 
+mod deadletter;
+mod dedup;
 mod fidelity;
+mod followups;
 mod handlers;
+mod leases;
 mod lifecycle;
+mod limits;
 mod mail;
 mod webhooks;
 

@@ -1,0 +1,221 @@
+//! Per-endpoint rate limits and concurrency, against real loopback receivers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outboxkit_core::{
+    DeliveryStatus, DispatcherConfig, NewEndpoint, NewMessage, PlaintextVault, SignedRequest,
+    WebhookResponse, WebhookTransport,
+};
+use outboxkit_http::{EgressPolicy, HttpTransport};
+use outboxkit_testing::{Reply, WebhookReceiver};
+
+use crate::{world, World};
+
+fn loopback() -> HttpTransport {
+    HttpTransport::new(
+        EgressPolicy::default()
+            .allow_http(true)
+            .allow_cidr("127.0.0.0/8")
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// Run `d` until `done` holds, moving the clock by `step` only while no delivery is being
+/// processed, so every request is recorded at the clock time the dispatcher sent it.
+async fn drive(
+    w: &World,
+    d: &outboxkit_core::Dispatcher,
+    step: Duration,
+    done: impl Fn() -> bool,
+) -> outboxkit_core::Report {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn({
+        let d = d.clone();
+        async move {
+            d.run(async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap()
+        }
+    });
+    for _ in 0..20_000 {
+        if done() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if w.count(DeliveryStatus::Processing).await == 0 {
+            w.advance(step);
+        }
+    }
+    assert!(done(), "the deliveries were not all made");
+    tx.send(()).unwrap();
+    w.advance(Duration::from_secs(11));
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Every delivery succeeded on its first and only attempt.
+async fn all_delivered_once(w: &World, n: usize) {
+    let all = w.deliveries().await;
+    assert_eq!(all.len(), n);
+    for del in all {
+        assert_eq!(
+            (del.status, del.attempts),
+            (DeliveryStatus::Succeeded, 1),
+            "nothing lost, nothing charged for waiting"
+        );
+        assert_eq!(w.store.attempts(&w.tenant, del.id).await.unwrap().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limited_endpoint_never_gets_more_than_its_limit_in_any_second() {
+    let w = world();
+    let receiver = WebhookReceiver::start()
+        .await
+        .unwrap()
+        .with_clock(w.clock.clone());
+    w.admin
+        .create(
+            &w.tenant,
+            NewEndpoint {
+                url: receiver.url(),
+                rate_limit: Some(5),
+                ..NewEndpoint::default()
+            },
+        )
+        .await
+        .unwrap();
+    let d = w.webhook_dispatcher(Arc::new(loopback()));
+    const N: usize = 23;
+    w.enqueue_n(N).await;
+    let r = drive(&w, &d, Duration::from_millis(100), || receiver.count() >= N).await;
+    assert!(r.released > 0, "deliveries over the limit waited: {r}");
+    let times: Vec<_> = receiver.requests().iter().map(|q| q.at).collect();
+    assert_eq!(times.len(), N, "each delivery was sent once");
+    for start in &times {
+        let end = start.saturating_add(Duration::from_secs(1));
+        let in_window = times.iter().filter(|t| *t >= start && *t < &end).count();
+        assert!(
+            in_window <= 5,
+            "{in_window} requests in the second from {start}"
+        );
+    }
+    all_delivered_once(&w, N).await;
+}
+
+/// A transport that counts requests in flight per URL path around a real `HttpTransport`.
+#[derive(Debug, Default)]
+struct Counting {
+    inner: Option<HttpTransport>,
+    now: Mutex<HashMap<String, usize>>,
+    max: Mutex<HashMap<String, usize>>,
+    total: AtomicUsize,
+}
+
+#[async_trait]
+impl WebhookTransport for Counting {
+    async fn send(&self, request: SignedRequest) -> WebhookResponse {
+        let path = request.url.url().path().to_owned();
+        {
+            let mut now = self.now.lock().unwrap();
+            let n = now.entry(path.clone()).or_default();
+            *n += 1;
+            let mut max = self.max.lock().unwrap();
+            let m = max.entry(path.clone()).or_default();
+            *m = (*m).max(*n);
+        }
+        let r = self.inner.as_ref().unwrap().send(request).await;
+        *self.now.lock().unwrap().get_mut(&path).unwrap() -= 1;
+        self.total.fetch_add(1, Ordering::SeqCst);
+        r
+    }
+}
+
+#[tokio::test]
+async fn per_endpoint_concurrency_has_a_default_and_overrides() {
+    let w = world();
+    let receiver = WebhookReceiver::start()
+        .await
+        .unwrap()
+        .with_clock(w.clock.clone());
+    // Every answer takes a while, so requests to one endpoint would overlap.
+    receiver.script((0..40).map(|_| Reply::Delay(Duration::from_millis(30), 200)));
+    let mut ids = Vec::new();
+    for path in ["/wide", "/narrow"] {
+        let (e, _) = w
+            .admin
+            .create(
+                &w.tenant,
+                NewEndpoint {
+                    url: receiver.url_for(path),
+                    ..NewEndpoint::default()
+                },
+            )
+            .await
+            .unwrap();
+        ids.push(e.id);
+    }
+    let transport = Arc::new(Counting {
+        inner: Some(loopback()),
+        ..Counting::default()
+    });
+    let d = w
+        .builder()
+        .config(DispatcherConfig {
+            poll_interval: Duration::from_millis(50),
+            endpoint_concurrency: Some(2),
+            endpoint_concurrency_overrides: [(ids[1], 1)].into_iter().collect(),
+            ..DispatcherConfig::default()
+        })
+        .webhooks(transport.clone(), Arc::new(PlaintextVault))
+        .build()
+        .unwrap();
+    for i in 0..6 {
+        w.store
+            .enqueue(NewMessage::new("a.b", serde_json::json!({ "i": i })))
+            .await
+            .unwrap();
+    }
+    drive(&w, &d, Duration::from_millis(50), || {
+        transport.total.load(Ordering::SeqCst) >= 12
+    })
+    .await;
+    let max = transport.max.lock().unwrap().clone();
+    assert_eq!(max.get("/wide"), Some(&2), "{max:?}");
+    assert_eq!(max.get("/narrow"), Some(&1), "{max:?}");
+    all_delivered_once(&w, 12).await;
+}
+
+#[test]
+fn a_zero_endpoint_concurrency_is_refused_by_name() {
+    let config = DispatcherConfig {
+        endpoint_concurrency: Some(0),
+        ..DispatcherConfig::default()
+    };
+    assert_eq!(
+        config.validate().unwrap_err().field(),
+        Some("endpoint_concurrency")
+    );
+    let config = DispatcherConfig {
+        endpoint_concurrency_overrides: [(
+            outboxkit_core::EndpointId::parse("01900000-0000-7000-8000-0000000000aa").unwrap(),
+            0,
+        )]
+        .into_iter()
+        .collect(),
+        ..DispatcherConfig::default()
+    };
+    assert_eq!(
+        config.validate().unwrap_err().field(),
+        Some("endpoint_concurrency_overrides")
+    );
+}
