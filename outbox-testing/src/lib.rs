@@ -7,16 +7,19 @@
 //! - stand-ins: `ScriptedTransport`, `WebhookReceiver` (a real loopback HTTP server),
 //!   `MailStandIn`, `SmtpStandIn` (a real loopback SMTP server), and fault-injecting
 //!   wrappers;
-//! - [`conformance`]: the suite every store passes, run with [`conformance_tests!`].
+//! - `conformance`: the suite every store passes, run with `conformance_tests!`, and
+//!   `strategies` (proptest): both behind the default feature `conformance`.
 #![deny(missing_docs)]
 
 pub mod clock;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod faults;
 pub mod mail;
 pub mod memory;
 pub mod receiver;
 pub mod smtp;
+#[cfg(feature = "conformance")]
 pub mod strategies;
 pub mod transport;
 
