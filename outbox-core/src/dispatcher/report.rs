@@ -32,8 +32,9 @@ pub struct TopicReport {
     pub dead: u64,
 }
 
-/// What a run did.
+/// What a run did. New counters may be added in minor releases (`#[non_exhaustive]`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Report {
     /// Deliveries claimed.
     pub claimed: u64,
