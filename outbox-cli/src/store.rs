@@ -205,11 +205,16 @@ pub async fn open_url(
 /// `migrate`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example:\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox migrate --store postgres://postgres@127.0.0.1/app --namespace outbox"
+    after_help = "Example:\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox migrate --store postgres://postgres@127.0.0.1/app --namespace outbox\n  outbox migrate --store postgres://postgres@127.0.0.1/app --print-sql > V1__outbox.sql"
 )]
 pub struct MigrateArgs {
     #[command(flatten)]
     location: LocationArgs,
+    /// Print the schema as one SQL script instead of applying it (for sqlx::migrate!,
+    /// refinery, Flyway): it records what it applies the way `migrate` does. Connects to
+    /// nothing and changes nothing; PostgreSQL and SQLite only.
+    #[arg(long, conflicts_with = "json")]
+    print_sql: bool,
     /// Print one JSON document instead of text.
     #[arg(long)]
     json: bool,
@@ -217,6 +222,23 @@ pub struct MigrateArgs {
 
 /// `outbox migrate`.
 pub async fn migrate(a: MigrateArgs) -> CliResult<()> {
+    if a.print_sql {
+        let url = a.location.store.as_str();
+        let script = if url.starts_with("sqlite:") {
+            outboxkit_sqlite::migration_script()
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            outboxkit_postgres::migration_script(&a.location.namespace)?
+        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+            return Err(CliError::usage(
+                "invalid input: --print-sql: redis has no SQL schema (nothing to migrate)",
+            ));
+        } else {
+            return Err(CliError::usage(
+                "invalid input: store: use sqlite:PATH, postgres://… or redis://…",
+            ));
+        };
+        return crate::util::emit(&script);
+    }
     let env = open_url(
         &a.location.store,
         &a.location.namespace,

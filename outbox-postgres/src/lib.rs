@@ -13,7 +13,7 @@ mod sql;
 mod store;
 
 pub use config::PostgresConfig;
-pub use store::PostgresStore;
+pub use store::{migration_script, migrations, Migration, PostgresStore};
 
 /// The `sqlx` this crate is built on, for the pool and transaction types in its API.
 pub use sqlx;

@@ -516,3 +516,70 @@ impl MessageStore for PostgresStore {
         Ok(out)
     }
 }
+
+/// One schema migration shipped with this crate, for applications that run migrations with
+/// their own tooling (`sqlx::migrate!`, refinery, Flyway) instead of
+/// [`PostgresStore::migrate`]. See [`migrations`] and [`migration_script`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Migration {
+    /// The version, counting from 1; applied in order.
+    pub version: i32,
+    /// A short name (`init`, …).
+    pub name: &'static str,
+    template: &'static str,
+}
+
+impl Migration {
+    /// The migration's SQL for the outbox in `schema` (a plain identifier, as
+    /// [`PostgresConfig::schema`]); `Misconfigured` for any other name.
+    pub fn sql(&self, schema: &str) -> Result<String> {
+        PostgresConfig::new(schema).validate()?;
+        Ok(self.template.replace("{schema}", &format!("\"{schema}\"")))
+    }
+}
+
+/// Every migration this crate ships, oldest first.
+pub fn migrations() -> Vec<Migration> {
+    MIGRATIONS
+        .iter()
+        .map(|&(version, name, template)| Migration {
+            version,
+            name,
+            template,
+        })
+        .collect()
+}
+
+/// One SQL script that brings an empty database (or one at an older version) to this
+/// crate's schema in `schema`: it creates the schema and the `schema_migrations` table, then
+/// applies each migration not yet recorded there and records it, exactly as
+/// [`PostgresStore::migrate`] does — so the two can be mixed, and `migrate()` afterwards
+/// finds nothing to do. Run it in one transaction. `applied_at` comes from the database's
+/// clock here (it is bookkeeping only; the outbox's own times come from its `Clock`).
+pub fn migration_script(schema: &str) -> Result<String> {
+    PostgresConfig::new(schema).validate()?;
+    let s = format!("\"{schema}\"");
+    let mut out = format!(
+        "-- outboxkit-postgres {} schema for {s}\n\
+         CREATE SCHEMA IF NOT EXISTS {s};\n\
+         CREATE TABLE IF NOT EXISTS {s}.schema_migrations (\n    \
+             version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL);\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for m in migrations() {
+        let body = m.sql(schema)?;
+        out.push_str(&format!(
+            "\n-- migration {version}: {name}\n\
+             DO $outbox_migration$ BEGIN\n\
+             IF NOT EXISTS (SELECT 1 FROM {s}.schema_migrations WHERE version = {version}) THEN\n\
+             EXECUTE $outbox_sql${body}$outbox_sql$;\n\
+             INSERT INTO {s}.schema_migrations (version, name, applied_at)\n    \
+                 VALUES ({version}, '{name}', (extract(epoch FROM clock_timestamp()) * 1000)::bigint);\n\
+             END IF;\n\
+             END $outbox_migration$;\n",
+            version = m.version,
+            name = m.name,
+        ));
+    }
+    Ok(out)
+}

@@ -359,3 +359,45 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// One schema migration shipped with this crate, for applications that run migrations with
+/// their own tooling instead of letting [`crate::SqliteStore::open`] apply them. The tables
+/// are prefixed `outbox_`, so the SQL can run in the application's own file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Migration {
+    /// The version, counting from 1; applied in order.
+    pub version: i64,
+    /// The SQL.
+    pub sql: &'static str,
+}
+
+/// Every migration this crate ships, oldest first.
+pub fn migrations() -> Vec<Migration> {
+    MIGRATIONS
+        .iter()
+        .map(|&(version, sql)| Migration { version, sql })
+        .collect()
+}
+
+/// One SQL script for a file without the outbox tables: every migration, each followed by the
+/// `outbox_schema_version` row the store writes, so a store opened on the file afterwards
+/// finds the schema current and applies nothing. Run it in one transaction. (SQLite has no
+/// conditional blocks: to upgrade a file at an older version, apply only the newer
+/// [`migrations`] and record them the same way.)
+pub fn migration_script() -> String {
+    let mut out = format!(
+        "-- outboxkit-sqlite {} schema\n\
+         CREATE TABLE IF NOT EXISTS outbox_schema_version (\
+         version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL);\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for m in migrations() {
+        out.push_str(&format!(
+            "\n-- migration {v}\n{sql}\nINSERT INTO outbox_schema_version (version, applied_at) \
+             VALUES ({v}, CAST(unixepoch('subsec') * 1000 AS INTEGER));\n",
+            v = m.version,
+            sql = m.sql.trim_end(),
+        ));
+    }
+    out
+}

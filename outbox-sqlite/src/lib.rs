@@ -57,6 +57,7 @@ mod store;
 mod wake;
 
 pub use config::{SqliteConfig, Synchronous};
+pub use conn::{migration_script, migrations, Migration};
 /// The driver this store is built on (`enqueue_in` takes a `rusqlite::Transaction`), re-exported so callers use the same
 /// version.
 pub use rusqlite;

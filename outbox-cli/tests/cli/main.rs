@@ -8,6 +8,7 @@ mod demo;
 mod features;
 mod listen;
 mod operator;
+mod print_sql;
 mod relay;
 mod smtp;
 

@@ -6,5 +6,6 @@ mod claims;
 mod enqueue;
 mod faults;
 mod notify;
+mod script;
 mod support;
 mod upgrade;

@@ -7,5 +7,6 @@ mod common;
 mod dispatch;
 mod files;
 mod processes;
+mod script;
 mod transactions;
 mod upgrade;
