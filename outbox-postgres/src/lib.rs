@@ -10,6 +10,7 @@ mod notify;
 mod rows;
 mod sql;
 mod store;
+mod tenancy;
 
 pub use config::PostgresConfig;
 pub use store::PostgresStore;

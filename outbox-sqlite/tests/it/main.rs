@@ -8,3 +8,4 @@ mod dispatch;
 mod files;
 mod processes;
 mod transactions;
+mod upgrade;

@@ -9,17 +9,21 @@ mod claim;
 mod enqueue;
 mod held;
 mod helpers;
+mod history;
 mod ledger;
 mod operator;
 mod retention;
+mod tenancy;
 mod verdicts;
 
 pub use claim::*;
 pub use enqueue::*;
 pub use held::*;
+pub use history::*;
 pub use ledger::*;
 pub use operator::*;
 pub use retention::*;
+pub use tenancy::*;
 pub use verdicts::*;
 
 #[allow(unused_imports)]
@@ -87,6 +91,15 @@ macro_rules! __conformance_cases {
             purge_removes_only_finished_before_cutoff,
             purge_rotates_over_tenants,
             stats_counts_and_oldest_due_age,
+            purge_tenant_touches_only_its_tenant,
+            purge_honours_tenant_windows,
+            purge_rotation_visits_every_tenant_with_windows,
+            stats_are_scoped_by_tenant_and_endpoint,
+            tenants_are_listed_with_counts,
+            ledger_records_schedule_and_payload,
+            replay_starts_a_new_run,
+            ledger_filters_by_ordering_key_and_text,
+            endpoint_shows_last_delivery,
         );
     };
 }
