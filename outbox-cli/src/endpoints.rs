@@ -216,13 +216,24 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         status_text(&e.status),
                         e.filter.to_string(),
                         e.url.to_string(),
+                        last_delivery_text(e.last_delivery.as_ref()),
                         e.description,
                     ]
                 })
                 .collect();
             print!(
                 "{}",
-                table(&["id", "status", "filter", "url", "description"], &rows)
+                table(
+                    &[
+                        "id",
+                        "status",
+                        "filter",
+                        "url",
+                        "last delivery",
+                        "description"
+                    ],
+                    &rows
+                )
             );
         }
         EndpointsCmd::Show(a) => {
@@ -238,6 +249,10 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             println!("filter:       {}", e.filter);
             println!("body format:  {}", e.body_format.as_str());
             println!("description:  {}", e.description);
+            println!(
+                "last delivery: {}",
+                last_delivery_text(e.last_delivery.as_ref())
+            );
             println!(
                 "rotation:     {}",
                 if e.previous_secret.is_some() {
@@ -363,5 +378,16 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
         WebhookResponse::Failed { class, detail } => {
             Err(CliError::failed(format!("no answer ({class}): {detail}")))
         }
+    }
+}
+
+/// An endpoint's last delivery: `succeeded 204 at 2026-…`, or `-` before the first one.
+fn last_delivery_text(l: Option<&outboxkit_core::LastDelivery>) -> String {
+    match l {
+        None => "-".to_owned(),
+        Some(l) => match l.status_code {
+            Some(code) => format!("{} {code} at {}", l.outcome.as_str(), l.at),
+            None => format!("{} at {}", l.outcome.as_str(), l.at),
+        },
     }
 }

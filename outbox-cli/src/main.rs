@@ -10,6 +10,7 @@ mod listen;
 mod ops;
 mod relay;
 mod store;
+mod tenancy;
 mod util;
 
 use std::process::ExitCode;
@@ -49,10 +50,15 @@ enum Command {
     ReleaseHeld(ops::ReleaseHeldArgs),
     /// Make a pending or held delivery due now.
     Retry(ops::DeliveryArgs),
-    /// Remove finished deliveries older than a cutoff, tenant by tenant.
-    Purge(ops::PurgeArgs),
-    /// Delivery counts by status and the age of the oldest due delivery.
-    Stats(ops::StatsArgs),
+    /// Remove finished deliveries older than a cutoff: every tenant in rotation, each with
+    /// its own window (`--tenant-window acme=90d`), or only `--tenant`.
+    Purge(tenancy::PurgeArgs),
+    /// Delivery counts by status and the age of the oldest due delivery: every tenant, only
+    /// `--tenant`, or one `--endpoint`.
+    Stats(tenancy::StatsArgs),
+    /// Tenants and their delivery counts.
+    #[command(subcommand)]
+    Tenants(tenancy::TenantsCmd),
     /// Run the dispatcher as a sidecar: deliver webhooks and e-mail until SIGINT/SIGTERM.
     Relay(relay::RelayArgs),
     /// A local receiver that verifies signatures and prints each event.
@@ -71,8 +77,9 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Replay(a) => ops::replay(a).await,
         Command::ReleaseHeld(a) => ops::release_held(a).await,
         Command::Retry(a) => ops::retry(a).await,
-        Command::Purge(a) => ops::purge(a).await,
-        Command::Stats(a) => ops::stats(a).await,
+        Command::Purge(a) => tenancy::purge(a).await,
+        Command::Stats(a) => tenancy::stats(a).await,
+        Command::Tenants(c) => tenancy::tenants(c).await,
         Command::Relay(a) => relay::run(a).await,
         Command::Listen(a) => listen::run(a).await,
         Command::Keygen => {

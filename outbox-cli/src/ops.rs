@@ -1,11 +1,10 @@
-//! `outbox enqueue | replay | release-held | retry | purge | stats`.
+//! `outbox enqueue | replay | release-held | retry`.
 
 use clap::Args;
 use outboxkit_core::{DeliveryId, EndpointId, NewMessage, Operator};
 
 use crate::error::{CliError, CliResult};
 use crate::store::StoreArgs;
-use crate::util::parse_flag_duration;
 
 /// `enqueue`.
 #[derive(Debug, Args)]
@@ -48,34 +47,11 @@ pub struct ReleaseHeldArgs {
     endpoint: String,
 }
 
-/// `purge`.
-#[derive(Debug, Args)]
-pub struct PurgeArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Remove finished deliveries completed longer ago than this (e.g. 30d).
-    #[arg(long)]
-    older_than: String,
-    /// Rows per batch (1-10000).
-    #[arg(long, default_value_t = 1000)]
-    batch: u32,
-}
-
-/// `stats`.
-#[derive(Debug, Args)]
-pub struct StatsArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
-
 /// `enqueue`.
 pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
     let data: serde_json::Value = serde_json::from_str(&a.data)
         .map_err(|e| CliError::usage(format!("invalid input: data: not JSON ({e})")))?;
-    let mut m = NewMessage::new(a.topic, data).tenant(a.store.tenant.clone());
+    let mut m = NewMessage::new(a.topic, data).tenant(a.store.tenant_name());
     if let Some(k) = a.key {
         m = m.idempotency_key(k);
     }
@@ -134,38 +110,5 @@ pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
         .release_held(&env.tenant, id)
         .await?;
     println!("released {n} held deliveries");
-    Ok(())
-}
-
-/// `purge`.
-pub async fn purge(a: PurgeArgs) -> CliResult<()> {
-    let older = parse_flag_duration("older-than", &a.older_than)?;
-    outboxkit_core::store::check_purge_limit(a.batch)?;
-    let env = a.store.open().await?;
-    let r = Operator::new(env.store.clone(), env.clock.clone())
-        .purge(older, a.batch)
-        .await?;
-    println!(
-        "purged {} deliveries and {} messages",
-        r.deliveries, r.messages
-    );
-    Ok(())
-}
-
-/// `stats`.
-pub async fn stats(a: StatsArgs) -> CliResult<()> {
-    let env = a.store.open().await?;
-    let s = env.store.stats().await?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
-        return Ok(());
-    }
-    for st in outboxkit_core::DeliveryStatus::ALL {
-        println!("{:<11} {}", st.as_str(), s.count(st));
-    }
-    match s.oldest_due_age {
-        Some(age) => println!("oldest due  {} ms ago", age.as_millis()),
-        None => println!("oldest due  -"),
-    }
     Ok(())
 }

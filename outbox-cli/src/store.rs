@@ -22,21 +22,32 @@ pub struct StoreArgs {
     /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
     #[arg(long, env = "OUTBOX_NAMESPACE", default_value = "outbox")]
     pub namespace: String,
-    /// The tenant.
-    #[arg(long, default_value = "default")]
-    pub tenant: String,
+    /// The tenant (`default` when not given).
+    #[arg(long)]
+    pub tenant: Option<String>,
     /// The key sealing endpoint secrets: 64 hex digits (`outbox keygen` makes one).
     #[arg(long, env = "OUTBOX_VAULT_KEY", hide_env_values = true)]
     pub vault_key: Option<String>,
 }
 
 impl StoreArgs {
+    /// The tenant named with `--tenant`, if any (`purge` and `stats` without it act on
+    /// every tenant).
+    pub fn tenant_given(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    /// The tenant of the command: `--tenant`, else `default`.
+    pub fn tenant_name(&self) -> &str {
+        self.tenant.as_deref().unwrap_or("default")
+    }
+
     /// Open the store (it must exist: `outbox migrate` creates it).
     pub async fn open(&self) -> CliResult<Env> {
         open_url(
             &self.store,
             &self.namespace,
-            &self.tenant,
+            self.tenant_name(),
             self.vault_key.clone(),
             false,
         )
@@ -176,7 +187,7 @@ pub async fn open_url(
 
 /// `outbox migrate`.
 pub async fn migrate(a: StoreArgs) -> CliResult<()> {
-    let env = open_url(&a.store, &a.namespace, &a.tenant, None, true).await?;
+    let env = open_url(&a.store, &a.namespace, a.tenant_name(), None, true).await?;
     match &env.backend {
         Backend::Sqlite(s) => println!("sqlite database ready at {}", s.path().display()),
         Backend::Postgres(s) => {

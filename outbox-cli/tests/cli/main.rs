@@ -5,6 +5,7 @@ mod bad_input;
 mod demo;
 mod operator;
 mod relay;
+mod tenancy;
 
 use std::path::Path;
 use std::process::{Command, Output};
