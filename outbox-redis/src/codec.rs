@@ -446,3 +446,54 @@ impl FromRedisValue for EnqueueReply {
         enqueued(one).map(EnqueueReply).ok_or_else(bad)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    const RECORD: &str = r#"{"started_at":1700000000000,"finished_at":1700000001000,"outcome":"succeeded","status_code":204,"excerpt":"a|b"}"#;
+
+    #[test]
+    fn ledger_entries_of_both_forms_are_read() {
+        let id = DeliveryId::parse("0190a000-0000-7000-8000-000000000002").unwrap();
+        let fp = PayloadFingerprint::of(b"{}");
+        // Written before runs were kept: `probe|record`.
+        let old = attempt(id, 1, &bulk(&format!("0|{RECORD}")), &fp).unwrap();
+        assert_eq!((old.run, old.scheduled_at, old.probe), (1, None, false));
+        assert_eq!(old.record.excerpt.as_deref(), Some("a|b"));
+        // `probe|run|due|record`, with and without a due time.
+        let new = attempt(id, 2, &bulk(&format!("1|3|1699999999000|{RECORD}")), &fp).unwrap();
+        assert_eq!(
+            (new.run, new.scheduled_at, new.probe),
+            (
+                3,
+                Some(Timestamp::from_unix_millis(1_699_999_999_000).unwrap()),
+                true
+            )
+        );
+        let no_due = attempt(id, 3, &bulk(&format!("0|2||{RECORD}")), &fp).unwrap();
+        assert_eq!((no_due.run, no_due.scheduled_at), (2, None));
+        assert_eq!(no_due.payload, fp);
+    }
+
+    #[test]
+    fn a_delivery_without_a_run_field_is_in_its_first_run() {
+        let s = format!(
+            "0000000000000010190a000-0000-7000-8000-000000000002{SEP}0190a000-0000-7000-8000-000000000001{SEP}acme{SEP}order.created{SEP}handler{SEP}worker{SEP}1700000000000{SEP}"
+        );
+        let row = [
+            bulk("pending|0|1700000000000||1700000000000"),
+            bulk(&s),
+            bulk("0||"),
+            Value::Nil,
+        ];
+        assert_eq!(delivery(&row).unwrap().run, 1);
+        let mut with_run = row.to_vec();
+        with_run.push(bulk("4"));
+        assert_eq!(delivery(&with_run).unwrap().run, 4);
+    }
+}

@@ -7,3 +7,4 @@ mod enqueue;
 mod faults;
 mod notify;
 mod support;
+mod upgrade;
