@@ -153,6 +153,13 @@ impl DeliveryStore for Timed {
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }
+    async fn tenant_stats(
+        &self,
+        tenant: &outboxkit_core::TenantId,
+        endpoint: Option<outboxkit_core::EndpointId>,
+    ) -> Result<Stats> {
+        self.inner.tenant_stats(tenant, endpoint).await
+    }
     fn wake_listener(&self) -> Option<WakeListener> {
         self.inner.wake_listener()
     }
@@ -222,6 +229,24 @@ impl Ledger for Timed {
     }
     async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
         self.inner.purge_completed(before, limit).await
+    }
+    async fn purge_expired(
+        &self,
+        cutoffs: &outboxkit_core::RetentionCutoffs,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        self.inner.purge_expired(cutoffs, limit).await
+    }
+    async fn purge_tenant(
+        &self,
+        tenant: &outboxkit_core::TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        self.inner.purge_tenant(tenant, before, limit).await
+    }
+    async fn tenants(&self) -> Result<Vec<outboxkit_core::TenantStats>> {
+        self.inner.tenants().await
     }
 }
 

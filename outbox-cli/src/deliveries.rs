@@ -36,6 +36,13 @@ pub struct ListArgs {
     /// Only this topic.
     #[arg(long)]
     topic: Option<String>,
+    /// Only deliveries of messages with this ordering key (the subject, e.g. order:42).
+    #[arg(long)]
+    ordering_key: Option<String>,
+    /// Only deliveries with a stored response excerpt containing this text (any attempt;
+    /// ASCII case ignored).
+    #[arg(long)]
+    text: Option<String>,
     /// Only deliveries created within this long (e.g. 1h, 7d).
     #[arg(long)]
     since: Option<String>,
@@ -112,8 +119,15 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
                 status: a.status.as_deref().map(DeliveryStatus::parse).transpose()?,
                 endpoint: a.endpoint.as_deref().map(EndpointId::parse).transpose()?,
                 topic: a.topic.as_deref().map(Topic::new).transpose()?,
+                ordering_key: a
+                    .ordering_key
+                    .as_deref()
+                    .map(outboxkit_core::OrderingKey::new)
+                    .transpose()?,
+                text: a.text.clone(),
                 ..DeliveryFilter::default()
             };
+            filter.validate()?;
             let since = a
                 .since
                 .as_deref()
@@ -158,7 +172,8 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
             }
             out!("{}", table(&HEADER, &[row(&d)]));
             outln!(
-                "\nnext attempt: {}   created: {}   completed: {}",
+                "\nrun: {}   next attempt: {}   created: {}   completed: {}",
+                d.run,
                 d.next_attempt_at,
                 d.created_at,
                 d.completed_at.map_or("-".to_owned(), |t| t.to_string())
@@ -177,6 +192,9 @@ pub fn attempts_table(attempts: &[outboxkit_core::Attempt]) -> String {
         .map(|a| {
             vec![
                 a.number.to_string(),
+                a.run.to_string(),
+                a.scheduled_at
+                    .map_or_else(|| "-".to_owned(), |t| t.to_string()),
                 a.record.started_at.to_string(),
                 format!("{} ms", a.duration().as_millis()),
                 a.record.outcome.as_str().to_owned(),
@@ -193,11 +211,27 @@ pub fn attempts_table(attempts: &[outboxkit_core::Attempt]) -> String {
                     .clone()
                     .unwrap_or_default()
                     .replace('\n', " "),
+                format!(
+                    "{} B sha256:{}",
+                    a.payload.size,
+                    a.payload.sha256.get(..12).unwrap_or(&a.payload.sha256)
+                ),
             ]
         })
         .collect();
     table(
-        &["#", "started", "took", "outcome", "status", "", "excerpt"],
+        &[
+            "#",
+            "run",
+            "scheduled",
+            "started",
+            "took",
+            "outcome",
+            "status",
+            "",
+            "excerpt",
+            "payload",
+        ],
         &rows,
     )
 }

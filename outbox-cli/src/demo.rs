@@ -286,8 +286,10 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         }
         if crm_gone && !crm_fixed {
             let e = store.get_endpoint(&tenant, crm_ep.id).await?;
-            let busy = count(&*store, &tenant, crm_ep.id, DeliveryStatus::Pending).await?
-                + count(&*store, &tenant, crm_ep.id, DeliveryStatus::Processing).await?;
+            // Wait for the deliveries in flight only: pending ones behind a held delivery
+            // with the same ordering key stay pending until the endpoint is back (per-key
+            // FIFO), so waiting for them too would wait for ever.
+            let busy = count(&*store, &tenant, crm_ep.id, DeliveryStatus::Processing).await?;
             if matches!(e.status, EndpointStatus::Disabled(_)) && busy == 0 {
                 bar.set_message(
                     "crm fixed: re-enabling the endpoint and replaying its dead letters",

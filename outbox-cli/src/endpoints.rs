@@ -343,13 +343,24 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         status_text(&e.status),
                         e.filter.to_string(),
                         display_url(&e.url, a.show_url),
+                        last_delivery_text(e.last_delivery.as_ref()),
                         e.description,
                     ]
                 })
                 .collect();
             out!(
                 "{}",
-                table(&["id", "status", "filter", "url", "description"], &rows)
+                table(
+                    &[
+                        "id",
+                        "status",
+                        "filter",
+                        "url",
+                        "last delivery",
+                        "description"
+                    ],
+                    &rows
+                )
             );
         }
         EndpointsCmd::Show(a) => {
@@ -366,6 +377,10 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             outln!("filter:       {}", e.filter);
             outln!("body format:  {}", e.body_format.as_str());
             outln!("description:  {}", e.description);
+            outln!(
+                "last delivery: {}",
+                last_delivery_text(e.last_delivery.as_ref())
+            );
             outln!(
                 "rotation:     {}",
                 if e.previous_secret.is_some() {
@@ -545,5 +560,16 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
                 "no answer ({class}): {detail}{hint}"
             )))
         }
+    }
+}
+
+/// An endpoint's last delivery: `succeeded 204 at 2026-…`, or `-` before the first one.
+fn last_delivery_text(l: Option<&outboxkit_core::LastDelivery>) -> String {
+    match l {
+        None => "-".to_owned(),
+        Some(l) => match l.status_code {
+            Some(code) => format!("{} {code} at {}", l.outcome.as_str(), l.at),
+            None => format!("{} at {}", l.outcome.as_str(), l.at),
+        },
     }
 }

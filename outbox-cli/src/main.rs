@@ -14,6 +14,7 @@ mod listen;
 mod ops;
 mod relay;
 mod store;
+mod tenancy;
 mod util;
 
 use std::process::ExitCode;
@@ -63,10 +64,15 @@ enum Command {
     /// Make pending or held deliveries due now: one by id, or every match of filters
     /// (`--reset`: held ones with a fresh budget).
     Retry(bulk::RetryArgs),
-    /// Remove finished deliveries older than a cutoff, tenant by tenant.
-    Purge(ops::PurgeArgs),
-    /// Delivery counts by status and the age of the oldest due delivery.
-    Stats(ops::StatsArgs),
+    /// Remove finished deliveries older than a cutoff: every tenant in rotation, each with
+    /// its own window (`--tenant-window acme=90d`), or only `--tenant`.
+    Purge(tenancy::PurgeArgs),
+    /// Delivery counts by status and the age of the oldest due delivery: every tenant, only
+    /// `--tenant`, or one `--endpoint`.
+    Stats(tenancy::StatsArgs),
+    /// Tenants and their delivery counts.
+    #[command(subcommand)]
+    Tenants(tenancy::TenantsCmd),
     /// Run the dispatcher as a sidecar: deliver webhooks and e-mail until SIGINT/SIGTERM
     /// (or, with --until-idle, until nothing is due).
     Relay(relay::RelayArgs),
@@ -109,8 +115,9 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Replay(a) => bulk::replay(a).await,
         Command::ReleaseHeld(a) => bulk::release_held(a).await,
         Command::Retry(a) => bulk::retry(a).await,
-        Command::Purge(a) => ops::purge(a).await,
-        Command::Stats(a) => ops::stats(a).await,
+        Command::Purge(a) => tenancy::purge(a).await,
+        Command::Stats(a) => tenancy::stats(a).await,
+        Command::Tenants(c) => tenancy::tenants(c).await,
         Command::Relay(a) => relay::run(a).await,
         Command::Listen(a) => listen::run(a).await,
         Command::Keygen(a) => {

@@ -1,14 +1,14 @@
-//! `outbox enqueue | purge | stats` (the bulk operations live in `bulk.rs`).
+//! `outbox enqueue` (the bulk operations live in `bulk.rs`, purge and stats in `tenancy.rs`).
 
 use std::io::Read;
 
 use clap::Args;
-use outboxkit_core::{NewMessage, Operator};
+use outboxkit_core::NewMessage;
 
 use crate::error::{CliError, CliResult};
+use crate::outln;
 use crate::store::StoreArgs;
-use crate::util::{emit_json, parse_flag_duration};
-use crate::{json, outln};
+use crate::util::emit_json;
 
 /// `enqueue`.
 #[derive(Debug, Args)]
@@ -39,43 +39,13 @@ pub struct EnqueueArgs {
     json: bool,
 }
 
-/// `purge`.
-#[derive(Debug, Args)]
-#[command(
-    after_help = "Example:\n  outbox purge --store postgres://postgres@127.0.0.1/app --older-than 30d"
-)]
-pub struct PurgeArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Remove finished deliveries completed longer ago than this (e.g. 30d).
-    #[arg(long)]
-    older_than: String,
-    /// Rows per batch (1-10000).
-    #[arg(long, default_value_t = 1000)]
-    batch: u32,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
-}
-
-/// `stats`.
-#[derive(Debug, Args)]
-#[command(after_help = "Example:\n  outbox stats --store sqlite:./outbox.sqlite --json | jq .dead")]
-pub struct StatsArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
-}
-
 /// `enqueue`.
 pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
     let limits = outboxkit_core::Limits::default();
     let text = read_data(&a.data, limits.max_payload_bytes)?;
     let data: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| CliError::usage(format!("invalid input: data: not JSON ({e})")))?;
-    let mut m = NewMessage::new(a.topic, data).tenant(a.store.tenant.clone());
+    let mut m = NewMessage::new(a.topic, data).tenant(a.store.tenant_name());
     if let Some(k) = a.key {
         m = m.idempotency_key(k);
     }
@@ -151,47 +121,4 @@ fn read_data(data: &str, max: usize) -> CliResult<String> {
         return Err(too_big());
     }
     String::from_utf8(buf).map_err(|_| CliError::usage("invalid input: data: not UTF-8 text"))
-}
-
-/// `purge`.
-pub async fn purge(a: PurgeArgs) -> CliResult<()> {
-    let older = parse_flag_duration("older-than", &a.older_than)?;
-    outboxkit_core::store::check_purge_limit(a.batch)?;
-    let env = a.store.open().await?;
-    let spinner = crate::util::spinner(a.json, "purging");
-    let r = Operator::new(env.store.clone(), env.clock.clone())
-        .purge(older, a.batch)
-        .await;
-    spinner.finish_and_clear();
-    let r = r?;
-    if a.json {
-        return emit_json(&serde_json::json!({
-            "deliveries": r.deliveries,
-            "messages": r.messages,
-            "older_than_ms": u64::try_from(older.as_millis()).unwrap_or(u64::MAX),
-        }));
-    }
-    outln!(
-        "purged {} deliveries and {} messages",
-        r.deliveries,
-        r.messages
-    );
-    Ok(())
-}
-
-/// `stats`.
-pub async fn stats(a: StatsArgs) -> CliResult<()> {
-    let env = a.store.open().await?;
-    let s = env.store.stats().await?;
-    if a.json {
-        return emit_json(&json::stats(&s));
-    }
-    for st in outboxkit_core::DeliveryStatus::ALL {
-        outln!("{:<11} {}", st.as_str(), s.count(st));
-    }
-    match s.oldest_due_age {
-        Some(age) => outln!("oldest due  {} ms ago", age.as_millis()),
-        None => outln!("oldest due  -"),
-    }
-    Ok(())
 }

@@ -40,9 +40,9 @@ pub struct StoreArgs {
     /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
     #[arg(long, env = "OUTBOX_NAMESPACE", default_value = "outbox")]
     pub namespace: String,
-    /// The tenant.
-    #[arg(long, default_value = "default")]
-    pub tenant: String,
+    /// The tenant (`default` when not given).
+    #[arg(long)]
+    pub tenant: Option<String>,
 }
 
 /// The key that seals endpoint secrets (only on the commands that read or write them).
@@ -54,9 +54,27 @@ pub struct VaultArgs {
 }
 
 impl StoreArgs {
+    /// The tenant named with `--tenant`, if any (`purge` and `stats` without it act on
+    /// every tenant).
+    pub fn tenant_given(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+
+    /// The tenant of the command: `--tenant`, else `default`.
+    pub fn tenant_name(&self) -> &str {
+        self.tenant.as_deref().unwrap_or("default")
+    }
+
     /// Open the store (it must exist: `outbox migrate` creates it).
     pub async fn open(&self) -> CliResult<Env> {
-        open_url(&self.store, &self.namespace, &self.tenant, None, false).await
+        open_url(
+            &self.store,
+            &self.namespace,
+            self.tenant_name(),
+            None,
+            false,
+        )
+        .await
     }
 
     /// Open the store with the vault key.
@@ -64,7 +82,7 @@ impl StoreArgs {
         open_url(
             &self.store,
             &self.namespace,
-            &self.tenant,
+            self.tenant_name(),
             vault.vault_key.clone(),
             false,
         )

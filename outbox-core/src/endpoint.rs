@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::ids::{ConsumerName, EndpointId, TenantId, Topic, TopicFilter};
+use crate::model::{AttemptOutcome, AttemptRecord};
 use crate::time::Timestamp;
 
 /// A syntactically valid webhook URL: `http` or `https`, a host, no credentials, no
@@ -322,6 +323,10 @@ pub struct Endpoint {
     /// At most this many deliveries per second to this endpoint (dispatcher-enforced);
     /// 1 to [`MAX_RATE_LIMIT`].
     pub rate_limit: Option<u32>,
+    /// The outcome and time of the last attempt of a delivery to it (written by the store
+    /// with the completion; `None` until one finished). Stores ignore it on create.
+    #[serde(default)]
+    pub last_delivery: Option<LastDelivery>,
     /// When it was created.
     pub created_at: Timestamp,
     /// When it was last changed.
@@ -334,6 +339,27 @@ impl Endpoint {
     /// ([`EndpointStatus::hold_until`]).
     pub fn receives(&self, tenant: &TenantId, topic: &Topic) -> bool {
         &self.tenant == tenant && self.filter.matches(topic)
+    }
+}
+
+/// The last attempt of a delivery to an endpoint, as shown on the endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastDelivery {
+    /// Success or the error class.
+    pub outcome: AttemptOutcome,
+    /// The HTTP status, when there was an answer.
+    pub status_code: Option<u16>,
+    /// When the attempt finished.
+    pub at: Timestamp,
+}
+
+impl From<&AttemptRecord> for LastDelivery {
+    fn from(r: &AttemptRecord) -> Self {
+        LastDelivery {
+            outcome: r.outcome,
+            status_code: r.status_code,
+            at: r.finished_at,
+        }
     }
 }
 

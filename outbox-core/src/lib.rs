@@ -31,6 +31,7 @@ pub mod fanout;
 pub mod ids;
 pub mod mail;
 pub mod model;
+pub mod retention;
 pub mod retry;
 pub mod signing;
 pub mod store;
@@ -58,7 +59,7 @@ pub use dispatcher::{
 };
 pub use endpoint::{
     AnyUrl, BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate,
-    EndpointUrl, HttpsOnly, SealedSecret, UrlPolicy,
+    EndpointUrl, HttpsOnly, LastDelivery, SealedSecret, UrlPolicy,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{
@@ -73,14 +74,15 @@ pub use model::is_json_text;
 pub use model::{
     Attempt, AttemptOutcome, AttemptRecord, Cause, DeadReason, Delivery, DeliveryStatus,
     Destination, DestinationKind, Envelope, ErrorClass, LastOutcome, Limits, Message, NewMessage,
-    ValidMessage,
+    PayloadFingerprint, ValidMessage,
 };
+pub use retention::{RetentionCutoffs, RetentionPolicy};
 pub use retry::{Jitter, PolicyOverride, RetryPolicy, TenantOverrides, TenantPolicy};
 pub use signing::{sign, verify, HeaderNames, VerifyError, WebhookSecret};
 pub use store::{
     Cursor, DeliveryFilter, DeliveryStore, DynDeliveryStore, DynEndpointStore, DynLedger,
     DynMessageStore, DynStore, EndpointStore, Enqueued, Ledger, MessageStore, Page, PageRequest,
-    PurgeReport, Stats, Store,
+    PurgeReport, Stats, Store, TenantStats,
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, ClockExt, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
 use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
 use crate::error::{Error, Result};
-use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId, Topic};
+use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, OrderingKey, TenantId, Topic};
 use crate::model::{Attempt, Delivery, DeliveryStatus, DestinationKind, Message, NewMessage};
+use crate::retention::RetentionCutoffs;
 use crate::time::Timestamp;
 use crate::wake::WakeListener;
 
@@ -80,6 +81,20 @@ impl Stats {
     }
 }
 
+/// One tenant's delivery counts, as [`Ledger::tenants`] lists them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantStats {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// Its counts (what [`DeliveryStore::tenant_stats`] answers for it).
+    pub stats: Stats,
+    /// Its messages not yet purged (with or without deliveries).
+    pub messages: u64,
+}
+
+/// The longest free-text filter accepted.
+pub const MAX_FILTER_TEXT: usize = 200;
+
 /// Filters for [`Ledger::list_deliveries`]; every set field must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeliveryFilter {
@@ -97,10 +112,52 @@ pub struct DeliveryFilter {
     pub since: Option<Timestamp>,
     /// Only deliveries created before this time.
     pub until: Option<Timestamp>,
+    /// Only deliveries whose message has this ordering key (the subject).
+    pub ordering_key: Option<OrderingKey>,
+    /// Only deliveries with a stored excerpt (any attempt's, or the last outcome's) that
+    /// contains this text, ignoring ASCII case (1–200 bytes).
+    pub text: Option<String>,
 }
 
 impl DeliveryFilter {
-    /// Whether `d` passes (the in-memory semantics every store reproduces).
+    /// Check the free text; every store calls this first.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(t) = &self.text {
+            if t.is_empty() || t.len() > MAX_FILTER_TEXT {
+                return Err(Error::invalid_input("text", "must be 1 to 200 bytes"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether one excerpt contains the text filter, ignoring ASCII case (`true` without a
+    /// text filter).
+    pub fn text_in(&self, excerpt: &str) -> bool {
+        match &self.text {
+            None => true,
+            Some(t) => excerpt
+                .to_ascii_lowercase()
+                .contains(&t.to_ascii_lowercase()),
+        }
+    }
+
+    /// Whether `d`, with its ledger `attempts`, passes: [`DeliveryFilter::matches`] and the
+    /// text filter over every stored excerpt.
+    pub fn matches_with_attempts(&self, d: &Delivery, attempts: &[Attempt]) -> bool {
+        self.matches(d)
+            && (self.text.is_none()
+                || d.last_outcome
+                    .as_ref()
+                    .and_then(|o| o.excerpt.as_deref())
+                    .is_some_and(|e| self.text_in(e))
+                || attempts
+                    .iter()
+                    .filter_map(|a| a.record.excerpt.as_deref())
+                    .any(|e| self.text_in(e)))
+    }
+
+    /// Whether `d` passes every filter but the text one (the in-memory semantics every
+    /// store reproduces).
     pub fn matches(&self, d: &Delivery) -> bool {
         self.status.is_none_or(|s| d.status == s)
             && self
@@ -114,6 +171,10 @@ impl DeliveryFilter {
             && self.topic.as_ref().is_none_or(|t| &d.topic == t)
             && self.since.is_none_or(|s| d.created_at >= s)
             && self.until.is_none_or(|u| d.created_at < u)
+            && self
+                .ordering_key
+                .as_ref()
+                .is_none_or(|k| d.ordering_key.as_ref() == Some(k))
     }
 }
 
@@ -287,6 +348,10 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// Counts by status and the age of the oldest due delivery.
     async fn stats(&self) -> Result<Stats>;
 
+    /// [`DeliveryStore::stats`] over one tenant's deliveries only, and only those to
+    /// `endpoint` when given (an endpoint of another tenant counts nothing).
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats>;
+
     /// A listener woken when work may have arrived (an enqueue, a release); `None` when the
     /// store cannot tell and dispatchers rely on polling.
     fn wake_listener(&self) -> Option<WakeListener> {
@@ -369,6 +434,18 @@ pub trait EndpointStore: Send + Sync + fmt::Debug + 'static {
 /// - `purge_completed` removes only `succeeded`/`dead` deliveries completed before the
 ///   cutoff, at most `limit` per call, one tenant per call in rotation
 ///   (`purge_rotates_over_tenants`).
+/// - `purge_expired` applies each tenant's own cutoff and still rotates over every tenant
+///   (`purge_honours_tenant_windows`, `purge_rotation_visits_every_tenant_with_windows`).
+/// - `purge_tenant` touches only the named tenant and leaves the rotation alone
+///   (`purge_tenant_touches_only_its_tenant`).
+/// - Attempts carry their run, scheduled time and payload fingerprint; `replay` starts a
+///   new run and keeps the earlier attempts (`replay_starts_a_new_run`,
+///   `ledger_records_schedule_and_payload`).
+/// - `list_deliveries` filters by ordering key and by text over the stored excerpts
+///   (`ledger_filters_by_ordering_key_and_text`).
+/// - `tenants` lists every tenant with deliveries or messages and its counts
+///   (`tenants_are_listed_with_counts`); `tenant_stats` counts only that tenant (and
+///   endpoint) (`stats_are_scoped_by_tenant_and_endpoint`).
 #[async_trait]
 pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// A page of a tenant's deliveries.
@@ -385,8 +462,27 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// A delivery's attempts, oldest first.
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>>;
     /// Remove finished deliveries completed before `before` (at most `limit`, 1–10000),
-    /// and messages left without deliveries created before `before`.
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport>;
+    /// and messages left without deliveries created before `before`, for one tenant in
+    /// rotation: [`Ledger::purge_expired`] with one cutoff for every tenant.
+    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+        self.purge_expired(&RetentionCutoffs::uniform(before), limit)
+            .await
+    }
+    /// One rotating retention pass with a cutoff per tenant
+    /// ([`crate::RetentionPolicy::cutoffs`]): serves the next tenant (after the stored
+    /// rotation cursor, wrapping) that has something expired under its own cutoff.
+    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport>;
+    /// Remove `tenant`'s finished deliveries completed before `before` (at most `limit`)
+    /// with their attempts, then its messages created before `before` left without
+    /// deliveries. Touches no other tenant and does not move the rotation cursor.
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport>;
+    /// Every tenant that has deliveries or messages, by name, with its counts.
+    async fn tenants(&self) -> Result<Vec<TenantStats>>;
 }
 
 /// Everything a backend provides.
@@ -444,6 +540,13 @@ macro_rules! forward {
             }
             async fn stats(&self) -> Result<Stats> {
                 (**self).stats().await
+            }
+            async fn tenant_stats(
+                &self,
+                tenant: &TenantId,
+                endpoint: Option<EndpointId>,
+            ) -> Result<Stats> {
+                (**self).tenant_stats(tenant, endpoint).await
             }
             fn wake_listener(&self) -> Option<WakeListener> {
                 (**self).wake_listener()
@@ -518,6 +621,24 @@ macro_rules! forward {
             }
             async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
                 (**self).purge_completed(before, limit).await
+            }
+            async fn purge_expired(
+                &self,
+                cutoffs: &RetentionCutoffs,
+                limit: u32,
+            ) -> Result<PurgeReport> {
+                (**self).purge_expired(cutoffs, limit).await
+            }
+            async fn purge_tenant(
+                &self,
+                tenant: &TenantId,
+                before: Timestamp,
+                limit: u32,
+            ) -> Result<PurgeReport> {
+                (**self).purge_tenant(tenant, before, limit).await
+            }
+            async fn tenants(&self) -> Result<Vec<TenantStats>> {
+                (**self).tenants().await
             }
         }
     };

@@ -397,6 +397,10 @@ impl DeliveryStore for PostgresStore {
         Ok(())
     }
 
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        crate::tenancy::tenant_stats(self, tenant, endpoint).await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         let now = self.inner.clock.now();
         let row = sqlx::query(&self.inner.sql.stats)

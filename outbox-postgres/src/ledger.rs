@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use outboxkit_core::store::check_purge_limit;
 use outboxkit_core::{
     Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Ledger, Message, MessageId, Page,
-    PageRequest, PurgeReport, Result, TenantId, Timestamp,
+    PageRequest, PurgeReport, Result, RetentionCutoffs, TenantId, TenantStats, Timestamp,
 };
 
 use crate::error::DbResult;
@@ -20,6 +20,7 @@ impl Ledger for PostgresStore {
         page: PageRequest,
     ) -> Result<Page<Delivery>> {
         page.validate()?;
+        filter.validate()?;
         let limit = page.limit as usize;
         let found = sqlx::query(&self.inner.sql.list_deliveries)
             .bind(tenant.as_str())
@@ -33,6 +34,8 @@ impl Ledger for PostgresStore {
             .bind(page.cursor.map(|c| ms(c.created_at)))
             .bind(page.cursor.map(|c| c.id.as_uuid()))
             .bind(limit as i64 + 1)
+            .bind(filter.ordering_key.as_ref().map(|k| k.as_str()))
+            .bind(filter.text.as_ref().map(|t| t.to_ascii_lowercase()))
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -92,9 +95,14 @@ impl Ledger for PostgresStore {
         Ok(out)
     }
 
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
         check_purge_limit(limit)?;
         let sql = &self.inner.sql;
+        let (names, times): (Vec<&str>, Vec<i64>) = cutoffs
+            .tenants
+            .iter()
+            .map(|(t, c)| (t.as_str(), ms(*c)))
+            .unzip();
         let mut tx = self.inner.pool.begin().await.db()?;
         // Serialises purgers: each call serves the tenant after the one served last.
         let cursor: String = sqlx::query_scalar(&sql.lock_purge_cursor)
@@ -102,8 +110,10 @@ impl Ledger for PostgresStore {
             .await
             .db()?;
         let tenant: Option<String> = sqlx::query_scalar(&sql.purge_pick_tenant)
-            .bind(ms(before))
+            .bind(ms(cutoffs.default))
             .bind(&cursor)
+            .bind(&names)
+            .bind(&times)
             .fetch_one(&mut *tx)
             .await
             .db()?;
@@ -111,30 +121,65 @@ impl Ledger for PostgresStore {
             tx.commit().await.db()?;
             return Ok(PurgeReport::default());
         };
+        let tenant = TenantId::new(tenant)?;
+        let report = self
+            .purge_one(&mut tx, &tenant, cutoffs.before(&tenant), limit)
+            .await?;
+        sqlx::query(&sql.set_purge_cursor)
+            .bind(tenant.as_str())
+            .execute(&mut *tx)
+            .await
+            .db()?;
+        tx.commit().await.db()?;
+        Ok(report)
+    }
+
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        let mut tx = self.inner.pool.begin().await.db()?;
+        let report = self.purge_one(&mut tx, tenant, before, limit).await?;
+        tx.commit().await.db()?;
+        Ok(report)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantStats>> {
+        crate::tenancy::tenants(self).await
+    }
+}
+
+impl PostgresStore {
+    /// Remove one tenant's finished deliveries (with attempts) and left-over messages.
+    async fn purge_one(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        let sql = &self.inner.sql;
         let deliveries: i64 = sqlx::query_scalar(&sql.purge_deliveries)
-            .bind(&tenant)
+            .bind(tenant.as_str())
             .bind(ms(before))
             .bind(i64::from(limit))
             .fetch_one(&mut *tx)
             .await
             .db()?;
         let messages: i64 = sqlx::query_scalar(&sql.purge_messages)
-            .bind(&tenant)
+            .bind(tenant.as_str())
             .bind(ms(before))
             .bind(i64::from(limit))
             .fetch_one(&mut *tx)
             .await
             .db()?;
-        sqlx::query(&sql.set_purge_cursor)
-            .bind(&tenant)
-            .execute(&mut *tx)
-            .await
-            .db()?;
-        tx.commit().await.db()?;
         Ok(PurgeReport {
             deliveries: u64::try_from(deliveries).unwrap_or(0),
             messages: u64::try_from(messages).unwrap_or(0),
-            tenant: Some(TenantId::new(tenant)?),
+            tenant: Some(tenant.clone()),
         })
     }
 }

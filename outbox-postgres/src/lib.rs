@@ -11,6 +11,7 @@ mod notify;
 mod rows;
 mod sql;
 mod store;
+mod tenancy;
 
 pub use config::PostgresConfig;
 pub use store::{migration_script, migrations, Migration, PostgresStore};

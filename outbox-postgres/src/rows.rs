@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use outboxkit_core::{
     Attempt, AttemptOutcome, AttemptRecord, BodyFormat, Cause, ConsumerName, DeadReason, Delivery,
     DeliveryId, DeliveryStatus, Destination, EndpointId, EndpointStatus, EndpointUrl,
-    IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey, Result, SealedSecret, TenantId,
-    Timestamp, Topic, TopicFilter, TopicPattern,
+    IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId, OrderingKey, PayloadFingerprint,
+    Result, SealedSecret, TenantId, Timestamp, Topic, TopicFilter, TopicPattern,
 };
 use outboxkit_core::{Consumer, Endpoint};
 use sqlx::postgres::PgRow;
@@ -33,7 +33,7 @@ pub(crate) fn ts(row: &PgRow, column: &'static str) -> Result<Timestamp> {
     Timestamp::from_unix_millis(ms).map_err(corrupt(column))
 }
 
-fn ts_opt(row: &PgRow, column: &'static str) -> Result<Option<Timestamp>> {
+pub(crate) fn ts_opt(row: &PgRow, column: &'static str) -> Result<Option<Timestamp>> {
     let ms: Option<i64> = get(row, column)?;
     ms.map(Timestamp::from_unix_millis)
         .transpose()
@@ -92,6 +92,7 @@ pub(crate) fn delivery(row: &PgRow) -> Result<Delivery> {
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
         completed_at: ts_opt(row, "completed_at")?,
+        run: count(row, "run")?,
     })
 }
 
@@ -169,6 +170,13 @@ pub(crate) fn attempt(row: &PgRow, delivery_id: DeliveryId) -> Result<Attempt> {
         delivery_id,
         number: count(row, "number")?,
         probe: get(row, "probe")?,
+        run: count(row, "run")?,
+        scheduled_at: ts_opt(row, "scheduled_at")?,
+        payload: PayloadFingerprint {
+            size: u64::try_from(get::<i64>(row, "p_size")?)
+                .map_err(|_| StoreError::Corrupt("payload"))?,
+            sha256: get(row, "p_sha256")?,
+        },
         record: AttemptRecord {
             started_at: ts(row, "started_at")?,
             finished_at: ts(row, "finished_at")?,
@@ -213,6 +221,14 @@ pub(crate) fn endpoint(row: &PgRow) -> Result<Endpoint> {
         rate_limit: rate_limit
             .map(|r| u32::try_from(r).map_err(|_| StoreError::Corrupt("rate_limit")))
             .transpose()?,
+        last_delivery: match get::<Option<String>>(row, "last_outcome")? {
+            Some(o) => Some(LastDelivery {
+                outcome: AttemptOutcome::parse(&o).map_err(corrupt("last_outcome"))?,
+                status_code: status_code(get(row, "last_status_code")?, "last_status_code")?,
+                at: ts(row, "last_at")?,
+            }),
+            None => None,
+        },
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
     })

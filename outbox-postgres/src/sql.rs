@@ -6,7 +6,7 @@ use outboxkit_core::endpoint::DISABLED_HOLD;
 use outboxkit_core::Timestamp;
 
 /// The columns of a delivery row, in the order [`crate::rows::delivery`] reads them.
-const DELIVERY_COLS: [&str; 20] = [
+const DELIVERY_COLS: [&str; 21] = [
     "id",
     "message_id",
     "tenant",
@@ -27,6 +27,7 @@ const DELIVERY_COLS: [&str; 20] = [
     "created_at",
     "updated_at",
     "completed_at",
+    "run",
 ];
 
 const MESSAGE_COLS: &str = "id, tenant, topic, payload, ordering_key, idempotency_key, \
@@ -34,6 +35,11 @@ const MESSAGE_COLS: &str = "id, tenant, topic, payload, ordering_key, idempotenc
 
 const ENDPOINT_COLS: &str = "id, tenant, url, description, filter, status, disabled_reason, \
      secret, previous_secret, body_format, rate_limit, created_at, updated_at";
+
+/// [`ENDPOINT_COLS`] and the endpoint's last delivery (read, never inserted).
+const ENDPOINT_READ_COLS: &str = "id, tenant, url, description, filter, status, disabled_reason, \
+     secret, previous_secret, body_format, rate_limit, created_at, updated_at, last_outcome, \
+     last_status_code, last_at";
 
 const UNFINISHED: &str = "('pending', 'held', 'processing', 'sending')";
 
@@ -304,6 +310,7 @@ impl Sql {
                UPDATE {d} d SET status = 'processing', \
                       attempts = d.attempts + CASE WHEN n.claimed_from = 'held' THEN 0 ELSE 1 END, \
                       claim_token = ($9::uuid[])[n.rn], lease_until = $10::int8, \
+                      due_at = n.due_at, \
                       next_attempt_at = $10::int8, updated_at = $1::int8 \
                  FROM numbered n WHERE d.id = n.id \
                RETURNING {dcols}, d.claim_token, n.claimed_from, n.rn) \
@@ -344,22 +351,35 @@ impl Sql {
                  FROM u \
                 WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant \
                   AND d.status IN ('processing', 'sending') \
-               RETURNING d.id, d.tenant, d.ledger_len, \
-                         CASE WHEN u.disable AND d.kind = 'webhook' THEN d.target::uuid END \
-                           AS endpoint_id, \
-                         u.a_set, u.a_probe, u.a_started, u.a_finished, u.a_outcome, u.a_code, \
-                         u.a_excerpt), \
+               RETURNING d.id, d.tenant, d.ledger_len, d.run, d.due_at, \
+                         CASE WHEN d.kind = 'webhook' THEN d.target::uuid END AS endpoint_id, \
+                         u.disable, u.a_set, u.a_probe, u.a_started, u.a_finished, u.a_outcome, \
+                         u.a_code, u.a_excerpt), \
              att AS ( \
                INSERT INTO {a} (delivery_id, number, tenant, probe, started_at, finished_at, \
-                                outcome, status_code, excerpt) \
+                                outcome, status_code, excerpt, run, scheduled_at) \
                SELECT id, ledger_len, tenant, a_probe, a_started, a_finished, a_outcome, a_code, \
-                      a_excerpt \
+                      a_excerpt, run, due_at \
                  FROM upd WHERE a_set), \
+             ep AS ( \
+               SELECT endpoint_id, tenant, bool_or(disable) AS gone, \
+                      (array_agg(a_outcome ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] \
+                        AS o, \
+                      (array_agg(a_code ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] AS c, \
+                      max(a_finished) FILTER (WHERE a_set) AS at \
+                 FROM upd WHERE endpoint_id IS NOT NULL AND (disable OR a_set) \
+                GROUP BY endpoint_id, tenant), \
              dis AS ( \
-               UPDATE {e} e SET status = 'disabled', disabled_reason = 'gone', \
-                      updated_at = $1::int8 \
-                 FROM upd WHERE e.id = upd.endpoint_id AND e.tenant = upd.tenant) \
+               UPDATE {e} e SET \
+                      status = CASE WHEN ep.gone THEN 'disabled' ELSE e.status END, \
+                      disabled_reason = CASE WHEN ep.gone THEN 'gone' ELSE e.disabled_reason END, \
+                      updated_at = CASE WHEN ep.gone THEN $1::int8 ELSE e.updated_at END, \
+                      last_outcome = CASE WHEN {newer} THEN ep.o ELSE e.last_outcome END, \
+                      last_status_code = CASE WHEN {newer} THEN ep.c ELSE e.last_status_code END, \
+                      last_at = CASE WHEN {newer} THEN ep.at ELSE e.last_at END \
+                 FROM ep WHERE e.id = ep.endpoint_id AND e.tenant = ep.tenant) \
              SELECT id FROM upd",
+            newer = "(ep.at IS NOT NULL AND (e.last_at IS NULL OR ep.at >= e.last_at))",
             // A wait for an endpoint that a resume or delete made while the delivery was
             // claimed (`DeliveryUpdate::endpoint_is_back`): pending, due now.
             back = format!(
@@ -410,7 +430,8 @@ impl Sql {
             &format!(
                 "UPDATE {d} SET status = 'pending', attempts = 0, snoozes = 0, \
                         next_attempt_at = $3::int8, dead_reason = NULL, completed_at = NULL, \
-                        claim_token = NULL, lease_until = NULL, updated_at = $3::int8 \
+                        claim_token = NULL, lease_until = NULL, updated_at = $3::int8, \
+                        run = run + 1 \
                   WHERE id = $1::uuid AND tenant = $2::text AND status = 'dead'"
             ),
             "$4::text",
@@ -470,14 +491,22 @@ impl Sql {
                 AND ($7::int8 IS NULL OR d.created_at >= $7::int8) \
                 AND ($8::int8 IS NULL OR d.created_at < $8::int8) \
                 AND ($9::int8 IS NULL OR (d.created_at, d.id) < ($9::int8, $10::uuid)) \
+                AND ($12::text IS NULL OR d.ordering_key = $12::text) \
+                AND ($13::text IS NULL \
+                  OR strpos(lower(d.last_excerpt COLLATE \"C\"), $13::text COLLATE \"C\") > 0 \
+                  OR EXISTS (SELECT 1 FROM {a} x WHERE x.delivery_id = d.id \
+                     AND strpos(lower(x.excerpt COLLATE \"C\"), $13::text COLLATE \"C\") > 0)) \
               ORDER BY d.created_at DESC, d.id DESC \
               LIMIT $11::int8"
         );
 
         let attempts = format!(
             "SELECT a.number, a.probe, a.started_at, a.finished_at, a.outcome, a.status_code, \
-                    a.excerpt \
-               FROM (SELECT id FROM {d} WHERE id = $1::uuid AND tenant = $2::text) x \
+                    a.excerpt, a.run, a.scheduled_at, x.p_size, x.p_sha256 \
+               FROM (SELECT y.id, octet_length(z.payload)::int8 AS p_size, \
+                            encode(sha256(z.payload), 'hex') AS p_sha256 \
+                       FROM {d} y JOIN {m} z ON z.id = y.message_id \
+                      WHERE y.id = $1::uuid AND y.tenant = $2::text) x \
                LEFT JOIN {a} a ON a.delivery_id = x.id \
               ORDER BY a.number"
         );
@@ -487,11 +516,12 @@ impl Sql {
              VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::text, $7::text, \
                      $8::bytea, $9::bytea, $10::text, $11::int4, $12::int8, $13::int8)"
         );
-        let get_endpoint =
-            format!("SELECT {ENDPOINT_COLS} FROM {e} WHERE id = $1::uuid AND tenant = $2::text");
+        let get_endpoint = format!(
+            "SELECT {ENDPOINT_READ_COLS} FROM {e} WHERE id = $1::uuid AND tenant = $2::text"
+        );
         let lock_endpoint = format!("{get_endpoint} FOR UPDATE");
         let list_endpoints = format!(
-            "SELECT {ENDPOINT_COLS} FROM {e} WHERE tenant = $1::text ORDER BY created_at, id"
+            "SELECT {ENDPOINT_READ_COLS} FROM {e} WHERE tenant = $1::text ORDER BY created_at, id"
         );
         let update_endpoint = format!(
             "UPDATE {e} SET url = $3::text, description = $4::text, filter = $5::text[], \
@@ -517,18 +547,27 @@ impl Sql {
                 AND y.message_id = x.id"
         );
         let lock_purge_cursor = format!("SELECT tenant FROM {p} WHERE singleton FOR UPDATE");
+        // A tenant's cutoff: its entry in the overrides ($3 tenants, $4 cutoffs), else $1.
+        let cut = |t: &str| {
+            format!(
+                "coalesce((SELECT o.c FROM unnest($3::text[], $4::int8[]) AS o(t, c) \
+                            WHERE o.t = {t}), $1::int8)"
+            )
+        };
         let purge_candidate = |bound: &str| {
             format!(
                 "(SELECT min(t) FROM ( \
-                   (SELECT tenant AS t FROM {d} \
-                     WHERE status IN ('succeeded', 'dead') AND completed_at < $1::int8 \
-                       AND tenant > {bound} \
-                     ORDER BY tenant LIMIT 1) \
+                   (SELECT y.tenant AS t FROM {d} y \
+                     WHERE y.status IN ('succeeded', 'dead') AND y.completed_at < {yc} \
+                       AND y.tenant > {bound} \
+                     ORDER BY y.tenant LIMIT 1) \
                    UNION ALL \
                    (SELECT x.tenant FROM {m} x \
-                     WHERE x.created_at < $1::int8 AND x.tenant > {bound} \
+                     WHERE x.created_at < {xc} AND x.tenant > {bound} \
                        AND NOT EXISTS ({no_delivery}) \
-                     ORDER BY x.tenant LIMIT 1)) cand)"
+                     ORDER BY x.tenant LIMIT 1)) cand)",
+                yc = cut("y.tenant"),
+                xc = cut("x.tenant"),
             )
         };
         let purge_pick_tenant = format!(

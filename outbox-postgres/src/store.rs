@@ -25,6 +25,7 @@ use crate::sql::Sql;
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
     (2, "hold", include_str!("../migrations/0002_hold.sql")),
+    (3, "ledger", include_str!("../migrations/0003_ledger.sql")),
 ];
 
 /// The outbox on PostgreSQL: every store trait of `outboxkit-core` on one `sqlx` pool.
@@ -169,8 +170,15 @@ impl PostgresStore {
                 "the schema was migrated by a newer version of outboxkit-postgres",
             ));
         }
+        // Every known migration not recorded yet, in order (not only those above the newest
+        // recorded one), so a migration numbered below one already applied still runs.
+        let done: Vec<i32> =
+            sqlx::query_scalar(&format!("SELECT version FROM {s}.schema_migrations"))
+                .fetch_all(&mut *tx)
+                .await
+                .db()?;
         let mut applied = 0;
-        for (version, name, text) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        for (version, name, text) in MIGRATIONS.iter().filter(|m| !done.contains(&m.0)) {
             sqlx::raw_sql(&text.replace("{schema}", s))
                 .execute(&mut *tx)
                 .await

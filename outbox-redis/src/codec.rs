@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use outboxkit_core::{
     Attempt, AttemptRecord, BodyFormat, Cause, ClaimToken, Consumer, ConsumerName, DeadReason,
     Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId, EndpointStatus,
-    EndpointUrl, Enqueued, IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey, Result,
-    SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
+    EndpointUrl, Enqueued, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId,
+    OrderingKey, PayloadFingerprint, Result, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
 };
 use redis::{FromRedisValue, RedisResult, Value};
 
@@ -147,7 +147,8 @@ pub(crate) fn pack_v(
     )
 }
 
-/// A delivery from its `h`, `s`, `v`, `l` fields (see `scripts/common.lua`).
+/// A delivery from its `h`, `s`, `v`, `l` and `r` fields (see `scripts/common.lua`; `r`,
+/// the run, is absent before the first replay and on rows written before it was kept).
 pub(crate) fn delivery(v: &[Value]) -> Result<Delivery> {
     decode_delivery(v).map_err(|()| corrupt("delivery"))
 }
@@ -156,6 +157,10 @@ fn decode_delivery(v: &[Value]) -> Result<Delivery, ()> {
     let field = |i: usize| v.get(i).and_then(str_of).ok_or(());
     let (h, s, rest) = (field(0)?, field(1)?, field(2)?);
     let last = v.get(3).and_then(str_of).filter(|l| !l.is_empty());
+    let run = match v.get(4).and_then(str_of) {
+        Some(r) => r.parse().map_err(|_| ())?,
+        None => 1,
+    };
     let [status, attempts, next, token, updated] = split::<5>(&h, '|')?;
     let [member, mid, tenant, topic, kind, target, created, okey] = split::<8>(&s, SEP)?;
     let [snoozes, completed, dead] = split::<3>(&rest, '|')?;
@@ -188,6 +193,7 @@ fn decode_delivery(v: &[Value]) -> Result<Delivery, ()> {
         created_at: ms(created).ok_or(())?,
         updated_at: ms(updated).ok_or(())?,
         completed_at: opt_ms(completed)?,
+        run,
     })
 }
 
@@ -268,8 +274,9 @@ pub(crate) fn token_arg(t: &ClaimToken) -> String {
     t.as_uuid().simple().to_string()
 }
 
-/// One ledger entry as stored: `probe|record json` (its number is its position plus the
-/// entries dropped by the cap).
+/// One ledger entry as the Rust side packs it: `probe|record json`. The complete script
+/// stores it as `probe|run|due|record json` (entries written before the run was kept have
+/// the short form); its number is its position plus the entries dropped by the cap.
 pub(crate) fn pack_attempt(record: &AttemptRecord, probe: bool) -> Result<Vec<u8>> {
     let mut out = if probe {
         b"1|".to_vec()
@@ -280,16 +287,31 @@ pub(crate) fn pack_attempt(record: &AttemptRecord, probe: bool) -> Result<Vec<u8
     Ok(out)
 }
 
-/// The ledger entry at 1-based `number`.
-pub(crate) fn attempt(delivery: DeliveryId, number: u32, v: &Value) -> Result<Attempt> {
+/// The ledger entry at 1-based `number`, carrying the payload's fingerprint.
+pub(crate) fn attempt(
+    delivery: DeliveryId,
+    number: u32,
+    v: &Value,
+    payload: &PayloadFingerprint,
+) -> Result<Attempt> {
     let bad = || corrupt("attempt");
     let s = text(v).ok_or_else(bad)?;
-    let (probe, json) = s.split_once('|').ok_or_else(bad)?;
+    let (probe, rest) = s.split_once('|').ok_or_else(bad)?;
+    let (run, scheduled_at, json) = if rest.starts_with('{') {
+        (1, None, rest)
+    } else {
+        let [run, due, json] = split::<3>(rest, '|').map_err(|()| bad())?;
+        let due = opt_ms(due).map_err(|()| bad())?;
+        (run.parse().map_err(|_| bad())?, due, json)
+    };
     let record: AttemptRecord = serde_json::from_str(json).map_err(|_| bad())?;
     Ok(Attempt {
         delivery_id: delivery,
         number,
         probe: probe == "1",
+        run,
+        scheduled_at,
+        payload: payload.clone(),
         record,
     })
 }
@@ -361,6 +383,12 @@ pub(crate) fn endpoint(v: &[Value]) -> Result<(Endpoint, String)> {
         rate_limit: opt("rate")
             .map(|r| r.parse().map_err(|_| bad()))
             .transpose()?,
+        last_delivery: match h.get("last") {
+            Some(json) => Some(LastDelivery::from(
+                &serde_json::from_slice::<AttemptRecord>(json).map_err(|_| bad())?,
+            )),
+            None => None,
+        },
         created_at: t("created")?,
         updated_at: t("updated")?,
     };
@@ -416,5 +444,56 @@ impl FromRedisValue for EnqueueReply {
             return Err(bad());
         };
         enqueued(one).map(EnqueueReply).ok_or_else(bad)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    const RECORD: &str = r#"{"started_at":1700000000000,"finished_at":1700000001000,"outcome":"succeeded","status_code":204,"excerpt":"a|b"}"#;
+
+    #[test]
+    fn ledger_entries_of_both_forms_are_read() {
+        let id = DeliveryId::parse("0190a000-0000-7000-8000-000000000002").unwrap();
+        let fp = PayloadFingerprint::of(b"{}");
+        // Written before runs were kept: `probe|record`.
+        let old = attempt(id, 1, &bulk(&format!("0|{RECORD}")), &fp).unwrap();
+        assert_eq!((old.run, old.scheduled_at, old.probe), (1, None, false));
+        assert_eq!(old.record.excerpt.as_deref(), Some("a|b"));
+        // `probe|run|due|record`, with and without a due time.
+        let new = attempt(id, 2, &bulk(&format!("1|3|1699999999000|{RECORD}")), &fp).unwrap();
+        assert_eq!(
+            (new.run, new.scheduled_at, new.probe),
+            (
+                3,
+                Some(Timestamp::from_unix_millis(1_699_999_999_000).unwrap()),
+                true
+            )
+        );
+        let no_due = attempt(id, 3, &bulk(&format!("0|2||{RECORD}")), &fp).unwrap();
+        assert_eq!((no_due.run, no_due.scheduled_at), (2, None));
+        assert_eq!(no_due.payload, fp);
+    }
+
+    #[test]
+    fn a_delivery_without_a_run_field_is_in_its_first_run() {
+        let s = format!(
+            "0000000000000010190a000-0000-7000-8000-000000000002{SEP}0190a000-0000-7000-8000-000000000001{SEP}acme{SEP}order.created{SEP}handler{SEP}worker{SEP}1700000000000{SEP}"
+        );
+        let row = [
+            bulk("pending|0|1700000000000||1700000000000"),
+            bulk(&s),
+            bulk("0||"),
+            Value::Nil,
+        ];
+        assert_eq!(delivery(&row).unwrap().run, 1);
+        let mut with_run = row.to_vec();
+        with_run.push(bulk("4"));
+        assert_eq!(delivery(&with_run).unwrap().run, 4);
     }
 }

@@ -300,27 +300,71 @@ impl DeliveryStore for RedisStore {
         let [counts, oldest] = v.as_slice() else {
             return Err(corrupt("reply"));
         };
-        let mut stats = Stats::default();
-        for pair in items(counts.clone())?.chunks(2) {
-            let (Some(name), Some(n)) = (pair.first().and_then(text), pair.get(1).and_then(int))
-            else {
-                return Err(corrupt("reply"));
-            };
-            if let Ok(status) = DeliveryStatus::parse(&name) {
-                stats.add(status, u64::try_from(n).unwrap_or(0));
-            }
-        }
-        if let Some(ms) = int(oldest) {
-            let at =
-                outboxkit_core::Timestamp::from_unix_millis(ms).map_err(|_| corrupt("reply"))?;
-            stats.oldest_due_at = Some(at);
-            stats.oldest_due_age = Some(now.duration_since(at));
-        }
-        Ok(stats)
+        stats_from(counts, oldest, now)
+    }
+
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        let now = self.now();
+        let mut a = Args::new();
+        a.s("stats")
+            .t(now)
+            .s(tenant.as_str())
+            .opt(endpoint.map(|e| e.to_string()));
+        let reply: Value = self.run(&self.inner.scripts.tenancy, &a).await?;
+        let v = items(reply)?;
+        let [counts, oldest] = v.as_slice() else {
+            return Err(corrupt("reply"));
+        };
+        stats_from(counts, oldest, now)
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {
         self.start_listener();
         Some(self.inner.wakeups.listener())
     }
+}
+
+/// Stats from a flat status/count list and the oldest due time (or nil).
+fn stats_from(counts: &Value, oldest: &Value, now: outboxkit_core::Timestamp) -> Result<Stats> {
+    let mut stats = Stats::default();
+    for pair in items(counts.clone())?.chunks(2) {
+        let (Some(name), Some(n)) = (pair.first().and_then(text), pair.get(1).and_then(int)) else {
+            return Err(corrupt("reply"));
+        };
+        if let Ok(status) = DeliveryStatus::parse(&name) {
+            stats.add(status, u64::try_from(n).unwrap_or(0));
+        }
+    }
+    if let Some(ms) = int(oldest) {
+        let at = outboxkit_core::Timestamp::from_unix_millis(ms).map_err(|_| corrupt("reply"))?;
+        stats.oldest_due_at = Some(at);
+        stats.oldest_due_age = Some(now.duration_since(at));
+    }
+    Ok(stats)
+}
+
+/// Every tenant with its counts (the tenancy script's `tenants`).
+pub(crate) async fn tenants(store: &RedisStore) -> Result<Vec<outboxkit_core::TenantStats>> {
+    let now = store.now();
+    let mut a = Args::new();
+    a.s("tenants").t(now).s("").s("");
+    let reply: Value = store.run(&store.inner.scripts.tenancy, &a).await?;
+    items(reply)?
+        .into_iter()
+        .map(|row| {
+            let row = items(row)?;
+            let [tenant, counts, oldest, messages] = row.as_slice() else {
+                return Err(corrupt("reply"));
+            };
+            Ok(outboxkit_core::TenantStats {
+                tenant: text(tenant)
+                    .and_then(|t| TenantId::new(t).ok())
+                    .ok_or_else(|| corrupt("reply"))?,
+                stats: stats_from(counts, oldest, now)?,
+                messages: int(messages)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .ok_or_else(|| corrupt("reply"))?,
+            })
+        })
+        .collect()
 }

@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use outboxkit_core::store::check_purge_limit;
 use outboxkit_core::{
     Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Ledger, Message, MessageId, Page,
-    PageRequest, PurgeReport, Result, TenantId, Timestamp,
+    PageRequest, PayloadFingerprint, PurgeReport, Result, RetentionCutoffs, TenantId, TenantStats,
+    Timestamp,
 };
 use redis::Value;
 
@@ -13,7 +14,7 @@ use crate::error::{corrupt, redis_err};
 use crate::store::RedisStore;
 
 /// The fields a delivery is read from (see `scripts/common.lua`).
-const DELIVERY_FIELDS: [&str; 4] = ["h", "s", "v", "l"];
+const DELIVERY_FIELDS: [&str; 5] = ["h", "s", "v", "l", "r"];
 
 /// The fields a message is read from.
 const MESSAGE_FIELDS: [&str; 2] = ["p", "x"];
@@ -60,6 +61,7 @@ impl Ledger for RedisStore {
         page: PageRequest,
     ) -> Result<Page<Delivery>> {
         page.validate()?;
+        filter.validate()?;
         let (max, min, cursor) = bounds(filter, page.cursor);
         let limit = page.limit as usize;
         let mut a = Args::new();
@@ -73,7 +75,9 @@ impl Ledger for RedisStore {
             .opt(filter.endpoint.map(|e| e.to_string()))
             .opt(filter.consumer.as_ref())
             .opt(filter.kind.map(|k| k.as_str()))
-            .opt(filter.topic.as_ref());
+            .opt(filter.topic.as_ref())
+            .opt(filter.ordering_key.as_ref())
+            .opt(filter.text.as_ref().map(|t| t.to_ascii_lowercase()));
         let reply: Value = self.run(&self.inner.scripts.list, &a).await?;
         let mut out = items(reply)?
             .into_iter()
@@ -121,13 +125,20 @@ impl Ledger for RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(redis_err)?;
-        let owner = row
-            .first()
-            .and_then(text)
-            .and_then(|s| s.split(crate::codec::SEP).nth(2).map(str::to_owned));
-        if owner.as_deref() != Some(tenant.as_str()) {
+        let s = row.first().and_then(text).unwrap_or_default();
+        let mut parts = s.split(crate::codec::SEP);
+        let (mid, owner) = (parts.nth(1), parts.next());
+        if owner != Some(tenant.as_str()) {
             return Err(Error::not_found("delivery"));
         }
+        // The message's payload is immutable: every attempt carried these bytes.
+        let payload: Option<Vec<u8>> = redis::cmd("HGET")
+            .arg(self.key("m", mid.unwrap_or_default()))
+            .arg("p")
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        let payload = PayloadFingerprint::of(&payload.unwrap_or_default());
         // Entries dropped by the cap come first in the numbering.
         let dropped = row.get(1).and_then(int).unwrap_or(0);
         let first = u32::try_from(dropped).map_err(|_| corrupt("attempt"))?;
@@ -135,16 +146,41 @@ impl Ledger for RedisStore {
             .enumerate()
             .map(|(i, v)| {
                 let n = u32::try_from(i).map_err(|_| corrupt("attempt"))?;
-                attempt(delivery, first + n + 1, v)
+                attempt(delivery, first + n + 1, v, &payload)
             })
             .collect()
     }
 
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
         check_purge_limit(limit)?;
         let mut a = Args::new();
-        a.t(before).n(limit);
-        let reply: Value = self.run(&self.inner.scripts.purge, &a).await?;
+        a.t(cutoffs.default).n(limit).s("");
+        for (t, c) in &cutoffs.tenants {
+            a.s(t.as_str()).t(*c);
+        }
+        self.purge(&a).await
+    }
+
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        let mut a = Args::new();
+        a.t(before).n(limit).s(tenant.as_str());
+        self.purge(&a).await
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantStats>> {
+        crate::delivery::tenants(self).await
+    }
+}
+
+impl RedisStore {
+    async fn purge(&self, a: &Args) -> Result<PurgeReport> {
+        let reply: Value = self.run(&self.inner.scripts.purge, a).await?;
         let v = items(reply)?;
         let [tenant, nd, nm] = v.as_slice() else {
             return Err(corrupt("reply"));

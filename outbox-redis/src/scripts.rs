@@ -40,6 +40,7 @@ pub(crate) struct Scripts {
     pub(crate) purge: Script,
     pub(crate) stats: Script,
     pub(crate) endpoint: Script,
+    pub(crate) tenancy: Script,
 }
 
 impl Scripts {
@@ -55,10 +56,11 @@ impl Scripts {
             purge: Script::new(source!("scripts/purge.lua")),
             stats: Script::new(source!("scripts/stats.lua", read_only)),
             endpoint: Script::new(source!("scripts/endpoint.lua")),
+            tenancy: Script::new(source!("scripts/tenancy.lua", read_only)),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 10] {
+    pub(crate) fn all(&self) -> [&Script; 11] {
         [
             &self.enqueue,
             &self.claim,
@@ -70,6 +72,7 @@ impl Scripts {
             &self.purge,
             &self.stats,
             &self.endpoint,
+            &self.tenancy,
         ]
     }
 }

@@ -201,6 +201,14 @@ fn settle(
             a.status_code,
             a.excerpt.as_deref(),
         ])?;
+        conn.prepare_cached(sql::ENDPOINT_LAST_DELIVERY)?
+            .execute(params![
+                lease.delivery_id.to_string(),
+                lease.tenant.as_str(),
+                a.outcome.as_str(),
+                a.status_code,
+                ms(a.finished_at),
+            ])?;
     }
     if update.disable_endpoint {
         let endpoint: Option<String> = conn

@@ -34,10 +34,24 @@ type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/0001_init.sql")),
     (2, include_str!("../migrations/0002_hold.sql")),
+    (3, include_str!("../migrations/0003_ledger.sql")),
 ];
 
-/// The newest schema version.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+/// The version of every migration, oldest first.
+pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3];
+
+const _: () = {
+    // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.
+    assert!(MIGRATION_VERSIONS.len() == MIGRATIONS.len());
+    let mut i = 0;
+    while i < MIGRATIONS.len() {
+        assert!(MIGRATION_VERSIONS[i] == MIGRATIONS[i].0);
+        i += 1;
+    }
+};
+
+/// The newest schema version (the last migration's).
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
 const STATEMENT_CACHE: usize = 64;
 
@@ -262,7 +276,14 @@ fn migrate(conn: &mut Connection, busy_timeout: Duration, now: Timestamp) -> Res
                 supported: SCHEMA_VERSION,
             });
         }
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        // Every known migration not recorded yet, in order (not only those above the
+        // newest recorded one), so a migration numbered below one already applied still
+        // runs.
+        let applied: Vec<i64> = tx
+            .prepare("SELECT version FROM outbox_schema_version")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| !applied.contains(v)) {
             tx.execute_batch(sql)?;
             tx.execute(
                 "INSERT INTO outbox_schema_version (version, applied_at) VALUES (?1, ?2)",

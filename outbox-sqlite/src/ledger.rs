@@ -1,8 +1,10 @@
 //! What an operator reads, and retention.
 
+use std::collections::BTreeMap;
+
 use outboxkit_core::{
     Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Message, MessageId, Page,
-    PageRequest, PurgeReport, TenantId, Timestamp,
+    PageRequest, PayloadFingerprint, PurgeReport, RetentionCutoffs, TenantId, Timestamp,
 };
 use rusqlite::{named_params, params, Connection, OptionalExtension};
 
@@ -27,6 +29,8 @@ pub(crate) fn list_deliveries(
         ":topic": filter.topic.as_ref().map(|t| t.as_str()),
         ":since": filter.since.map(ms),
         ":until": filter.until.map(ms),
+        ":okey": filter.ordering_key.as_ref().map(|k| k.as_str()),
+        ":text": filter.text.as_ref().map(|t| t.to_ascii_lowercase()),
         ":cursor_at": page.cursor.map(|c| ms(c.created_at)),
         ":cursor_id": page.cursor.map(|c| c.id.to_string()),
         ":limit": i64::from(page.limit) + 1,
@@ -79,19 +83,30 @@ pub(crate) fn attempts(
     if exists.is_none() {
         return Err(Error::not_found("delivery").into());
     }
+    let payload: Vec<u8> = conn
+        .prepare_cached(sql::DELIVERY_PAYLOAD)?
+        .query_row([id.to_string()], |r| r.get(0))
+        .optional()?
+        .unwrap_or_default();
+    let payload = PayloadFingerprint::of(&payload);
     let mut stmt = conn.prepare_cached(sql::ATTEMPTS)?;
-    rows::collect(&mut stmt, [id.to_string()], rows::attempt)
+    rows::collect(&mut stmt, [id.to_string()], |r| rows::attempt(r, &payload))
 }
 
-/// The first tenant after `after` (exclusive) with something to purge before `before`.
-fn next_tenant(conn: &Connection, before: i64, after: &str) -> Result<Option<String>> {
+/// The first tenant after `after` (exclusive) with something to purge before its cutoff.
+fn next_tenant(
+    conn: &Connection,
+    default: i64,
+    overrides: &str,
+    after: &str,
+) -> Result<Option<String>> {
     let from_deliveries: Option<String> = conn
         .prepare_cached(sql::PURGE_NEXT_TENANT_DELIVERIES)?
-        .query_row(params![before, after], |r| r.get(0))
+        .query_row(params![default, after, overrides], |r| r.get(0))
         .optional()?;
     let from_messages: Option<String> = conn
         .prepare_cached(sql::PURGE_NEXT_TENANT_MESSAGES)?
-        .query_row(params![before, after], |r| r.get(0))
+        .query_row(params![default, after, overrides], |r| r.get(0))
         .optional()?;
     Ok(match (from_deliveries, from_messages) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -99,31 +114,53 @@ fn next_tenant(conn: &Connection, before: i64, after: &str) -> Result<Option<Str
     })
 }
 
-/// One retention pass for one tenant, in rotation (ARCHITECTURE "Retention").
-pub(crate) fn purge_completed(
+/// One retention pass for one tenant, in rotation, each tenant with its own cutoff
+/// (ARCHITECTURE "Retention").
+pub(crate) fn purge_expired(
     conn: &Connection,
-    before: Timestamp,
+    cutoffs: &RetentionCutoffs,
     limit: u32,
 ) -> Result<PurgeReport> {
-    let before = ms(before);
+    let default = ms(cutoffs.default);
+    let overrides: BTreeMap<&str, i64> = cutoffs
+        .tenants
+        .iter()
+        .map(|(t, c)| (t.as_str(), ms(*c)))
+        .collect();
+    let overrides =
+        serde_json::to_string(&overrides).map_err(|_| SqliteError::Corrupt("cutoffs"))?;
     let cursor: Option<String> = conn
         .prepare_cached(sql::PURGE_CURSOR)?
         .query_row([], |r| r.get(0))
         .optional()?;
     let tenant = match &cursor {
-        Some(c) => match next_tenant(conn, before, c)? {
+        Some(c) => match next_tenant(conn, default, &overrides, c)? {
             Some(t) => Some(t),
             // Wrap around: every tenant name is non-empty, so "after ''" is "from the start".
-            None => next_tenant(conn, before, "")?,
+            None => next_tenant(conn, default, &overrides, "")?,
         },
-        None => next_tenant(conn, before, "")?,
+        None => next_tenant(conn, default, &overrides, "")?,
     };
     let Some(tenant) = tenant else {
         return Ok(PurgeReport::default());
     };
+    let tenant = TenantId::new(tenant).map_err(|_| SqliteError::Corrupt("delivery"))?;
+    let report = purge_tenant(conn, &tenant, cutoffs.before(&tenant), limit)?;
+    conn.prepare_cached(sql::PURGE_SET_CURSOR)?
+        .execute([tenant.as_str()])?;
+    Ok(report)
+}
 
+/// One tenant's retention, outside the rotation.
+pub(crate) fn purge_tenant(
+    conn: &Connection,
+    tenant: &TenantId,
+    before: Timestamp,
+    limit: u32,
+) -> Result<PurgeReport> {
+    let before = ms(before);
     let mut stmt = conn.prepare_cached(sql::PURGE_PICK_DELIVERIES)?;
-    let mut rows = stmt.query(params![tenant, before, limit])?;
+    let mut rows = stmt.query(params![tenant.as_str(), before, limit])?;
     let mut ids: Vec<String> = Vec::new();
     while let Some(row) = rows.next()? {
         ids.push(row.get(0)?);
@@ -141,13 +178,10 @@ pub(crate) fn purge_completed(
     }
     let messages = conn
         .prepare_cached(sql::PURGE_DELETE_MESSAGES)?
-        .execute(params![tenant, before, limit])? as u64;
-    conn.prepare_cached(sql::PURGE_SET_CURSOR)?
-        .execute([&tenant])?;
-    let tenant = TenantId::new(tenant).map_err(|_| SqliteError::Corrupt("delivery"))?;
+        .execute(params![tenant.as_str(), before, limit])? as u64;
     Ok(PurgeReport {
         deliveries,
         messages,
-        tenant: Some(tenant),
+        tenant: Some(tenant.clone()),
     })
 }

@@ -54,6 +54,7 @@ mod ledger;
 mod rows;
 mod sql;
 mod store;
+mod tenancy;
 mod wake;
 
 pub use config::{SqliteConfig, Synchronous};
@@ -65,3 +66,7 @@ pub use store::SqliteStore;
 
 /// The schema version this crate writes (recorded in `outbox_schema_version`).
 pub const SCHEMA_VERSION: i64 = conn::SCHEMA_VERSION;
+
+/// The versions of every schema migration this crate ships, oldest first (each is recorded
+/// in `outbox_schema_version` once applied).
+pub const MIGRATION_VERSIONS: &[i64] = conn::MIGRATION_VERSIONS;

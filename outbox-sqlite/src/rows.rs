@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use outboxkit_core::{
     Attempt, AttemptOutcome, AttemptRecord, BodyFormat, ClaimToken, Consumer, ConsumerName,
     DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId,
-    EndpointStatus, EndpointUrl, IdempotencyKey, LastOutcome, Message, MessageId, OrderingKey,
-    SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
+    EndpointStatus, EndpointUrl, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId,
+    OrderingKey, PayloadFingerprint, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
 };
 use rusqlite::types::FromSql;
 use rusqlite::{Params, Row, Statement};
@@ -30,7 +30,7 @@ pub(crate) fn opt_ms(t: Option<Timestamp>) -> Option<i64> {
 pub(crate) fn collect<T, P: Params>(
     stmt: &mut Statement<'_>,
     params: P,
-    f: fn(&Row<'_>) -> Result<T>,
+    f: impl Fn(&Row<'_>) -> Result<T>,
 ) -> Result<Vec<T>> {
     let mut rows = stmt.query(params)?;
     let mut out = Vec::new();
@@ -104,6 +104,7 @@ pub(crate) fn delivery(row: &Row<'_>) -> Result<Delivery> {
         created_at: time(row, 17, W)?,
         updated_at: time(row, 18, W)?,
         completed_at: opt_time(row, 19, W)?,
+        run: count(row, 20, W)?,
     })
 }
 
@@ -111,8 +112,8 @@ pub(crate) fn delivery(row: &Row<'_>) -> Result<Delivery> {
 pub(crate) fn claim_extra(row: &Row<'_>) -> Result<(ClaimToken, DeliveryStatus)> {
     const W: &str = "delivery";
     Ok((
-        parsed(W, ClaimToken::parse(&get::<String>(row, 20)?))?,
-        parsed(W, DeliveryStatus::parse(&get::<String>(row, 21)?))?,
+        parsed(W, ClaimToken::parse(&get::<String>(row, 21)?))?,
+        parsed(W, DeliveryStatus::parse(&get::<String>(row, 22)?))?,
     ))
 }
 
@@ -177,6 +178,14 @@ pub(crate) fn endpoint(row: &Row<'_>) -> Result<Endpoint> {
         rate_limit: get::<Option<i64>>(row, 10)?
             .map(|r| parsed(W, u32::try_from(r)))
             .transpose()?,
+        last_delivery: match get::<Option<String>>(row, 13)? {
+            Some(o) => Some(LastDelivery {
+                outcome: parsed(W, AttemptOutcome::parse(&o))?,
+                status_code: opt_status_code(row, 14, W)?,
+                at: time(row, 15, W)?,
+            }),
+            None => None,
+        },
         created_at: time(row, 11, W)?,
         updated_at: time(row, 12, W)?,
     })
@@ -192,13 +201,16 @@ pub(crate) fn consumer(row: &Row<'_>) -> Result<Consumer> {
     })
 }
 
-/// An attempt from the columns of [`crate::sql::ATTEMPT_COLS`].
-pub(crate) fn attempt(row: &Row<'_>) -> Result<Attempt> {
+/// An attempt from the columns of [`crate::sql::ATTEMPTS`], with its payload's fingerprint.
+pub(crate) fn attempt(row: &Row<'_>, payload: &PayloadFingerprint) -> Result<Attempt> {
     const W: &str = "attempt";
     Ok(Attempt {
         delivery_id: parsed(W, DeliveryId::parse(&get::<String>(row, 0)?))?,
         number: count(row, 1, W)?,
         probe: get::<bool>(row, 2)?,
+        run: count(row, 8, W)?,
+        scheduled_at: opt_time(row, 9, W)?,
+        payload: payload.clone(),
         record: AttemptRecord {
             started_at: time(row, 3, W)?,
             finished_at: time(row, 4, W)?,

@@ -9,7 +9,7 @@ macro_rules! delivery_cols {
     () => {
         "id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
          next_attempt_at, lease_until, last_outcome, last_status_code, last_excerpt, last_at, \
-         dead_reason, created_at, updated_at, completed_at"
+         dead_reason, created_at, updated_at, completed_at, run"
     };
 }
 
@@ -26,6 +26,17 @@ macro_rules! endpoint_cols {
     () => {
         "id, tenant, url, description, filter, status, disabled_reason, secret, \
          previous_secret, body_format, rate_limit, created_at, updated_at"
+    };
+}
+
+/// The endpoint columns and its last delivery, in the order [`crate::rows::endpoint`] reads
+/// them.
+macro_rules! endpoint_read_cols {
+    () => {
+        concat!(
+            endpoint_cols!(),
+            ", last_outcome, last_status_code, last_at"
+        )
     };
 }
 
@@ -51,7 +62,7 @@ pub(crate) const SELECT_CONSUMERS: &str =
 
 pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
     "SELECT ",
-    endpoint_cols!(),
+    endpoint_read_cols!(),
     " FROM outbox_endpoints WHERE tenant = ?1 ORDER BY created_at, id"
 );
 
@@ -94,7 +105,7 @@ pub(crate) const CLAIM: &str = concat!(
          ORDER BY c.next_attempt_at, c.seq \
          LIMIT :batch)) \
      UPDATE outbox_deliveries AS d \
-     SET claimed_from = d.status, \
+     SET claimed_from = d.status, due_at = d.next_attempt_at, \
          attempts = d.attempts + (d.status <> 'held'), \
          status = 'processing', \
          claim_token = CAST(substr(:tokens, p.rn * 36 + 1, 36) AS TEXT), \
@@ -125,11 +136,19 @@ pub(crate) const SETTLE: &str = "UPDATE outbox_deliveries \
          attempt_count = attempt_count + ?16 \
      WHERE id = ?1 AND tenant = ?2 AND claim_token = ?3 AND status IN ('processing', 'sending')";
 
-/// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]).
+/// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]), with the
+/// delivery's run and the due time of its claim.
 pub(crate) const INSERT_ATTEMPT: &str = "INSERT INTO outbox_attempts \
-     (delivery_id, number, probe, started_at, finished_at, outcome, status_code, excerpt) \
-     VALUES (?1, (SELECT attempt_count FROM outbox_deliveries WHERE id = ?1), \
-             ?2, ?3, ?4, ?5, ?6, ?7)";
+     (delivery_id, number, probe, started_at, finished_at, outcome, status_code, excerpt, \
+      run, scheduled_at) \
+     SELECT ?1, d.attempt_count, ?2, ?3, ?4, ?5, ?6, ?7, d.run, d.due_at \
+     FROM outbox_deliveries AS d WHERE d.id = ?1";
+
+/// Record an attempt of a webhook delivery on its endpoint (the endpoint's last status).
+pub(crate) const ENDPOINT_LAST_DELIVERY: &str = "UPDATE outbox_endpoints \
+     SET last_outcome = ?3, last_status_code = ?4, last_at = ?5 \
+     WHERE tenant = ?2 AND id = (SELECT target FROM outbox_deliveries \
+                                 WHERE id = ?1 AND kind = 'webhook')";
 
 /// The endpoint of a webhook delivery (for a `gone` verdict).
 pub(crate) const DELIVERY_ENDPOINT: &str =
@@ -168,7 +187,7 @@ pub(crate) const DELIVERY_STATUS: &str =
 
 pub(crate) const REPLAY: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', attempts = 0, snoozes = 0, next_attempt_at = ?3, \
-         dead_reason = NULL, completed_at = NULL, updated_at = ?3 \
+         dead_reason = NULL, completed_at = NULL, updated_at = ?3, run = run + 1 \
      WHERE id = ?1 AND tenant = ?2 AND status = 'dead'";
 
 pub(crate) const RETRY_NOW: &str = "UPDATE outbox_deliveries \
@@ -185,6 +204,29 @@ pub(crate) const STATS_COUNTS: &str =
 pub(crate) const STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) FROM outbox_deliveries \
      WHERE status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?1";
 
+/// Counts of one tenant (and one endpoint when `?2` is not NULL).
+pub(crate) const TENANT_STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries \
+     WHERE tenant = ?1 AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2)) GROUP BY status";
+
+pub(crate) const TENANT_STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) \
+     FROM outbox_deliveries \
+     WHERE tenant = ?1 AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2)) \
+       AND status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?3";
+
+/// Counts per tenant and status.
+pub(crate) const TENANTS_COUNTS: &str =
+    "SELECT tenant, status, count(*) FROM outbox_deliveries GROUP BY tenant, status";
+
+/// The oldest due claimable delivery per tenant.
+pub(crate) const TENANTS_OLDEST_DUE: &str = "SELECT tenant, min(next_attempt_at) \
+     FROM outbox_deliveries \
+     WHERE status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?1 \
+     GROUP BY tenant";
+
+/// Messages per tenant.
+pub(crate) const TENANTS_MESSAGES: &str =
+    "SELECT tenant, count(*) FROM outbox_messages GROUP BY tenant";
+
 // ---- ledger ----
 
 pub(crate) const LIST_DELIVERIES: &str = concat!(
@@ -199,6 +241,12 @@ pub(crate) const LIST_DELIVERIES: &str = concat!(
        AND (:topic IS NULL OR topic = :topic) \
        AND (:since IS NULL OR created_at >= :since) \
        AND (:until IS NULL OR created_at < :until) \
+       AND (:okey IS NULL OR ordering_key = :okey) \
+       AND (:text IS NULL \
+         OR instr(lower(last_excerpt), :text) > 0 \
+         OR EXISTS (SELECT 1 FROM outbox_attempts AS a \
+                    WHERE a.delivery_id = outbox_deliveries.id \
+                      AND instr(lower(a.excerpt), :text) > 0)) \
        AND (:cursor_at IS NULL OR (created_at, id) < (:cursor_at, :cursor_id)) \
      ORDER BY created_at DESC, id DESC \
      LIMIT :limit"
@@ -217,7 +265,12 @@ pub(crate) const GET_MESSAGE: &str = concat!(
 );
 
 pub(crate) const ATTEMPTS: &str = "SELECT delivery_id, number, probe, started_at, finished_at, \
-     outcome, status_code, excerpt FROM outbox_attempts WHERE delivery_id = ?1 ORDER BY number";
+     outcome, status_code, excerpt, run, scheduled_at FROM outbox_attempts \
+     WHERE delivery_id = ?1 ORDER BY number";
+
+/// The payload of a delivery's message (the attempts' fingerprint).
+pub(crate) const DELIVERY_PAYLOAD: &str = "SELECT m.payload FROM outbox_messages AS m \
+     JOIN outbox_deliveries AS d ON d.message_id = m.id WHERE d.id = ?1";
 
 // ---- retention ----
 
@@ -226,14 +279,19 @@ pub(crate) const PURGE_CURSOR: &str = "SELECT tenant FROM outbox_purge_cursor WH
 pub(crate) const PURGE_SET_CURSOR: &str = "INSERT INTO outbox_purge_cursor (id, tenant) \
      VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant";
 
-/// The first tenant after `?2` with a finished delivery completed before `?1`.
-pub(crate) const PURGE_NEXT_TENANT_DELIVERIES: &str = "SELECT tenant FROM outbox_deliveries \
-     WHERE status IN ('succeeded', 'dead') AND tenant > ?2 AND completed_at < ?1 \
-     ORDER BY tenant LIMIT 1";
+/// The first tenant after `?2` with a finished delivery completed before its cutoff: the
+/// tenant's entry in the JSON object `?3`, else `?1`.
+pub(crate) const PURGE_NEXT_TENANT_DELIVERIES: &str =
+    "SELECT d.tenant FROM outbox_deliveries AS d \
+     WHERE d.status IN ('succeeded', 'dead') AND d.tenant > ?2 \
+       AND d.completed_at < coalesce((SELECT value FROM json_each(?3) WHERE key = d.tenant), ?1) \
+     ORDER BY d.tenant LIMIT 1";
 
-/// The first tenant after `?2` with a message created before `?1` and no deliveries left.
+/// The first tenant after `?2` with a message created before its cutoff (as above) and no
+/// deliveries left.
 pub(crate) const PURGE_NEXT_TENANT_MESSAGES: &str = "SELECT m.tenant FROM outbox_messages AS m \
-     WHERE m.tenant > ?2 AND m.created_at < ?1 \
+     WHERE m.tenant > ?2 \
+       AND m.created_at < coalesce((SELECT value FROM json_each(?3) WHERE key = m.tenant), ?1) \
        AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
      ORDER BY m.tenant LIMIT 1";
 
@@ -263,7 +321,7 @@ pub(crate) const INSERT_ENDPOINT: &str = concat!(
 
 pub(crate) const GET_ENDPOINT: &str = concat!(
     "SELECT ",
-    endpoint_cols!(),
+    endpoint_read_cols!(),
     " FROM outbox_endpoints WHERE id = ?1 AND tenant = ?2"
 );
 

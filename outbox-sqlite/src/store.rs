@@ -11,14 +11,14 @@ use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Clock, Completion, Consumer, ConsumerName, Delivery,
     DeliveryFilter, DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
     Enqueued, Entropy, Error, ErrorKind, Lease, Ledger, Limits, Message, MessageId, MessageStore,
-    NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result, Stats,
-    SystemClock, TenantId, Timestamp, WakeListener, Wakeups,
+    NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result, RetentionCutoffs,
+    Stats, SystemClock, TenantId, TenantStats, Timestamp, WakeListener, Wakeups,
 };
 use rusqlite::Transaction;
 
 use crate::config::SqliteConfig;
 use crate::conn::{immediate, snapshot, Pool};
-use crate::{admin, claim, enqueue, ledger, wake};
+use crate::{admin, claim, enqueue, ledger, tenancy, wake};
 
 /// The outbox on SQLite. `Clone` is cheap and shares the connections.
 ///
@@ -280,6 +280,12 @@ impl DeliveryStore for SqliteStore {
         self.read(|tx, now| admin::stats(tx, now)).await
     }
 
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        let tenant = tenant.clone();
+        self.read(move |tx, now| tenancy::tenant_stats(tx, &tenant, endpoint, now))
+            .await
+    }
+
     fn wake_listener(&self) -> Option<WakeListener> {
         Some(self.inner.wakeups.listener())
     }
@@ -376,6 +382,7 @@ impl Ledger for SqliteStore {
         page: PageRequest,
     ) -> Result<Page<Delivery>> {
         page.validate()?;
+        filter.validate()?;
         let (tenant, filter) = (tenant.clone(), filter.clone());
         self.read(move |tx, _| ledger::list_deliveries(tx, &tenant, &filter, page))
             .await
@@ -399,9 +406,26 @@ impl Ledger for SqliteStore {
             .await
     }
 
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
         check_purge_limit(limit)?;
-        self.write(move |tx, _, _| ledger::purge_completed(tx, before, limit))
+        let cutoffs = cutoffs.clone();
+        self.write(move |tx, _, _| ledger::purge_expired(tx, &cutoffs, limit))
             .await
+    }
+
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        let tenant = tenant.clone();
+        self.write(move |tx, _, _| ledger::purge_tenant(tx, &tenant, before, limit))
+            .await
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantStats>> {
+        self.read(|tx, now| tenancy::tenants(tx, now)).await
     }
 }

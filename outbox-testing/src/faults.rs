@@ -157,6 +157,14 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
         self.gate("stats").await?;
         self.inner.stats().await
     }
+    async fn tenant_stats(
+        &self,
+        tenant: &outboxkit_core::TenantId,
+        endpoint: Option<outboxkit_core::EndpointId>,
+    ) -> Result<Stats> {
+        self.gate("tenant_stats").await?;
+        self.inner.tenant_stats(tenant, endpoint).await
+    }
     fn wake_listener(&self) -> Option<WakeListener> {
         self.inner.wake_listener()
     }
@@ -241,6 +249,27 @@ impl<S: Ledger> Ledger for FaultyStore<S> {
     async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
         self.gate("purge_completed").await?;
         self.inner.purge_completed(before, limit).await
+    }
+    async fn purge_expired(
+        &self,
+        cutoffs: &outboxkit_core::RetentionCutoffs,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        self.gate("purge_expired").await?;
+        self.inner.purge_expired(cutoffs, limit).await
+    }
+    async fn purge_tenant(
+        &self,
+        tenant: &outboxkit_core::TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        self.gate("purge_tenant").await?;
+        self.inner.purge_tenant(tenant, before, limit).await
+    }
+    async fn tenants(&self) -> Result<Vec<outboxkit_core::TenantStats>> {
+        self.gate("tenants").await?;
+        self.inner.tenants().await
     }
 }
 

@@ -11,6 +11,7 @@ mod operator;
 mod print_sql;
 mod relay;
 mod smtp;
+mod tenancy;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -168,6 +168,7 @@ impl EndpointAdmin {
             previous_secret: None,
             body_format: new.body_format,
             rate_limit: new.rate_limit,
+            last_delivery: None,
             created_at: now,
             updated_at: now,
         };

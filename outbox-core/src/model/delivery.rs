@@ -391,6 +391,13 @@ pub struct Attempt {
     pub number: u32,
     /// Whether this was a probe of a held delivery (it spent no attempt).
     pub probe: bool,
+    /// The run it belongs to: 1, then one more per replay.
+    pub run: u32,
+    /// When the attempt was due (the delivery's `next_attempt_at` when it was claimed);
+    /// `None` for attempts recorded before this was kept.
+    pub scheduled_at: Option<Timestamp>,
+    /// The size and SHA-256 of the payload the attempt carried.
+    pub payload: PayloadFingerprint,
     /// What happened.
     #[serde(flatten)]
     pub record: AttemptRecord,
@@ -402,6 +409,34 @@ impl Attempt {
         self.record
             .finished_at
             .duration_since(self.record.started_at)
+    }
+}
+
+/// The size and SHA-256 digest of a payload, as the ledger shows it.
+///
+/// A message's payload never changes, so every attempt of every run of its deliveries
+/// carried the same bytes: stores derive the fingerprint from the stored payload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadFingerprint {
+    /// The payload's length in bytes.
+    pub size: u64,
+    /// The lowercase hex SHA-256 of the payload bytes.
+    pub sha256: String,
+}
+
+impl PayloadFingerprint {
+    /// The fingerprint of `payload`.
+    pub fn of(payload: &[u8]) -> Self {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(payload);
+        let mut sha256 = String::with_capacity(64);
+        for b in digest {
+            sha256.push_str(&format!("{b:02x}"));
+        }
+        PayloadFingerprint {
+            size: payload.len() as u64,
+            sha256,
+        }
     }
 }
 
@@ -451,6 +486,8 @@ pub struct Delivery {
     pub attempts: u32,
     /// Snoozes taken.
     pub snoozes: u32,
+    /// The run: 1, then one more per replay (the earlier runs' attempts stay in the ledger).
+    pub run: u32,
     /// When it is next due (pending, held) or when its lease ends (processing, sending).
     pub next_attempt_at: Timestamp,
     /// The lease end while claimed.
@@ -480,6 +517,7 @@ impl Delivery {
             status: DeliveryStatus::Pending,
             attempts: 0,
             snoozes: 0,
+            run: 1,
             next_attempt_at: message.available_at,
             lease_until: None,
             last_outcome: None,
@@ -493,5 +531,21 @@ impl Delivery {
     /// The endpoint of a webhook delivery.
     pub fn endpoint(&self) -> Option<EndpointId> {
         self.destination.endpoint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_fingerprint_is_size_and_sha256_hex() {
+        let f = PayloadFingerprint::of(b"abc");
+        assert_eq!(f.size, 3);
+        assert_eq!(
+            f.sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(PayloadFingerprint::of(b"").size, 0);
     }
 }

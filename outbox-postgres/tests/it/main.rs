@@ -9,3 +9,4 @@ mod notify;
 mod script;
 mod support;
 mod upgrade;
+mod upgrade_ledger;

@@ -129,7 +129,7 @@ while #claimed < batch do
   bs.pos = bs.pos + 1
   local id = member_id(m)
   local dk = k_d(id)
-  local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l')
+  local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l', 'r')
   if not r[1] then
     redis.call('ZREM', bs.key, m)
   else
@@ -152,7 +152,8 @@ while #claimed < batch do
       if st ~= 'held' then at = S(tonumber(at) + 1) end
       moved(id, kind, target, st, 'processing')
       local h = make_h('processing', at, until_s, ARGV[tok_base + #claimed], now_s)
-      redis.call('HSET', dk, 'h', h)
+      -- `du`: when this attempt was due (the ledger's scheduled time).
+      redis.call('HSET', dk, 'h', h, 'du', nx)
       redis.call('ZADD', bs.key, until_s, m)
       -- A claimed row is stale-able: index it when this claim spent the last attempt of
       -- the claimer's budget (other rows are not exhausted when their lease ends).
@@ -162,7 +163,7 @@ while #claimed < batch do
         msg = redis.call('HMGET', k_m(mid), 'p', 'x')
         msgs[mid] = msg
       end
-      claimed[#claimed + 1] = { st, h, r[2], r[3], r[4], msg[1], msg[2] }
+      claimed[#claimed + 1] = { st, h, r[2], r[3], r[4], r[5], msg[1], msg[2] }
     end
   end
 end

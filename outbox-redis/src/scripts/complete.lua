@@ -36,6 +36,15 @@ while a <= #ARGV do
     moved(id, kind, target, st, status)
     local last, entry = ARGV[a + 9], ARGV[a + 10]
     if entry ~= '' then
+      -- The entry gets the run and the due time of this claim: `probe|run|due|record`.
+      local ex = redis.call('HMGET', dk, 'r', 'du')
+      local record = string.sub(entry, 3)
+      entry = string.sub(entry, 1, 2) .. (ex[1] or '1') .. '|' .. (ex[2] or '') .. '|' .. record
+      if kind == 'webhook' then
+        -- The endpoint's last status: this attempt's record, in the same script.
+        local ek = k_e(target)
+        if redis.call('EXISTS', ek) == 1 then redis.call('HSET', ek, 'last', record) end
+      end
       local ak = k_a(id)
       local len = redis.call('RPUSH', ak, entry)
       if len > cap then

@@ -17,7 +17,8 @@ if op == 'replay' then
   end
   set_status(d, 'pending')
   d.attempts, d.next = '0', now
-  redis.call('HSET', dk, 'h', make_h('pending', '0', now, '', now), 'v', '0||')
+  local run = tonumber(redis.call('HGET', dk, 'r') or '1') + 1
+  redis.call('HSET', dk, 'h', make_h('pending', '0', now, '', now), 'v', '0||', 'r', S(run))
   place(d, true)
 elseif op == 'reset' then
   if d.status ~= 'held' then

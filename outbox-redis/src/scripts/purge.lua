@@ -1,11 +1,16 @@
--- Retention for one tenant per call, rotating over tenants by name.
--- ARGV: before, limit
+-- Retention for one tenant per call, rotating over tenants by name, each tenant with its
+-- own cutoff; or for one named tenant outside the rotation.
+-- ARGV: default cutoff, limit, tenant ('' = the next in rotation), then (tenant, cutoff)
+--       override pairs
 -- Returns {tenant or false, deliveries removed, messages removed}.
-local before, limit = ARGV[1], tonumber(ARGV[2])
-local cut = '(' .. before
+local default, limit, only = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local cutoffs = {}
+for i = 4, #ARGV - 1, 2 do cutoffs[ARGV[i]] = ARGV[i + 1] end
+local function cut_of(t) return '(' .. (cutoffs[t] or default) end
 local stale = {}
 
 local function has_work(t)
+  local cut = cut_of(t)
   if #redis.call('ZRANGEBYSCORE', k_tf(t), '-inf', cut, 'LIMIT', 0, 1) > 0 then return true end
   if #redis.call('ZRANGEBYSCORE', k_tm(t), '-inf', cut, 'LIMIT', 0, 1) > 0 then return true end
   if redis.call('EXISTS', k_tf(t), k_tm(t)) == 0 then stale[#stale + 1] = t end
@@ -26,13 +31,16 @@ end
 
 local cursor = redis.call('GET', K_PURGE)
 local tenant
-if cursor then
+if only ~= '' then
+  tenant = only
+elseif cursor then
   tenant = scan('(' .. cursor, '+') or scan('-', '[' .. cursor)
 else
   tenant = scan('-', '+')
 end
 for _, t in ipairs(stale) do redis.call('ZREM', K_PT, t) end
 if not tenant then return { false, 0, 0 } end
+local cut = cut_of(tenant)
 
 local nd, nm = 0, 0
 -- Oldest completion first; ties in enqueue order (members start with the sequence).
@@ -69,6 +77,6 @@ for _, mid in ipairs(redis.call('ZRANGEBYSCORE', k_tm(tenant), '-inf', cut, 'LIM
   end
   redis.call('ZREM', k_tm(tenant), mid)
 end
-redis.call('SET', K_PURGE, tenant)
+if only == '' then redis.call('SET', K_PURGE, tenant) end
 flush()
 return { tenant, nd, nm }

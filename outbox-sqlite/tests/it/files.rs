@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use outboxkit_core::{ErrorKind, Ledger, MessageStore, NewMessage, OsEntropy, TenantId};
-use outboxkit_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore, MIGRATION_VERSIONS, SCHEMA_VERSION};
 use outboxkit_testing::ManualClock;
 use rusqlite::Connection;
 
@@ -153,7 +153,8 @@ async fn reopening_keeps_data_and_the_applications_tables() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    assert_eq!(versions, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+    assert_eq!(versions, MIGRATION_VERSIONS.to_vec());
+    assert_eq!(versions.last(), Some(&SCHEMA_VERSION));
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();

@@ -10,3 +10,4 @@ mod processes;
 mod script;
 mod transactions;
 mod upgrade;
+mod upgrade_ledger;

@@ -27,6 +27,7 @@ fn endpoint(tenant: &TenantId, now: Timestamp) -> Endpoint {
         previous_secret: None,
         body_format: Default::default(),
         rate_limit: None,
+        last_delivery: None,
         created_at: now,
         updated_at: now,
     }
@@ -57,7 +58,9 @@ async fn a_version_1_file_with_a_paused_endpoint_upgrades_in_place() {
     // `pending`) gives exactly a version 1 file with a paused endpoint's queue.
     {
         let conn = Connection::open(&path).unwrap();
-        conn.execute("DELETE FROM outbox_schema_version WHERE version >= 2", [])
+        // Only version 2's record: the later ledger migration (3) adds columns and stays
+        // applied (the runner applies every shipped migration not yet recorded).
+        conn.execute("DELETE FROM outbox_schema_version WHERE version = 2", [])
             .unwrap();
         conn.execute(
             "UPDATE outbox_endpoints SET status = 'paused' WHERE id = ?1",
@@ -65,7 +68,7 @@ async fn a_version_1_file_with_a_paused_endpoint_upgrades_in_place() {
         )
         .unwrap();
     }
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert!(SCHEMA_VERSION >= 2, "version 2 (hold) is shipped");
     let store = open(&path, clock.clone()).await;
     let conn = Connection::open(&path).unwrap();
     let version: i64 = conn
@@ -73,7 +76,7 @@ async fn a_version_1_file_with_a_paused_endpoint_upgrades_in_place() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 2, "version 2 applied on open");
+    assert_eq!(version, SCHEMA_VERSION, "versions 2.. applied on open");
     let all = store
         .list_deliveries(&acme, &DeliveryFilter::default(), PageRequest::first(100))
         .await

@@ -10,10 +10,13 @@ mod enqueue;
 mod fencing;
 mod held;
 mod helpers;
+mod history;
 mod ledger;
 mod operator;
 mod retention;
 mod roundtrip;
+
+mod tenancy;
 mod verdicts;
 mod waiting;
 
@@ -21,10 +24,13 @@ pub use claim::*;
 pub use enqueue::*;
 pub use fencing::*;
 pub use held::*;
+pub use history::*;
 pub use ledger::*;
 pub use operator::*;
 pub use retention::*;
 pub use roundtrip::*;
+
+pub use tenancy::*;
 pub use verdicts::*;
 pub use waiting::*;
 
@@ -105,6 +111,16 @@ macro_rules! __conformance_cases {
             disabled_endpoint_hold_expires,
             deleted_endpoint_gets_nothing,
             await_endpoint_after_resume_is_pending,
+
+            purge_tenant_touches_only_its_tenant,
+            purge_honours_tenant_windows,
+            purge_rotation_visits_every_tenant_with_windows,
+            stats_are_scoped_by_tenant_and_endpoint,
+            tenants_are_listed_with_counts,
+            ledger_records_schedule_and_payload,
+            replay_starts_a_new_run,
+            ledger_filters_by_ordering_key_and_text,
+            endpoint_shows_last_delivery,
         );
     };
 }

@@ -1,14 +1,14 @@
 //! The endpoint, consumer and ledger side of [`State`]: tenant-scoped reads, endpoint
 //! updates that release held deliveries, listings and retention.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use outboxkit_core::endpoint::check_description;
 use outboxkit_core::store::check_purge_limit;
 use outboxkit_core::{
     Attempt, ConsumerName, Cursor, Delivery, DeliveryFilter, DeliveryId, Endpoint, EndpointId,
     EndpointUpdate, Error, ErrorKind, Message, MessageId, Page, PageRequest, PurgeReport, Result,
-    TenantId, Timestamp,
+    RetentionCutoffs, TenantId, TenantStats, Timestamp,
 };
 
 use super::state::{not_found, Row, State};
@@ -25,7 +25,9 @@ impl State {
                 "an endpoint with this id exists",
             ));
         }
-        self.endpoints.insert(e.id, e.clone());
+        let mut e = e.clone();
+        e.last_delivery = None;
+        self.endpoints.insert(e.id, e);
         Ok(())
     }
 
@@ -102,11 +104,18 @@ impl State {
         page: PageRequest,
     ) -> Result<Page<Delivery>> {
         page.validate()?;
+        f.validate()?;
         let mut v: Vec<&Delivery> = self
             .rows
             .values()
             .map(|r| &r.d)
-            .filter(|d| &d.tenant == tenant && f.matches(d))
+            .filter(|d| {
+                &d.tenant == tenant
+                    && f.matches_with_attempts(
+                        d,
+                        self.attempts.get(&d.id).map_or(&[][..], Vec::as_slice),
+                    )
+            })
             .filter(|d| page.cursor.as_ref().is_none_or(|c| c.precedes(d)))
             .collect();
         v.sort_by_key(|d| std::cmp::Reverse((d.created_at, d.id)));
@@ -138,13 +147,19 @@ impl State {
         Ok(self.attempts.get(&id).cloned().unwrap_or_default())
     }
 
-    /// One tenant per call, in rotation (ARCHITECTURE "Retention").
-    pub(super) fn purge(&mut self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
+    /// One tenant per call, in rotation, each tenant with its own cutoff (ARCHITECTURE
+    /// "Retention").
+    pub(super) fn purge(&mut self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
         check_purge_limit(limit)?;
-        let finished =
-            |r: &Row| r.d.status.is_finished() && r.d.completed_at.is_some_and(|c| c < before);
+        let finished = |r: &Row| {
+            r.d.status.is_finished()
+                && r.d
+                    .completed_at
+                    .is_some_and(|c| c < cutoffs.before(&r.d.tenant))
+        };
         let referenced: HashSet<MessageId> = self.rows.values().map(|r| r.d.message_id).collect();
-        let orphan = |m: &Message| m.created_at < before && !referenced.contains(&m.id);
+        let orphan =
+            |m: &Message| m.created_at < cutoffs.before(&m.tenant) && !referenced.contains(&m.id);
         let tenants: BTreeSet<&TenantId> = self
             .rows
             .values()
@@ -165,11 +180,31 @@ impl State {
         let Some(tenant) = pick else {
             return Ok(PurgeReport::default());
         };
+        let report = self.purge_one(&tenant, cutoffs.before(&tenant), limit);
+        self.purge_cursor = Some(tenant);
+        Ok(report)
+    }
 
+    /// One tenant's retention, outside the rotation.
+    pub(super) fn purge_tenant(
+        &mut self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        Ok(self.purge_one(tenant, before, limit))
+    }
+
+    fn purge_one(&mut self, tenant: &TenantId, before: Timestamp, limit: u32) -> PurgeReport {
         let mut gone: Vec<(Timestamp, u64, DeliveryId)> = self
             .rows
             .values()
-            .filter(|r| r.d.tenant == tenant && finished(r))
+            .filter(|r| {
+                &r.d.tenant == tenant
+                    && r.d.status.is_finished()
+                    && r.d.completed_at.is_some_and(|c| c < before)
+            })
             .map(|r| (r.d.completed_at.unwrap_or(before), r.seq, r.d.id))
             .collect();
         gone.sort();
@@ -181,7 +216,7 @@ impl State {
         let mut orphans: Vec<(Timestamp, MessageId)> = self
             .messages
             .values()
-            .filter(|m| m.tenant == tenant && m.created_at < before && !referenced.contains(&m.id))
+            .filter(|m| &m.tenant == tenant && m.created_at < before && !referenced.contains(&m.id))
             .map(|m| (m.created_at, m.id))
             .collect();
         orphans.sort();
@@ -193,11 +228,29 @@ impl State {
                 }
             }
         }
-        self.purge_cursor = Some(tenant.clone());
-        Ok(PurgeReport {
+        PurgeReport {
             deliveries: gone.len() as u64,
             messages: orphans.len() as u64,
-            tenant: Some(tenant),
-        })
+            tenant: Some(tenant.clone()),
+        }
+    }
+
+    /// Every tenant with deliveries or messages, by name, with its counts.
+    pub(super) fn tenants(&self, now: Timestamp) -> Vec<TenantStats> {
+        let mut names: BTreeMap<TenantId, u64> = BTreeMap::new();
+        for m in self.messages.values() {
+            *names.entry(m.tenant.clone()).or_default() += 1;
+        }
+        for r in self.rows.values() {
+            names.entry(r.d.tenant.clone()).or_default();
+        }
+        names
+            .into_iter()
+            .map(|(tenant, messages)| TenantStats {
+                stats: self.stats_where(now, |d| d.tenant == tenant),
+                tenant,
+                messages,
+            })
+            .collect()
     }
 }

@@ -9,8 +9,8 @@ use outboxkit_core::{
     fanout, Attempt, ClaimRequest, ClaimToken, Claimed, Completion, Consumer, ConsumerName,
     DeadReason, Delivery, DeliveryId, DeliveryStatus, DeliveryUpdate, Destination, DisabledReason,
     Endpoint, EndpointId, EndpointStatus, Enqueued, Entropy, Error, ErrorKind, IdempotencyKey,
-    Lease, Message, MessageId, OrderingKey, ReleaseReport, Result, Stats, TenantId, Timestamp,
-    Topic, ValidMessage,
+    LastDelivery, Lease, Message, MessageId, OrderingKey, PayloadFingerprint, ReleaseReport,
+    Result, Stats, TenantId, Timestamp, Topic, ValidMessage,
 };
 
 /// One delivery with what the public type does not carry: its enqueue sequence and the
@@ -19,6 +19,8 @@ pub(super) struct Row {
     pub(super) d: Delivery,
     pub(super) seq: u64,
     pub(super) token: Option<ClaimToken>,
+    /// When the current claim's attempt was due (the ledger's `scheduled_at`).
+    pub(super) due_at: Option<Timestamp>,
 }
 
 type OrderingSlot = (TenantId, Destination, OrderingKey);
@@ -113,6 +115,10 @@ fn apply(r: &mut Row, u: &DeliveryUpdate, now: Timestamp) {
     r.d.updated_at = now;
 }
 
+fn lease_lost() -> Error {
+    Error::lease_lost()
+}
+
 pub(super) fn not_found(what: &'static str) -> Error {
     Error::not_found(what)
 }
@@ -132,6 +138,7 @@ impl State {
             d,
             seq: self.next_seq,
             token: None,
+            due_at: None,
         };
         self.next_seq += 1;
         index_add(&mut self.due, &mut self.ordered, &mut self.spent, &row);
@@ -283,6 +290,7 @@ impl State {
                 if from != DeliveryStatus::Held {
                     r.d.attempts = r.d.attempts.saturating_add(1);
                 }
+                r.due_at = Some(r.d.next_attempt_at);
                 r.d.status = DeliveryStatus::Processing;
                 r.d.lease_until = Some(until);
                 r.d.next_attempt_at = until;
@@ -339,11 +347,18 @@ impl State {
                 u.endpoint_is_back(now);
             }
         }
-        let endpoint = self.modify(id, |r| {
-            apply(r, &u, now);
-            r.d.endpoint()
-        });
+        let (endpoint, run, due_at, message_id) = self
+            .modify(id, |r| {
+                apply(r, &u, now);
+                (r.d.endpoint(), r.d.run, r.due_at, r.d.message_id)
+            })
+            .ok_or_else(lease_lost)?;
         if let Some(rec) = &c.attempt {
+            let payload = self
+                .messages
+                .get(&message_id)
+                .map(|m| PayloadFingerprint::of(&m.payload))
+                .unwrap_or_else(|| PayloadFingerprint::of(&[]));
             let list = self.attempts.entry(id).or_default();
             let number = u32::try_from(list.len())
                 .unwrap_or(u32::MAX)
@@ -352,11 +367,18 @@ impl State {
                 delivery_id: id,
                 number,
                 probe: lease.is_probe(),
+                run,
+                scheduled_at: due_at,
+                payload,
                 record: rec.clone(),
             });
+            // The endpoint's last status, in the same step as the completion.
+            if let Some(e) = endpoint.and_then(|e| self.endpoints.get_mut(&e)) {
+                e.last_delivery = Some(LastDelivery::from(rec));
+            }
         }
         if u.disable_endpoint {
-            if let Some(e) = endpoint.flatten().and_then(|e| self.endpoints.get_mut(&e)) {
+            if let Some(e) = endpoint.and_then(|e| self.endpoints.get_mut(&e)) {
                 e.status = EndpointStatus::Disabled(DisabledReason::Gone);
                 e.updated_at = now;
             }
@@ -507,6 +529,7 @@ impl State {
             r.d.status = DeliveryStatus::Pending;
             r.d.attempts = 0;
             r.d.snoozes = 0;
+            r.d.run = r.d.run.saturating_add(1);
             r.d.next_attempt_at = now;
             r.d.dead_reason = None;
             r.d.completed_at = None;
@@ -546,6 +569,20 @@ impl State {
             s.add(r.d.status, 1);
         }
         s.oldest_due_at = self.due.first().map(|k| k.0).filter(|t| *t <= now);
+        s.oldest_due_age = s.oldest_due_at.map(|t| now.duration_since(t));
+        s
+    }
+
+    /// [`State::stats`] over the rows `keep` accepts.
+    pub(super) fn stats_where(&self, now: Timestamp, keep: impl Fn(&Delivery) -> bool) -> Stats {
+        let mut s = Stats::default();
+        for r in self.rows.values().filter(|r| keep(&r.d)) {
+            s.add(r.d.status, 1);
+            if !r.d.status.is_finished() && r.d.next_attempt_at <= now {
+                let t = r.d.next_attempt_at;
+                s.oldest_due_at = Some(s.oldest_due_at.map_or(t, |o| o.min(t)));
+            }
+        }
         s.oldest_due_age = s.oldest_due_at.map(|t| now.duration_since(t));
         s
     }

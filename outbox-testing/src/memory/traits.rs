@@ -8,7 +8,7 @@ use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
     Lease, Ledger, Message, MessageId, MessageStore, NewMessage, Page, PageRequest, PurgeReport,
-    ReleaseReport, Result, Stats, TenantId, Timestamp, WakeListener,
+    ReleaseReport, Result, RetentionCutoffs, Stats, TenantId, TenantStats, Timestamp, WakeListener,
 };
 
 use super::InMemoryStore;
@@ -87,6 +87,13 @@ impl DeliveryStore for InMemoryStore {
     async fn stats(&self) -> Result<Stats> {
         let now = self.now();
         Ok(self.lock().stats(now))
+    }
+
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        let now = self.now();
+        Ok(self.lock().stats_where(now, |d| {
+            &d.tenant == tenant && endpoint.is_none_or(|e| d.endpoint() == Some(e))
+        }))
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {
@@ -200,7 +207,21 @@ impl Ledger for InMemoryStore {
         self.lock().attempts(tenant, delivery)
     }
 
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
-        self.lock().purge(before, limit)
+    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
+        self.lock().purge(cutoffs, limit)
+    }
+
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        self.lock().purge_tenant(tenant, before, limit)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantStats>> {
+        let now = self.now();
+        Ok(self.lock().tenants(now))
     }
 }

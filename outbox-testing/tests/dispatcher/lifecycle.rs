@@ -238,6 +238,13 @@ impl outboxkit_core::DeliveryStore for Doubling {
     async fn stats(&self) -> outboxkit_core::Result<Stats> {
         self.0.stats().await
     }
+    async fn tenant_stats(
+        &self,
+        t: &outboxkit_core::TenantId,
+        e: Option<outboxkit_core::EndpointId>,
+    ) -> outboxkit_core::Result<Stats> {
+        self.0.tenant_stats(t, e).await
+    }
 }
 
 macro_rules! delegate_rest {
@@ -348,6 +355,24 @@ macro_rules! delegate_rest {
                 l: u32,
             ) -> outboxkit_core::Result<outboxkit_core::PurgeReport> {
                 self.0.purge_completed(b, l).await
+            }
+            async fn purge_expired(
+                &self,
+                c: &outboxkit_core::RetentionCutoffs,
+                l: u32,
+            ) -> outboxkit_core::Result<outboxkit_core::PurgeReport> {
+                self.0.purge_expired(c, l).await
+            }
+            async fn purge_tenant(
+                &self,
+                t: &outboxkit_core::TenantId,
+                b: outboxkit_core::Timestamp,
+                l: u32,
+            ) -> outboxkit_core::Result<outboxkit_core::PurgeReport> {
+                self.0.purge_tenant(t, b, l).await
+            }
+            async fn tenants(&self) -> outboxkit_core::Result<Vec<outboxkit_core::TenantStats>> {
+                self.0.tenants().await
             }
         }
     };

@@ -282,6 +282,17 @@ pub async fn tenant_isolation_of_endpoints(fx: Fixture) {
     enqueue(&fx, msg("order.created").tenant("alpha")).await;
     let got = claim_one(&fx, &for_webhooks()).await;
     settle(&fx, &got, http(401), &webhook_policy()).await;
+    // The completion recorded its status on the endpoint; that is the state beta's calls
+    // must leave alone.
+    let e = fx
+        .store()
+        .get_endpoint(&alpha, e.id)
+        .await
+        .expect("get_endpoint");
+    assert_eq!(
+        e.last_delivery.as_ref().and_then(|l| l.status_code),
+        Some(401)
+    );
     let rename = EndpointUpdate {
         description: Some("taken over".to_owned()),
         ..Default::default()

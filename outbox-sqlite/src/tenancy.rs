@@ -1,0 +1,94 @@
+//! Tenant-scoped counts: one tenant's (or one endpoint's) stats, and every tenant with its
+//! counts.
+
+use std::collections::BTreeMap;
+
+use outboxkit_core::{DeliveryStatus, EndpointId, Stats, TenantId, TenantStats, Timestamp};
+use rusqlite::{params, Connection};
+
+use crate::error::{Result, SqliteError};
+use crate::rows::ms;
+use crate::sql;
+
+fn status(s: &str) -> Result<DeliveryStatus> {
+    DeliveryStatus::parse(s).map_err(|_| SqliteError::Corrupt("delivery"))
+}
+
+fn time(ms: i64) -> Result<Timestamp> {
+    Timestamp::from_unix_millis(ms).map_err(|_| SqliteError::Corrupt("delivery"))
+}
+
+fn set_oldest(stats: &mut Stats, oldest: Option<i64>, now: Timestamp) -> Result<()> {
+    if let Some(o) = oldest {
+        let o = time(o)?;
+        stats.oldest_due_at = Some(o);
+        stats.oldest_due_age = Some(now.duration_since(o));
+    }
+    Ok(())
+}
+
+/// Counts of one tenant's deliveries (to one endpoint when given).
+pub(crate) fn tenant_stats(
+    conn: &Connection,
+    tenant: &TenantId,
+    endpoint: Option<EndpointId>,
+    now: Timestamp,
+) -> Result<Stats> {
+    let endpoint = endpoint.map(|e| e.to_string());
+    let mut stats = Stats::default();
+    let mut stmt = conn.prepare_cached(sql::TENANT_STATS_COUNTS)?;
+    let mut rows = stmt.query(params![tenant.as_str(), endpoint])?;
+    while let Some(row) = rows.next()? {
+        let n: i64 = row.get(1)?;
+        stats.add(
+            status(&row.get::<_, String>(0)?)?,
+            u64::try_from(n).unwrap_or(0),
+        );
+    }
+    drop(rows);
+    let oldest: Option<i64> = conn
+        .prepare_cached(sql::TENANT_STATS_OLDEST_DUE)?
+        .query_row(params![tenant.as_str(), endpoint, ms(now)], |r| r.get(0))?;
+    set_oldest(&mut stats, oldest, now)?;
+    Ok(stats)
+}
+
+/// Every tenant with deliveries or messages, by name, with its counts.
+pub(crate) fn tenants(conn: &Connection, now: Timestamp) -> Result<Vec<TenantStats>> {
+    let mut by: BTreeMap<String, (Stats, u64)> = BTreeMap::new();
+    let mut stmt = conn.prepare_cached(sql::TENANTS_COUNTS)?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let n: i64 = row.get(2)?;
+        let entry = by.entry(row.get(0)?).or_default();
+        entry.0.add(
+            status(&row.get::<_, String>(1)?)?,
+            u64::try_from(n).unwrap_or(0),
+        );
+    }
+    drop(rows);
+    drop(stmt);
+    let mut stmt = conn.prepare_cached(sql::TENANTS_OLDEST_DUE)?;
+    let mut rows = stmt.query([ms(now)])?;
+    while let Some(row) = rows.next()? {
+        let entry = by.entry(row.get(0)?).or_default();
+        set_oldest(&mut entry.0, row.get(1)?, now)?;
+    }
+    drop(rows);
+    drop(stmt);
+    let mut stmt = conn.prepare_cached(sql::TENANTS_MESSAGES)?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let n: i64 = row.get(1)?;
+        by.entry(row.get(0)?).or_default().1 = u64::try_from(n).unwrap_or(0);
+    }
+    by.into_iter()
+        .map(|(t, (stats, messages))| {
+            Ok(TenantStats {
+                tenant: TenantId::new(t).map_err(|_| SqliteError::Corrupt("delivery"))?,
+                stats,
+                messages,
+            })
+        })
+        .collect()
+}
