@@ -58,6 +58,31 @@ impl PostgresStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    /// An operator call on one delivery (`replay`, `retry_now`, `reset`): `statement` takes
+    /// the delivery, the tenant, now and the NOTIFY channel and changes at most one row;
+    /// when it changes none, `NotFound` or `Conflict` with `why`.
+    async fn operator_change(
+        &self,
+        statement: &str,
+        tenant: &TenantId,
+        delivery: DeliveryId,
+        why: &'static str,
+    ) -> Result<()> {
+        let n = self
+            .counted(
+                sqlx::query(statement)
+                    .bind(delivery.as_uuid())
+                    .bind(tenant.as_str())
+                    .bind(ms(self.inner.clock.now()))
+                    .bind(&self.inner.channel),
+            )
+            .await?;
+        if n == 0 {
+            return Err(self.missing_or_conflict(tenant, delivery, why).await);
+        }
+        Ok(())
+    }
+
     /// `NotFound` for a delivery that is not the tenant's, else `Conflict` (wrong status).
     async fn missing_or_conflict(
         &self,
@@ -340,61 +365,33 @@ impl DeliveryStore for PostgresStore {
     }
 
     async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        let n = self
-            .counted(
-                sqlx::query(&self.inner.sql.replay)
-                    .bind(delivery.as_uuid())
-                    .bind(tenant.as_str())
-                    .bind(ms(self.inner.clock.now()))
-                    .bind(&self.inner.channel),
-            )
-            .await?;
-        if n == 0 {
-            return Err(self
-                .missing_or_conflict(tenant, delivery, "only a dead delivery can be replayed")
-                .await);
-        }
-        Ok(())
+        self.operator_change(
+            &self.inner.sql.replay,
+            tenant,
+            delivery,
+            "only a dead delivery can be replayed",
+        )
+        .await
     }
 
     async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        let n = self
-            .counted(
-                sqlx::query(&self.inner.sql.retry_now)
-                    .bind(delivery.as_uuid())
-                    .bind(tenant.as_str())
-                    .bind(ms(self.inner.clock.now()))
-                    .bind(&self.inner.channel),
-            )
-            .await?;
-        if n == 0 {
-            return Err(self
-                .missing_or_conflict(
-                    tenant,
-                    delivery,
-                    "only a pending or held delivery can be retried now",
-                )
-                .await);
-        }
-        Ok(())
+        self.operator_change(
+            &self.inner.sql.retry_now,
+            tenant,
+            delivery,
+            "only a pending or held delivery can be retried now",
+        )
+        .await
     }
 
     async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        let n = self
-            .counted(
-                sqlx::query(&self.inner.sql.reset)
-                    .bind(delivery.as_uuid())
-                    .bind(tenant.as_str())
-                    .bind(ms(self.inner.clock.now()))
-                    .bind(&self.inner.channel),
-            )
-            .await?;
-        if n == 0 {
-            return Err(self
-                .missing_or_conflict(tenant, delivery, "only a held delivery can be reset")
-                .await);
-        }
-        Ok(())
+        self.operator_change(
+            &self.inner.sql.reset,
+            tenant,
+            delivery,
+            "only a held delivery can be reset",
+        )
+        .await
     }
 
     async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
