@@ -12,7 +12,7 @@ use outboxkit_core::{
 
 use outboxkit_core::Clock;
 
-use crate::{world, BUDGET};
+use crate::{spawn_run, world, BUDGET};
 
 fn by_k() -> Dedup {
     Dedup::by(|m: &Message| {
@@ -190,17 +190,7 @@ async fn a_shutdown_abort_does_not_leave_the_key_reserved() {
         .enqueue(NewMessage::new("a.b", serde_json::json!({"k": "x"})))
         .await
         .unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn({
-        let d = d.clone();
-        async move {
-            d.run(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap()
-        }
-    });
+    let (tx, run) = spawn_run(&d);
     started.notified().await;
     tx.send(()).unwrap();
     while !run.is_finished() {

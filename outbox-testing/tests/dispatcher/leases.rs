@@ -10,7 +10,7 @@ use outboxkit_core::{
     HandlerResult, Message, Timestamp,
 };
 
-use crate::{world, BUDGET};
+use crate::{spawn_run, world, BUDGET};
 
 /// Wait (real time, bounded) until `cond` holds.
 async fn until(mut cond: impl FnMut() -> bool) {
@@ -165,17 +165,7 @@ async fn shutdown_cancels_running_handlers_and_refunds_their_attempt() {
         .unwrap();
     d.register().await.unwrap();
     w.enqueue_n(1).await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn({
-        let d = d.clone();
-        async move {
-            d.run(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap()
-        }
-    });
+    let (tx, run) = spawn_run(&d);
     started.notified().await;
     tx.send(()).unwrap();
     // Time moves only to end the grace period: a handler that did not hear the shutdown

@@ -10,7 +10,7 @@ use outboxkit_core::{
     HandlerOptions, HandlerResult, Lease, Message, NewMessage, Observer, ReleaseReport, Stats,
 };
 
-use crate::{world, BUDGET};
+use crate::{spawn_run, world, BUDGET};
 
 #[tokio::test]
 async fn a_budget_releases_what_cannot_finish_in_time() {
@@ -78,17 +78,7 @@ async fn shutdown_releases_what_is_still_claimed() {
         .unwrap();
     d.register().await.unwrap();
     w.enqueue_n(5).await;
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn({
-        let d = d.clone();
-        async move {
-            d.run(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap()
-        }
-    });
+    let (tx, run) = spawn_run(&d);
     started.notified().await;
     tx.send(()).unwrap();
     // The in-flight one gets the grace period; the four waiting go back at once.

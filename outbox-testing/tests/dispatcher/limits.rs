@@ -13,7 +13,7 @@ use outboxkit_core::{
 use outboxkit_http::{EgressPolicy, HttpTransport};
 use outboxkit_testing::{Reply, WebhookReceiver};
 
-use crate::{world, World};
+use crate::{spawn_run, world, World};
 
 fn loopback() -> HttpTransport {
     HttpTransport::new(
@@ -33,17 +33,7 @@ async fn drive(
     step: Duration,
     done: impl Fn() -> bool,
 ) -> outboxkit_core::Report {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn({
-        let d = d.clone();
-        async move {
-            d.run(async {
-                let _ = rx.await;
-            })
-            .await
-            .unwrap()
-        }
-    });
+    let (tx, run) = spawn_run(d);
     for _ in 0..20_000 {
         if done() {
             break;

@@ -205,21 +205,29 @@ async fn a_hanging_mailer_is_cut_off_at_the_mail_deadline_as_an_unknown_outcome(
     assert_eq!((del.status, del.attempts), (DeliveryStatus::Pending, 1));
 }
 
+/// A dispatcher sending through `mail` whose idempotency keys start with `prefix`.
+fn with_key_prefix(
+    w: &crate::World,
+    mail: &MailStandIn,
+    prefix: &str,
+) -> outboxkit_core::Dispatcher {
+    let config = outboxkit_core::DispatcherConfig {
+        mail_key_prefix: prefix.into(),
+        ..outboxkit_core::DispatcherConfig::default()
+    };
+    w.builder()
+        .config(config)
+        .mailer(Arc::new(mail.clone()))
+        .build()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn mail_keys_carry_the_installation_prefix_and_are_stable_across_retries() {
     let w = world();
     let mail = MailStandIn::new();
     mail.refuse(MailErrorCode::Unavailable, MailOutcome::NotSent);
-    let config = outboxkit_core::DispatcherConfig {
-        mail_key_prefix: "shop-prod".into(),
-        ..outboxkit_core::DispatcherConfig::default()
-    };
-    let d = w
-        .builder()
-        .config(config)
-        .mailer(Arc::new(mail.clone()))
-        .build()
-        .unwrap();
+    let d = with_key_prefix(&w, &mail, "shop-prod");
     w.store.enqueue(message()).await.unwrap();
     assert_eq!(d.run_once(BUDGET).await.unwrap().retried, 1);
     mail.heal();
@@ -242,16 +250,7 @@ async fn two_installations_on_one_mail_account_never_share_a_key() {
     let mail = MailStandIn::idempotent();
     for prefix in ["app-a", "app-b"] {
         let w = world();
-        let config = outboxkit_core::DispatcherConfig {
-            mail_key_prefix: prefix.into(),
-            ..outboxkit_core::DispatcherConfig::default()
-        };
-        let d = w
-            .builder()
-            .config(config)
-            .mailer(Arc::new(mail.clone()))
-            .build()
-            .unwrap();
+        let d = with_key_prefix(&w, &mail, prefix);
         w.store.enqueue(message()).await.unwrap();
         assert_eq!(d.run_once(BUDGET).await.unwrap().succeeded, 1);
     }

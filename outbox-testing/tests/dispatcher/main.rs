@@ -132,6 +132,25 @@ impl World {
     }
 }
 
+/// `d.run` on a task of its own; it shuts down when the returned sender fires (or is dropped).
+pub fn spawn_run(
+    d: &Dispatcher,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<outboxkit_core::Report>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let d = d.clone();
+    let run = tokio::spawn(async move {
+        d.run(async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap()
+    });
+    (tx, run)
+}
+
 pub fn mins(n: u64) -> Duration {
     Duration::from_secs(60 * n)
 }
