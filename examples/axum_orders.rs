@@ -24,9 +24,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
 use outboxkit_core::{
-    Context, Dispatcher, DynStore, EndpointAdmin, HandlerResult, Message, NewEndpoint, NewMessage,
-    OsEntropy, PlaintextVault, SystemClock, TenantId, Verifier,
+    DynStore, Message, NewMessage, OsEntropy, PlaintextVault, SystemClock, TenantId, Verifier,
 };
+use outboxkit_dispatch::{Context, Dispatcher, EndpointAdmin, HandlerResult, NewEndpoint};
 use outboxkit_examples::Shutdown;
 use outboxkit_http::{EgressPolicy, HttpTransport};
 use outboxkit_postgres::sqlx::{self, postgres::PgPoolOptions, PgPool};

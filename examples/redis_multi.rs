@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{
-    Context, Dispatcher, DynStore, HandlerResult, Message, NewMessage, OsEntropy, SystemClock,
-};
+use outboxkit_core::{DynStore, Message, NewMessage, OsEntropy, SystemClock};
+use outboxkit_dispatch::{Context, Dispatcher, HandlerResult};
 use outboxkit_redis::{redis, RedisConfig, RedisStore};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{Context, Dispatcher, DynStore, HandlerResult, Message, NewMessage};
+use outboxkit_core::{DynStore, Message, NewMessage};
+use outboxkit_dispatch::{Context, Dispatcher, HandlerResult};
 use outboxkit_sqlite::{rusqlite, SqliteStore};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;

@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{
-    DeliveryEvent, Dispatcher, EntropyExt, HandlerResult, NewMessage, Observer, OsEntropy, Report,
-    Stopwatch, Verdict,
-};
+use outboxkit_core::{EntropyExt, NewMessage, OsEntropy, Stopwatch, Verdict};
+use outboxkit_dispatch::{DeliveryEvent, Dispatcher, HandlerResult, Observer, Report};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
@@ -163,7 +161,7 @@ impl Observer for Progress {
 }
 
 /// The no-op handler of the burn-down scenarios.
-pub async fn noop(_ctx: outboxkit_core::Context, _m: outboxkit_core::Message) -> HandlerResult {
+pub async fn noop(_ctx: outboxkit_dispatch::Context, _m: outboxkit_core::Message) -> HandlerResult {
     HandlerResult::Ok
 }
 

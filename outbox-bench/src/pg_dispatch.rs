@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outboxkit_core::{
-    Clock, DeliveryStore, Dispatcher, DispatcherConfig, DynStore, HandlerResult, MessageStore,
-    NewMessage, Stopwatch, SystemClock,
+    Clock, DeliveryStore, DynStore, MessageStore, NewMessage, Stopwatch, SystemClock,
 };
+use outboxkit_dispatch::{Dispatcher, DispatcherConfig, HandlerResult};
 use outboxkit_postgres::PostgresStore;
 use sqlx::postgres::PgListener;
 use sqlx::Row as _;

@@ -16,10 +16,10 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use outboxkit_core::{
-    Clock, Dispatcher, DispatcherConfig, DynStore, DynWebhookTransport, EndpointAdmin, Envelope,
-    MessageStore, NewEndpoint, OsEntropy, PlaintextVault, SignedRequest, Stopwatch, SystemClock,
-    TenantId, WebhookResponse, WebhookTransport,
+    Clock, DynStore, DynWebhookTransport, Envelope, MessageStore, OsEntropy, PlaintextVault,
+    SignedRequest, Stopwatch, SystemClock, TenantId, WebhookResponse, WebhookTransport,
 };
+use outboxkit_dispatch::{Dispatcher, DispatcherConfig, EndpointAdmin, NewEndpoint};
 use outboxkit_http::{EgressPolicy, HttpTransport};
 use outboxkit_testing::InMemoryStore;
 use tokio::net::TcpListener;

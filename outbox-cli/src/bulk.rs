@@ -8,8 +8,9 @@
 use clap::Args;
 use outboxkit_core::{
     Cursor, DeadReason, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId,
-    ErrorKind, Operator, PageRequest, Topic,
+    ErrorKind, PageRequest, Topic,
 };
+use outboxkit_dispatch::Operator;
 use serde_json::{json, Value};
 
 use crate::deliveries::{row, HEADER};

@@ -14,10 +14,13 @@ use std::time::Duration;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use outboxkit_core::{
-    AeadVault, Clock, DeliveryFilter, DeliveryStatus, DispatcherConfig, EndpointAdmin, EndpointId,
-    EndpointStatus, HandlerOptions, HandlerResult, Jitter, MailErrorCode, MailOutcome, NewEndpoint,
-    NewMessage, PageRequest, RetryPolicy, Store, SystemClock, TenantId, TenantPolicy,
-    WebhookSecret,
+    AeadVault, Clock, DeliveryFilter, DeliveryStatus, EndpointId, EndpointStatus, Jitter,
+    MailErrorCode, MailOutcome, NewMessage, PageRequest, RetryPolicy, Store, SystemClock, TenantId,
+    TenantPolicy, WebhookSecret,
+};
+use outboxkit_dispatch::Timer;
+use outboxkit_dispatch::{
+    DispatcherConfig, EndpointAdmin, HandlerOptions, HandlerResult, NewEndpoint,
 };
 use outboxkit_testing::{MailStandIn, Reply, WebhookReceiver};
 
@@ -78,7 +81,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         .store
         .clone()
         .unwrap_or_else(|| format!("sqlite:{}", dir.path().join("demo.sqlite").display()));
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Timer> = Arc::new(SystemClock);
     let env = open_url(&url, "outbox", "default", None, true).await?;
     let store = env.store.clone();
     let tenant = TenantId::new("acme")?;
@@ -162,14 +165,14 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         RetryPolicy::handler_default()
     };
     let h = handled.clone();
-    let dispatcher = outboxkit_core::Dispatcher::builder(store.clone())
+    let dispatcher = outboxkit_dispatch::Dispatcher::builder(store.clone())
         .config(config)
         .clock(clock.clone())
         .entropy(env.entropy.clone())
         .handler_with(
             "audit-log",
             "*",
-            move |ctx: outboxkit_core::Context, m: outboxkit_core::Message| {
+            move |ctx: outboxkit_dispatch::Context, m: outboxkit_core::Message| {
                 let h = h.clone();
                 async move {
                     let v = m.json().unwrap_or_default();

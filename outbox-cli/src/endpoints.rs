@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use outboxkit_core::{
-    dispatcher::signed_request, BodyFormat, Clock, DisabledReason, EndpointAdmin, EndpointId,
-    EndpointStatus, EndpointUpdate, EndpointUrl, HeaderNames, Message, MessageId, NewEndpoint,
-    TenantId, Topic, TopicFilter, WebhookResponse, WebhookTransport,
+    BodyFormat, Clock, DisabledReason, EndpointId, EndpointStatus, EndpointUpdate, EndpointUrl,
+    HeaderNames, Message, MessageId, TenantId, Topic, TopicFilter, WebhookResponse,
+    WebhookTransport,
 };
+use outboxkit_dispatch::signed_request;
+use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 
 use crate::error::{CliError, CliResult};
 use crate::json::display_url;

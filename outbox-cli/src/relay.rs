@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use outboxkit_core::{DispatcherConfig, MailErrorCode, Observer, RetryPolicy, TenantPolicy};
+use outboxkit_core::{MailErrorCode, RetryPolicy, TenantPolicy};
+use outboxkit_dispatch::{DispatcherConfig, Observer};
 use outboxkit_smtp::{SmtpConfig, SmtpMailer};
 
 use crate::endpoints::{egress_policy, EgressArgs};
@@ -232,7 +233,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .as_deref()
         .map(outboxkit_core::EndpointUrl::parse)
         .transpose()?;
-    let mut builder = outboxkit_core::Dispatcher::builder(env.store.clone())
+    let mut builder = outboxkit_dispatch::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())
         .entropy(env.entropy.clone())
@@ -262,13 +263,13 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         builder = builder.mailer(Arc::new(mailer));
     }
     if let Some(url) = alert_url {
-        builder = builder.dead_letter_alerts(outboxkit_core::DeadLetterAlerts {
-            webhook: Some(outboxkit_core::AlertWebhook {
+        builder = builder.dead_letter_alerts(outboxkit_dispatch::DeadLetterAlerts {
+            webhook: Some(outboxkit_dispatch::AlertWebhook {
                 url,
                 transport,
                 secret: None,
             }),
-            ..outboxkit_core::DeadLetterAlerts::default()
+            ..outboxkit_dispatch::DeadLetterAlerts::default()
         });
     }
     let dispatcher = builder.build()?;
@@ -292,7 +293,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
 
 /// The run report as JSON: the counters, `run_time_ms`, per-topic counts, the first dead
 /// ids and the end-of-run queue statistics.
-fn report_json(r: &outboxkit_core::Report) -> serde_json::Value {
+fn report_json(r: &outboxkit_dispatch::Report) -> serde_json::Value {
     let mut v = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
     if let Some(o) = v.as_object_mut() {
         o.remove("run_time");

@@ -4,9 +4,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use outboxkit_core::{
-    AeadVault, Clock, DynSecretVault, Entropy, OsEntropy, Store, SystemClock, TenantId,
-};
+use outboxkit_core::{AeadVault, DynSecretVault, Entropy, OsEntropy, Store, SystemClock, TenantId};
+use outboxkit_dispatch::Timer;
 use outboxkit_postgres::{PostgresConfig, PostgresStore};
 use outboxkit_redis::{RedisConfig, RedisStore};
 use outboxkit_sqlite::{SqliteConfig, SqliteStore};
@@ -109,7 +108,7 @@ pub struct Env {
     /// The backend behind it.
     pub backend: Backend,
     /// The clock.
-    pub clock: Arc<dyn Clock>,
+    pub clock: Arc<dyn Timer>,
     /// The random source.
     pub entropy: Arc<dyn Entropy>,
     /// The tenant of the command.
@@ -156,7 +155,7 @@ pub async fn open_url(
     create: bool,
 ) -> CliResult<Env> {
     let tenant = TenantId::new(tenant)?;
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let clock: Arc<dyn Timer> = Arc::new(SystemClock);
     let entropy: Arc<dyn Entropy> = Arc::new(OsEntropy);
     let unavailable =
         |e: outboxkit_core::Error| CliError::failed(format!("cannot open the store: {e}"));

@@ -24,7 +24,6 @@
 #![deny(missing_docs)]
 
 pub mod claim;
-pub mod dispatcher;
 pub mod endpoint;
 pub mod error;
 pub mod fanout;
@@ -50,12 +49,6 @@ pub use async_trait::async_trait;
 
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
-};
-pub use dispatcher::{AlertEmail, AlertWebhook, DeadLetterAlerts, DeadLetterEvent};
-pub use dispatcher::{
-    Context, Dedup, DeliveryEvent, Dispatcher, DispatcherBuilder, DispatcherConfig, EndpointAdmin,
-    Handler, HandlerOptions, HandlerResult, NewEndpoint, Observer, Operator, RecipientResolver,
-    Report,
 };
 pub use endpoint::{
     AnyUrl, BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate,
@@ -85,7 +78,7 @@ pub use store::{
     PurgeReport, Stats, Store, TenantStats,
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
-pub use time::{Clock, ClockExt, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};
+pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};
 pub use transport::{DynWebhookTransport, SignedRequest, WebhookResponse, WebhookTransport};
 pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, SecretVault};
 pub use verdict::{

@@ -4,15 +4,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use async_trait::async_trait;
-
 use crate::time::{Clock, Entropy, Timestamp};
 
-/// The wall clock; sleeps with `tokio::time`.
+/// The wall clock. The dispatcher crate's `Timer` gives it a `tokio::time` sleep.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
-#[async_trait]
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
         let ms = SystemTime::now()
@@ -20,18 +17,6 @@ impl Clock for SystemClock {
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
         Timestamp::from_unix_millis_clamped(ms)
-    }
-
-    async fn sleep_until(&self, deadline: Timestamp) {
-        loop {
-            let now = self.now();
-            if now >= deadline {
-                return;
-            }
-            // Wall time may jump; re-check after each sleep rather than trusting one timer.
-            let wait = deadline.duration_since(now).min(Duration::from_secs(60));
-            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
-        }
     }
 }
 

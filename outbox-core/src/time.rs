@@ -6,7 +6,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -117,55 +116,32 @@ impl fmt::Display for Timestamp {
     }
 }
 
-/// The source of the current time, and of sleeping until a time.
+/// The source of the current time.
+///
+/// Sleeping is not part of the core contract (the core performs no I/O and owns no timer):
+/// the dispatcher's `Timer` extends this trait with `sleep_until`.
 ///
 /// # Contract
 /// - `now()` MUST never go backwards within one clock.
-/// - `sleep_until(t)` MUST return once `now() >= t` (promptly for a manual clock that is
-///   advanced past `t`), and MAY return early only when the clock cannot wait that long.
-#[async_trait]
 pub trait Clock: Send + Sync + fmt::Debug + 'static {
     /// The current time.
     fn now(&self) -> Timestamp;
-
-    /// Wait until `now() >= deadline`.
-    async fn sleep_until(&self, deadline: Timestamp);
 }
 
 /// A shared [`Clock`].
 pub type DynClock = dyn Clock;
 
-#[async_trait]
 impl<T: Clock + ?Sized> Clock for std::sync::Arc<T> {
     fn now(&self) -> Timestamp {
         (**self).now()
     }
-    async fn sleep_until(&self, deadline: Timestamp) {
-        (**self).sleep_until(deadline).await
-    }
 }
 
-#[async_trait]
 impl<T: Clock + ?Sized> Clock for Box<T> {
     fn now(&self) -> Timestamp {
         (**self).now()
     }
-    async fn sleep_until(&self, deadline: Timestamp) {
-        (**self).sleep_until(deadline).await
-    }
 }
-
-/// Conveniences over any [`Clock`].
-#[async_trait]
-pub trait ClockExt: Clock {
-    /// Wait for `d` of this clock's time.
-    async fn sleep(&self, d: Duration) {
-        let deadline = self.now().saturating_add(d);
-        self.sleep_until(deadline).await
-    }
-}
-
-impl<T: Clock + ?Sized> ClockExt for T {}
 
 /// A source of random bytes: claim tokens, ids, jitter samples and nonces.
 pub trait Entropy: Send + Sync + fmt::Debug + 'static {

@@ -143,6 +143,18 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// When the delivery is due again: `None` for the terminal verdicts (succeeded, dead).
+    pub fn due(&self) -> Option<Timestamp> {
+        match self {
+            Verdict::Succeeded | Verdict::Dead { .. } => None,
+            Verdict::Retry { at: due }
+            | Verdict::Held { probe_at: due }
+            | Verdict::Snoozed { until: due }
+            | Verdict::Parked { until: due }
+            | Verdict::AwaitEndpoint { until: due } => Some(*due),
+        }
+    }
+
     /// A short name for counters and logs.
     pub fn name(&self) -> &'static str {
         match self {

@@ -167,12 +167,10 @@ mod tests {
     #[derive(Debug)]
     struct Fixed(Timestamp);
 
-    #[async_trait::async_trait]
     impl Clock for Fixed {
         fn now(&self) -> Timestamp {
             self.0
         }
-        async fn sleep_until(&self, _deadline: Timestamp) {}
     }
 
     const NOW: i64 = 1_700_000_000;

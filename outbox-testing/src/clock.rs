@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{Clock, Entropy, Timestamp};
+use outboxkit_dispatch::Timer;
 use tokio::sync::watch;
 
 /// A [`Clock`] that only moves when told. Sleepers wake as soon as the clock is set or
@@ -49,12 +50,14 @@ impl ManualClock {
     }
 }
 
-#[async_trait]
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         *self.now.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
 
+#[async_trait]
+impl Timer for ManualClock {
     async fn sleep_until(&self, deadline: Timestamp) {
         let mut rx = self.tick.subscribe();
         loop {
@@ -101,7 +104,7 @@ impl Entropy for SeededEntropy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outboxkit_core::ClockExt;
+    use outboxkit_dispatch::TimerExt;
 
     #[tokio::test]
     async fn sleepers_follow_the_manual_clock() {

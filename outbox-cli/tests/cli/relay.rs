@@ -4,9 +4,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{
-    AeadVault, EndpointAdmin, NewEndpoint, NewMessage, OsEntropy, Store, SystemClock, TenantId,
-};
+use outboxkit_core::{AeadVault, NewMessage, OsEntropy, Store, SystemClock, TenantId};
+use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 use outboxkit_postgres::{PostgresConfig, PostgresStore};
 use outboxkit_testing::WebhookReceiver;
 

@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{
-    AeadVault, Clock, DynSecretVault, EndpointAdmin, Entropy, EntropyExt, NewEndpoint, OsEntropy,
-    Store, SystemClock, TenantId, WebhookSecret,
+    AeadVault, DynSecretVault, Entropy, EntropyExt, OsEntropy, Store, SystemClock, TenantId,
+    WebhookSecret,
 };
+use outboxkit_dispatch::Timer;
+use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 use outboxkit_postgres::sqlx::postgres::PgPoolOptions;
 use outboxkit_postgres::{PostgresConfig, PostgresStore};
 use outboxkit_redis::{RedisConfig, RedisStore};
@@ -71,7 +73,7 @@ pub struct Backend {
     /// The relay's `OUTBOX_VAULT_KEY` (64 hex digits).
     pub vault_key: String,
     pub vault: Arc<DynSecretVault>,
-    pub clock: Arc<dyn Clock>,
+    pub clock: Arc<dyn Timer>,
     pub entropy: Arc<dyn Entropy>,
     pub tenant: TenantId,
     pub dir: TempDir,
@@ -91,7 +93,7 @@ impl Backend {
     /// Open a fresh outbox on `kind`; `None` when the backend is unreachable and not
     /// required (the skip is announced loudly).
     pub async fn open(kind: Kind) -> Option<Backend> {
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let clock: Arc<dyn Timer> = Arc::new(SystemClock);
         let entropy: Arc<dyn Entropy> = Arc::new(OsEntropy);
         let tag = format!("{:012x}", OsEntropy.next_u64() >> 16);
         let dir = tempfile::Builder::new()

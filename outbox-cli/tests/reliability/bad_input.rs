@@ -13,9 +13,10 @@
 use std::time::Duration;
 
 use outboxkit_core::{
-    Cursor, DeliveryFilter, DeliveryId, EndpointId, EndpointUrl, Error, ErrorKind, NewEndpoint,
-    NewMessage, Operator, PageRequest, TenantId,
+    Cursor, DeliveryFilter, DeliveryId, EndpointId, EndpointUrl, Error, ErrorKind, NewMessage,
+    PageRequest, TenantId,
 };
+use outboxkit_dispatch::{NewEndpoint, Operator};
 use outboxkit_http::EgressPolicy;
 
 use crate::audit::{all_deliveries, stats};

@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{
-    classify, AttemptContext, AttemptOutcome, DeadReason, DeliveryStatus, Dispatcher,
-    DispatcherConfig, EntropyExt, ErrorClass, Outcome, RetryPolicy, TenantPolicy, Timestamp,
-    Verdict, VerdictPolicy,
+    classify, AttemptContext, AttemptOutcome, DeadReason, DeliveryStatus, EntropyExt, ErrorClass,
+    Outcome, RetryPolicy, TenantPolicy, Timestamp, Verdict, VerdictPolicy,
 };
+use outboxkit_dispatch::{Dispatcher, DispatcherConfig};
 use outboxkit_http::{EgressPolicy, HttpTransport};
 use outboxkit_testing::{Reply, SeededEntropy, WebhookReceiver};
 
@@ -130,7 +130,7 @@ fn expected(
     }
 }
 
-type Running = tokio::task::JoinHandle<outboxkit_core::Result<outboxkit_core::Report>>;
+type Running = tokio::task::JoinHandle<outboxkit_core::Result<outboxkit_dispatch::Report>>;
 
 /// Wait until nothing is pending or in flight (only succeeded, dead and held remain);
 /// fails at once when the dispatcher stopped on its own.

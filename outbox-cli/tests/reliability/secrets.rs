@@ -18,9 +18,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outboxkit_core::{
-    Dispatcher, DispatcherConfig, NewEndpoint, NewMessage, RetryPolicy, TenantPolicy, WebhookSecret,
-};
+use outboxkit_core::{NewMessage, RetryPolicy, TenantPolicy, WebhookSecret};
+use outboxkit_dispatch::{Dispatcher, DispatcherConfig, NewEndpoint};
 use outboxkit_http::{EgressPolicy, HttpMailer, HttpMailerConfig, HttpTransport};
 use outboxkit_testing::{Reply, WebhookReceiver};
 

@@ -155,7 +155,7 @@ impl NewMessage {
     }
 
     /// Set the tenant to `tenant` unless one was named (follow-ups inherit their cause's).
-    pub(crate) fn inherit_tenant(mut self, tenant: &TenantId) -> Self {
+    pub fn inherit_tenant(mut self, tenant: &TenantId) -> Self {
         if self.tenant.is_none() {
             self.tenant = Some(tenant.as_str().to_owned());
         }

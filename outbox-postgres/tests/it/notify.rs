@@ -145,20 +145,20 @@ async fn an_idle_dispatcher_is_woken_by_an_enqueue_long_before_its_poll() {
             .await;
         let writer = db.store(db.pool(&db.app("writer"), 2).await, clock.clone());
         let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let dispatcher = outboxkit_core::Dispatcher::builder(Arc::new(store.clone()))
-            .clock(clock)
-            .config(outboxkit_core::DispatcherConfig {
+        let dispatcher = outboxkit_dispatch::Dispatcher::builder(Arc::new(store.clone()))
+            .clock(Arc::new(SystemClock))
+            .config(outboxkit_dispatch::DispatcherConfig {
                 poll_interval: std::time::Duration::from_secs(30),
-                ..outboxkit_core::DispatcherConfig::default()
+                ..outboxkit_dispatch::DispatcherConfig::default()
             })
             .handler(
                 "worker",
                 "*",
-                move |_c: outboxkit_core::Context, _m: outboxkit_core::Message| {
+                move |_c: outboxkit_dispatch::Context, _m: outboxkit_core::Message| {
                     let seen = seen_tx.clone();
                     async move {
                         let _ = seen.send(());
-                        outboxkit_core::HandlerResult::Ok
+                        outboxkit_dispatch::HandlerResult::Ok
                     }
                 },
             )

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use outboxkit_core::mail::mail_idempotency_key;
 use outboxkit_core::{
-    AttemptOutcome, Clock, DeadReason, Delivery, DeliveryFilter, DeliveryStatus, Dispatcher,
-    DispatcherConfig, ErrorClass, NewMessage, PageRequest, Store, TenantId,
+    AttemptOutcome, DeadReason, Delivery, DeliveryFilter, DeliveryStatus, ErrorClass, NewMessage,
+    PageRequest, Store, TenantId,
 };
+use outboxkit_dispatch::{Dispatcher, DispatcherConfig, Timer};
 use outboxkit_smtp::{SmtpConfig, SmtpMailer, SmtpSecurity};
 use outboxkit_testing::memory::InMemoryStore;
 use outboxkit_testing::{ManualClock, SeededEntropy, SmtpReply, SmtpStage, SmtpStandIn};
@@ -31,9 +32,9 @@ fn world() -> World {
 
 impl World {
     fn dispatcher(&self, config: SmtpConfig) -> Dispatcher {
-        let mailer = SmtpMailer::with_clock(config, self.clock.clone() as Arc<dyn Clock>).unwrap();
+        let mailer = SmtpMailer::with_clock(config, self.clock.clone() as Arc<dyn Timer>).unwrap();
         Dispatcher::builder(self.store.clone())
-            .clock(self.clock.clone() as Arc<dyn Clock>)
+            .clock(self.clock.clone() as Arc<dyn Timer>)
             .entropy(SeededEntropy::new(7))
             .config(DispatcherConfig {
                 poll_interval: Duration::from_millis(50),

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{Context, Dispatcher, DynStore, HandlerResult, Ledger, Message, NewMessage};
+use outboxkit_core::{DynStore, Ledger, Message, NewMessage};
+use outboxkit_dispatch::{Context, Dispatcher, HandlerResult};
 use outboxkit_testing::ManualClock;
 use rusqlite::{Connection, TransactionBehavior};
 

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    AlertEmail, AlertWebhook, Context, DeadLetterAlerts, DeadLetterEvent, DeadReason,
-    DeliveryStatus, EndpointUrl, HandlerResult, Message, Observer, SignedRequest, WebhookResponse,
+    DeadReason, DeliveryStatus, EndpointUrl, Message, SignedRequest, WebhookResponse,
     WebhookSecret, WebhookTransport,
+};
+use outboxkit_dispatch::{
+    AlertEmail, AlertWebhook, Context, DeadLetterAlerts, DeadLetterEvent, HandlerResult, Observer,
 };
 use outboxkit_http::{EgressPolicy, HttpTransport};
 use outboxkit_testing::{MailStandIn, WebhookReceiver};
@@ -32,7 +34,7 @@ fn discarding(
     w: &World,
     alerts: Option<DeadLetterAlerts>,
     observer: Option<Arc<dyn Observer>>,
-) -> outboxkit_core::Dispatcher {
+) -> outboxkit_dispatch::Dispatcher {
     let mut b = w
         .builder()
         .handler("strict", "*", |_c: Context, _m: Message| async {

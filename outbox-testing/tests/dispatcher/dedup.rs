@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{
-    ClaimRequest, Completion, ConsumerName, Context, Dedup, DeliveryStatus, HandlerOptions,
-    HandlerResult, Message, NewMessage, RetryPolicy, Verdict,
+    ClaimRequest, Completion, ConsumerName, DeliveryStatus, Message, NewMessage, RetryPolicy,
+    Verdict,
 };
+use outboxkit_dispatch::{Context, Dedup, HandlerOptions, HandlerResult};
 
 use outboxkit_core::Clock;
 
@@ -159,10 +160,10 @@ async fn a_shutdown_abort_does_not_leave_the_key_reserved() {
     let (h, s) = (hang.clone(), started.clone());
     let d = w
         .builder()
-        .config(outboxkit_core::DispatcherConfig {
+        .config(outboxkit_dispatch::DispatcherConfig {
             poll_interval: Duration::from_millis(50),
             shutdown_grace: Duration::from_secs(1),
-            ..outboxkit_core::DispatcherConfig::default()
+            ..outboxkit_dispatch::DispatcherConfig::default()
         })
         .handler_with(
             "once",

@@ -55,7 +55,7 @@ async fn webhook_data_is_the_enqueued_payload_byte_for_byte() {
         .admin
         .create(
             &w.tenant,
-            outboxkit_core::NewEndpoint {
+            outboxkit_dispatch::NewEndpoint {
                 url: raw.url(),
                 filter: "*".into(),
                 body_format: BodyFormat::Raw,

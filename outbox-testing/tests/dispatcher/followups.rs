@@ -3,9 +3,9 @@
 use std::sync::{Arc, Mutex};
 
 use outboxkit_core::{
-    Context, DeliveryFilter, ErrorKind, HandlerOptions, HandlerResult, Message, NewMessage,
-    PageRequest, TenantId, TopicFilter,
+    DeliveryFilter, ErrorKind, Message, NewMessage, PageRequest, TenantId, TopicFilter,
 };
+use outboxkit_dispatch::{Context, HandlerOptions, HandlerResult};
 
 use crate::{world, BUDGET};
 
@@ -13,7 +13,7 @@ type Seen = Arc<Mutex<Vec<Result<(), (ErrorKind, Option<&'static str>)>>>>;
 
 /// A handler of `order.created` that emits `order.billed` (and `audit.note` when told), with
 /// no tenant named, recording what each emit returned.
-fn emitter(seen: Seen, also: Option<&'static str>) -> impl outboxkit_core::Handler {
+fn emitter(seen: Seen, also: Option<&'static str>) -> impl outboxkit_dispatch::Handler {
     move |ctx: Context, _m: Message| {
         let seen = seen.clone();
         async move {

@@ -4,10 +4,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outboxkit_core::{
-    Context, DeadReason, Dedup, DeliveryStatus, ErrorKind, HandlerOptions, HandlerResult, Message,
-    NewMessage, RetryPolicy,
-};
+use outboxkit_core::{DeadReason, DeliveryStatus, ErrorKind, Message, NewMessage, RetryPolicy};
+use outboxkit_dispatch::{Context, Dedup, HandlerOptions, HandlerResult};
 
 use outboxkit_core::Clock;
 

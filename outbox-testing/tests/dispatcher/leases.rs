@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outboxkit_core::{
-    ClaimRequest, ConsumerName, Context, DeliveryStatus, DispatcherConfig, HandlerOptions,
-    HandlerResult, Message, Timestamp,
-};
+use outboxkit_core::{ClaimRequest, ConsumerName, DeliveryStatus, Message, Timestamp};
+use outboxkit_dispatch::{Context, DispatcherConfig, HandlerOptions, HandlerResult};
 
 use crate::{spawn_run, world, BUDGET};
 
@@ -27,7 +25,7 @@ async fn until(mut cond: impl FnMut() -> bool) {
 type Calls = Arc<Mutex<Vec<(u64, Option<bool>)>>>;
 
 /// A handler that runs until `go` is notified or its context is cancelled.
-fn slow(calls: Calls, go: Arc<tokio::sync::Notify>) -> impl outboxkit_core::Handler {
+fn slow(calls: Calls, go: Arc<tokio::sync::Notify>) -> impl outboxkit_dispatch::Handler {
     move |ctx: Context, m: Message| {
         let (calls, go) = (calls.clone(), go.clone());
         async move {

@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outboxkit_core::{
-    ClaimRequest, Claimed, Completion, Context, DeliveryEvent, DeliveryId, DeliveryStatus,
-    HandlerOptions, HandlerResult, Lease, Message, NewMessage, Observer, ReleaseReport, Stats,
+    ClaimRequest, Claimed, Completion, DeliveryId, DeliveryStatus, Lease, Message, NewMessage,
+    ReleaseReport, Stats,
 };
+use outboxkit_dispatch::{Context, DeliveryEvent, HandlerOptions, HandlerResult, Observer};
 
 use crate::{spawn_run, world, BUDGET};
 
@@ -376,7 +377,7 @@ async fn a_delivery_handed_out_twice_runs_once() {
     let c = calls.clone();
     let store: Arc<dyn outboxkit_core::Store> =
         Arc::new(Doubling(w.store.clone(), true, Default::default()));
-    let d = outboxkit_core::Dispatcher::builder(store)
+    let d = outboxkit_dispatch::Dispatcher::builder(store)
         .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
             let c = c.clone();
@@ -469,7 +470,7 @@ async fn shutdown_is_noticed_under_continuous_load() {
     let slow: Arc<dyn outboxkit_core::Store> = Arc::new(
         outboxkit_testing::FaultyStore::new(w.store.clone(), 1).latency(Duration::from_millis(2)),
     );
-    let d = outboxkit_core::Dispatcher::builder(slow)
+    let d = outboxkit_dispatch::Dispatcher::builder(slow)
         .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
             let (h, tx) = (h.clone(), tx.clone());
@@ -482,7 +483,7 @@ async fn shutdown_is_noticed_under_continuous_load() {
                 HandlerResult::Ok
             }
         })
-        .config(outboxkit_core::DispatcherConfig {
+        .config(outboxkit_dispatch::DispatcherConfig {
             batch_size: 10,
             concurrency: 5000,
             ..Default::default()
@@ -516,9 +517,9 @@ async fn shutdown_is_noticed_under_continuous_load() {
 async fn completion_batches_stay_within_the_concurrency_limit() {
     let w = world();
     let slow = Arc::new(Doubling(w.store.clone(), false, Default::default()));
-    let d = outboxkit_core::Dispatcher::builder(slow.clone())
+    let d = outboxkit_dispatch::Dispatcher::builder(slow.clone())
         .clock(w.clock.clone())
-        .config(outboxkit_core::DispatcherConfig {
+        .config(outboxkit_dispatch::DispatcherConfig {
             batch_size: 50,
             concurrency: 50,
             ..Default::default()

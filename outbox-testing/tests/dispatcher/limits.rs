@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    DeliveryStatus, DispatcherConfig, NewEndpoint, NewMessage, PlaintextVault, SignedRequest,
-    WebhookResponse, WebhookTransport,
+    DeliveryStatus, NewMessage, PlaintextVault, SignedRequest, WebhookResponse, WebhookTransport,
 };
+use outboxkit_dispatch::{DispatcherConfig, NewEndpoint};
 use outboxkit_http::{EgressPolicy, HttpTransport};
 use outboxkit_testing::{Reply, WebhookReceiver};
 
@@ -29,10 +29,10 @@ fn loopback() -> HttpTransport {
 /// processed, so every request is recorded at the clock time the dispatcher sent it.
 async fn drive(
     w: &World,
-    d: &outboxkit_core::Dispatcher,
+    d: &outboxkit_dispatch::Dispatcher,
     step: Duration,
     done: impl Fn() -> bool,
-) -> outboxkit_core::Report {
+) -> outboxkit_dispatch::Report {
     let (tx, run) = spawn_run(d);
     for _ in 0..20_000 {
         if done() {

@@ -106,8 +106,8 @@ async fn an_unavailable_mailer_claims_nothing_and_spends_nothing() {
         .handler(
             "h",
             "other.*",
-            |_c: outboxkit_core::Context, _m: outboxkit_core::Message| async {
-                outboxkit_core::HandlerResult::Ok
+            |_c: outboxkit_dispatch::Context, _m: outboxkit_core::Message| async {
+                outboxkit_dispatch::HandlerResult::Ok
             },
         )
         .build()
@@ -147,10 +147,13 @@ impl Mailer for Hanging {
 
 /// Run once with a hanging mailer: wait for the send to start, then move the clock past the
 /// mail deadline (but not the lease) and return the report.
-async fn run_past_the_mail_deadline(w: &crate::World, mailer: Hanging) -> outboxkit_core::Report {
-    let config = outboxkit_core::DispatcherConfig {
+async fn run_past_the_mail_deadline(
+    w: &crate::World,
+    mailer: Hanging,
+) -> outboxkit_dispatch::Report {
+    let config = outboxkit_dispatch::DispatcherConfig {
         mail_timeout: Some(Duration::from_secs(5)),
-        ..outboxkit_core::DispatcherConfig::default()
+        ..outboxkit_dispatch::DispatcherConfig::default()
     };
     let d = w
         .builder()
@@ -210,10 +213,10 @@ fn with_key_prefix(
     w: &crate::World,
     mail: &MailStandIn,
     prefix: &str,
-) -> outboxkit_core::Dispatcher {
-    let config = outboxkit_core::DispatcherConfig {
+) -> outboxkit_dispatch::Dispatcher {
+    let config = outboxkit_dispatch::DispatcherConfig {
         mail_key_prefix: prefix.into(),
-        ..outboxkit_core::DispatcherConfig::default()
+        ..outboxkit_dispatch::DispatcherConfig::default()
     };
     w.builder()
         .config(config)
@@ -262,16 +265,16 @@ async fn two_installations_on_one_mail_account_never_share_a_key() {
 #[test]
 fn a_bad_mail_key_prefix_is_refused_by_name() {
     for bad in ["", "has space", "tab\t", "é", &"p".repeat(164)] {
-        let config = outboxkit_core::DispatcherConfig {
+        let config = outboxkit_dispatch::DispatcherConfig {
             mail_key_prefix: bad.to_owned(),
-            ..outboxkit_core::DispatcherConfig::default()
+            ..outboxkit_dispatch::DispatcherConfig::default()
         };
         let e = config.validate().unwrap_err();
         assert_eq!(e.field(), Some("mail_key_prefix"), "{bad:?}: {e}");
     }
-    let longest = outboxkit_core::DispatcherConfig {
+    let longest = outboxkit_dispatch::DispatcherConfig {
         mail_key_prefix: "p".repeat(163),
-        ..outboxkit_core::DispatcherConfig::default()
+        ..outboxkit_dispatch::DispatcherConfig::default()
     };
     longest.validate().unwrap();
 }

@@ -16,9 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{
-    Clock, Delivery, DeliveryFilter, DeliveryStatus, Dispatcher, DispatcherBuilder,
-    DispatcherConfig, EndpointAdmin, EndpointId, NewEndpoint, PageRequest, PlaintextVault, Store,
+    Delivery, DeliveryFilter, DeliveryStatus, EndpointId, PageRequest, PlaintextVault, Store,
     TenantId, WebhookSecret, WebhookTransport,
+};
+use outboxkit_dispatch::{
+    Dispatcher, DispatcherBuilder, DispatcherConfig, EndpointAdmin, NewEndpoint, Timer,
 };
 use outboxkit_testing::memory::InMemoryStore;
 use outboxkit_testing::{ManualClock, SeededEntropy};
@@ -57,7 +59,7 @@ impl World {
     /// A dispatcher builder on this world's store and clock.
     pub fn builder(&self) -> DispatcherBuilder {
         Dispatcher::builder(self.store.clone())
-            .clock(self.clock.clone() as Arc<dyn Clock>)
+            .clock(self.clock.clone() as Arc<dyn Timer>)
             .entropy(SeededEntropy::new(7))
             .config(DispatcherConfig {
                 poll_interval: Duration::from_millis(50),
@@ -137,7 +139,7 @@ pub fn spawn_run(
     d: &Dispatcher,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<outboxkit_core::Report>,
+    tokio::task::JoinHandle<outboxkit_dispatch::Report>,
 ) {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let d = d.clone();

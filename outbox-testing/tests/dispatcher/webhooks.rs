@@ -179,7 +179,7 @@ async fn a_receiver_that_stalls_after_its_headers_times_out_and_is_retried() {
     let receiver = WebhookReceiver::start().await.unwrap();
     receiver.script([Reply::StallAfterHeaders(200)]);
     w.endpoint(&receiver.url()).await;
-    let config = outboxkit_core::DispatcherConfig {
+    let config = outboxkit_dispatch::DispatcherConfig {
         webhook_timeout: Duration::from_millis(500),
         ..Default::default()
     };
@@ -247,20 +247,20 @@ async fn paused_endpoints_park_without_spending_and_retry_after_is_honoured() {
 async fn endpoint_admin_refuses_what_its_url_policy_refuses_and_writes_nothing() {
     let w = world();
     let vault = Arc::new(outboxkit_core::PlaintextVault);
-    let strict = outboxkit_core::EndpointAdmin::new(
+    let strict = outboxkit_dispatch::EndpointAdmin::new(
         w.store.clone(),
         vault.clone(),
         w.clock.clone(),
         outboxkit_testing::SeededEntropy::new(1),
     );
-    let egress = outboxkit_core::EndpointAdmin::new(
+    let egress = outboxkit_dispatch::EndpointAdmin::new(
         w.store.clone(),
         vault,
         w.clock.clone(),
         outboxkit_testing::SeededEntropy::new(2),
     )
     .with_url_policy(Arc::new(EgressPolicy::default()));
-    let new = |url: &str| outboxkit_core::NewEndpoint {
+    let new = |url: &str| outboxkit_dispatch::NewEndpoint {
         url: url.into(),
         ..Default::default()
     };

@@ -6,14 +6,15 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::endpoint::EndpointUrl;
-use crate::error::{Error, Result};
-use crate::ids::{DeliveryId, MessageId, TenantId, Topic};
-use crate::mail::{namespaced_mail_idempotency_key, DynMailer, MailMessage};
-use crate::model::{DeadReason, DestinationKind};
-use crate::signing::{sign, HeaderNames, WebhookSecret};
-use crate::time::{DynClock, DynEntropy, Timestamp};
-use crate::transport::{DynWebhookTransport, SignedRequest, WebhookResponse};
+use crate::timer::DynTimer;
+use outboxkit_core::endpoint::EndpointUrl;
+use outboxkit_core::error::{Error, Result};
+use outboxkit_core::ids::{DeliveryId, MessageId, TenantId, Topic};
+use outboxkit_core::mail::{namespaced_mail_idempotency_key, DynMailer, MailMessage};
+use outboxkit_core::model::{DeadReason, DestinationKind};
+use outboxkit_core::signing::{sign, HeaderNames, WebhookSecret};
+use outboxkit_core::time::{DynEntropy, Timestamp};
+use outboxkit_core::transport::{DynWebhookTransport, SignedRequest, WebhookResponse};
 
 /// The most deliveries one alert lists; the rest are counted.
 pub const ALERT_LIST_LIMIT: usize = 25;
@@ -146,7 +147,7 @@ struct Gathered {
 /// Gathers dead letters and sends alerts in the background.
 pub(crate) struct Alerter {
     config: DeadLetterAlerts,
-    clock: Arc<DynClock>,
+    clock: Arc<DynTimer>,
     entropy: Arc<DynEntropy>,
     names: HeaderNames,
     mail_key_prefix: String,
@@ -165,7 +166,7 @@ impl fmt::Debug for Alerter {
 impl Alerter {
     pub(crate) fn new(
         config: DeadLetterAlerts,
-        clock: Arc<DynClock>,
+        clock: Arc<DynTimer>,
         entropy: Arc<DynEntropy>,
         names: HeaderNames,
         mail_key_prefix: String,

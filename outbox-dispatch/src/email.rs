@@ -7,17 +7,17 @@ use async_trait::async_trait;
 
 use super::deliver::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::Shared;
-use crate::claim::Lease;
-use crate::error::Result;
-use crate::ids::{Recipient, TenantId};
-use crate::mail::{
+use crate::timer::TimerExt;
+use crate::ErrorKind;
+use outboxkit_core::claim::Lease;
+use outboxkit_core::error::Result;
+use outboxkit_core::ids::{Recipient, TenantId};
+use outboxkit_core::mail::{
     mail_from_payload, namespaced_mail_idempotency_key, MailError, MailErrorCode, MailMessage,
     MailOutcome,
 };
-use crate::model::{AttemptOutcome, AttemptRecord, Delivery, ErrorClass, Message};
-use crate::time::ClockExt;
-use crate::verdict::{classify, Outcome, Verdict};
-use crate::ErrorKind;
+use outboxkit_core::model::{AttemptOutcome, AttemptRecord, Delivery, ErrorClass, Message};
+use outboxkit_core::verdict::{classify, Outcome, Verdict};
 
 /// Turns a stored recipient (an address, or a reference such as a user id) into an address
 /// at send time, so the queue need not hold personal data.
@@ -101,7 +101,7 @@ pub(super) async fn email_path(
         return completed(
             lease,
             Verdict::Dead {
-                reason: crate::model::DeadReason::UnknownOutcome,
+                reason: outboxkit_core::model::DeadReason::UnknownOutcome,
             },
             Some(rec),
             delivery,

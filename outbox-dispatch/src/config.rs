@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::ids::{EndpointId, Topic};
+use outboxkit_core::error::{Error, Result};
+use outboxkit_core::ids::{EndpointId, Topic};
 
 /// How the dispatcher claims, runs and completes deliveries.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,11 +75,11 @@ impl Default for DispatcherConfig {
             park_delay: Duration::from_secs(60),
             max_snoozes: 5,
             max_depth: 5,
-            header_prefix: crate::signing::DEFAULT_HEADER_PREFIX.to_owned(),
+            header_prefix: outboxkit_core::signing::DEFAULT_HEADER_PREFIX.to_owned(),
             dormant_topics: Vec::new(),
             stats_deadline: Duration::from_millis(500),
             mail_timeout: None,
-            mail_key_prefix: crate::mail::DEFAULT_MAIL_KEY_PREFIX.to_owned(),
+            mail_key_prefix: outboxkit_core::mail::DEFAULT_MAIL_KEY_PREFIX.to_owned(),
             endpoint_concurrency: None,
             endpoint_concurrency_overrides: BTreeMap::new(),
         }
@@ -99,7 +99,7 @@ fn between(field: &'static str, v: Duration, lo: Duration, hi: Duration) -> Resu
 impl DispatcherConfig {
     /// Check every field; `Dispatcher::builder(..).build()` calls this.
     pub fn validate(&self) -> Result<()> {
-        if !(1..=crate::claim::MAX_BATCH).contains(&self.batch_size) {
+        if !(1..=outboxkit_core::claim::MAX_BATCH).contains(&self.batch_size) {
             return Err(Error::misconfigured("batch_size", "must be from 1 to 1000"));
         }
         between(
@@ -168,7 +168,7 @@ impl DispatcherConfig {
         if !(1..=100).contains(&self.max_depth) {
             return Err(Error::misconfigured("max_depth", "must be from 1 to 100"));
         }
-        crate::signing::HeaderNames::with_prefix(&self.header_prefix)?;
+        outboxkit_core::signing::HeaderNames::with_prefix(&self.header_prefix)?;
         between(
             "stats_deadline",
             self.stats_deadline,
@@ -189,7 +189,7 @@ impl DispatcherConfig {
                 ));
             }
         }
-        crate::mail::check_mail_key_prefix(&self.mail_key_prefix)
+        outboxkit_core::mail::check_mail_key_prefix(&self.mail_key_prefix)
             .map_err(|e| Error::misconfigured("mail_key_prefix", e.message().to_owned()))?;
         if self
             .endpoint_concurrency

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
-use crate::claim::Lease;
+use outboxkit_core::claim::Lease;
 
 /// The lease of one running delivery, as the heartbeat keeps it.
 #[derive(Debug)]

@@ -4,16 +4,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::endpoint::{BodyFormat, Endpoint, EndpointStatus};
-use crate::error::Result;
-use crate::ids::{DeliveryId, EndpointId, TenantId};
-use crate::model::{Envelope, Message};
-use crate::signing::{sign, HeaderNames, WebhookSecret};
-use crate::store::DynStore;
-use crate::time::Timestamp;
-use crate::transport::SignedRequest;
-use crate::vault::{DynSecretVault, SecretContext};
-use crate::verdict::Outcome;
+use outboxkit_core::endpoint::{BodyFormat, Endpoint, EndpointStatus};
+use outboxkit_core::error::Result;
+use outboxkit_core::ids::{DeliveryId, EndpointId, TenantId};
+use outboxkit_core::model::{Envelope, Message};
+use outboxkit_core::signing::{sign, HeaderNames, WebhookSecret};
+use outboxkit_core::store::DynStore;
+use outboxkit_core::time::Timestamp;
+use outboxkit_core::transport::SignedRequest;
+use outboxkit_core::vault::{DynSecretVault, SecretContext};
+use outboxkit_core::verdict::Outcome;
 
 /// The exact body sent for `message` to an endpoint with `format`.
 pub fn webhook_body(message: &Message, format: BodyFormat) -> Vec<u8> {
@@ -117,9 +117,9 @@ impl EndpointCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::{EndpointUrl, SealedSecret};
-    use crate::ids::{MessageId, Topic, TopicFilter};
-    use crate::signing::{verify, DEFAULT_TOLERANCE};
+    use outboxkit_core::endpoint::{EndpointUrl, SealedSecret};
+    use outboxkit_core::ids::{MessageId, Topic, TopicFilter};
+    use outboxkit_core::signing::{verify, DEFAULT_TOLERANCE};
 
     fn t() -> Timestamp {
         Timestamp::from_unix_millis(1_700_000_000_000).unwrap()
@@ -211,7 +211,7 @@ mod tests {
         assert_eq!(endpoint_gate(Some(&e)), None);
         e.status = EndpointStatus::Paused;
         assert_eq!(endpoint_gate(Some(&e)), Some(Outcome::EndpointPaused));
-        e.status = EndpointStatus::Disabled(crate::endpoint::DisabledReason::Gone);
+        e.status = EndpointStatus::Disabled(outboxkit_core::endpoint::DisabledReason::Gone);
         assert_eq!(endpoint_gate(Some(&e)), Some(Outcome::EndpointDisabled));
     }
 }

@@ -16,13 +16,16 @@ use super::limits::Admit;
 use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
 
 use super::Shared;
-use crate::claim::{Claimed, Completion, Lease};
-use crate::ids::{ConsumerName, EndpointId};
-use crate::model::{
+use crate::timer::TimerExt;
+use outboxkit_core::claim::{Claimed, Completion, Lease};
+use outboxkit_core::ids::{ConsumerName, EndpointId};
+use outboxkit_core::model::{
     excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind, Message,
 };
-use crate::time::{ClockExt, EntropyExt, Timestamp};
-use crate::verdict::{classify, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy};
+use outboxkit_core::time::{EntropyExt, Timestamp};
+use outboxkit_core::verdict::{
+    classify, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy,
+};
 
 /// The state of one `run` or `run_once` call, shared by its delivery tasks.
 #[derive(Debug)]
@@ -37,7 +40,7 @@ pub(crate) struct RunState {
     /// Handlers paused by a snooze, until when.
     pub(crate) breakers: Mutex<HashMap<ConsumerName, Timestamp>>,
     /// Deliveries this run has started (`run_once`: all of them; `run`: those in flight).
-    pub(crate) started: Mutex<HashSet<crate::ids::DeliveryId>>,
+    pub(crate) started: Mutex<HashSet<outboxkit_core::ids::DeliveryId>>,
 }
 
 impl RunState {
@@ -100,8 +103,8 @@ pub(crate) enum Done {
 /// What the report and observer need to know about a finished delivery.
 #[derive(Clone, Debug)]
 pub(crate) struct Meta {
-    pub(crate) topic: crate::ids::Topic,
-    pub(crate) tenant: crate::ids::TenantId,
+    pub(crate) topic: outboxkit_core::ids::Topic,
+    pub(crate) tenant: outboxkit_core::ids::TenantId,
     pub(crate) kind: DestinationKind,
     pub(crate) attempt: u32,
     pub(crate) duration: Duration,
@@ -188,7 +191,7 @@ pub(super) fn gate(
 
 pub(super) fn verdict_policy(
     shared: &Shared,
-    retry: crate::retry::RetryPolicy,
+    retry: outboxkit_core::retry::RetryPolicy,
     mail_idempotent: bool,
 ) -> VerdictPolicy {
     let c = &shared.config;

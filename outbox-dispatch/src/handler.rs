@@ -9,11 +9,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{Error, Result};
-use crate::ids::{ConsumerName, DeliveryId, TenantId, Topic, TopicFilter};
-use crate::model::{Cause, Message, NewMessage};
-use crate::retry::RetryPolicy;
-use crate::store::{DynStore, Enqueued};
+use outboxkit_core::error::{Error, Result};
+use outboxkit_core::ids::{ConsumerName, DeliveryId, TenantId, Topic, TopicFilter};
+use outboxkit_core::model::{Cause, Message, NewMessage};
+use outboxkit_core::retry::RetryPolicy;
+use outboxkit_core::store::{DynStore, Enqueued};
 
 /// What a handler decided.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,8 +1,5 @@
-//! The dispatcher (DESIGN §7): claims due deliveries in batches, runs them concurrently
-//! within limits, classifies each outcome and completes them in batches.
-//!
-//! `run(shutdown)` is the long-running loop; `run_once(budget)` drains what is due within a
-//! soft time budget (cron, serverless). Both return a [`Report`].
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
 
 mod alerts;
 mod builder;
@@ -15,6 +12,7 @@ mod lease;
 mod limits;
 mod ops;
 mod report;
+mod timer;
 mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,25 +31,26 @@ pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResol
 pub use handler::{Context, Dedup, Handler, HandlerOptions, HandlerResult};
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
 pub use report::{DeadLetterEvent, DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
+pub use timer::{DynTimer, Timer, TimerExt};
 pub use webhook::{endpoint_gate, open_secrets, signed_request, webhook_body};
 
 use self::dedup::DedupCache;
 use self::deliver::{deliver, Done, Meta, RunState};
 use self::report::observe;
 use self::webhook::EndpointCache;
-use crate::claim::{ClaimRequest, Completion, Lease};
-use crate::endpoint::Consumer;
-use crate::error::{ErrorKind, Result};
-use crate::ids::ConsumerName;
-use crate::mail::DynMailer;
-use crate::model::DeadReason;
-use crate::retry::TenantPolicy;
-use crate::signing::HeaderNames;
-use crate::store::DynStore;
-use crate::time::{ClockExt, DynClock, DynEntropy, Timestamp};
-use crate::transport::DynWebhookTransport;
-use crate::vault::DynSecretVault;
-use crate::verdict::Verdict;
+use outboxkit_core::claim::{ClaimRequest, Completion, Lease};
+use outboxkit_core::endpoint::Consumer;
+use outboxkit_core::error::{ErrorKind, Result};
+use outboxkit_core::ids::ConsumerName;
+use outboxkit_core::mail::DynMailer;
+use outboxkit_core::model::DeadReason;
+use outboxkit_core::retry::TenantPolicy;
+use outboxkit_core::signing::HeaderNames;
+use outboxkit_core::store::DynStore;
+use outboxkit_core::time::{DynEntropy, Timestamp};
+use outboxkit_core::transport::DynWebhookTransport;
+use outboxkit_core::vault::DynSecretVault;
+use outboxkit_core::verdict::Verdict;
 
 pub(crate) struct Registered {
     pub(crate) consumer: Consumer,
@@ -78,7 +77,7 @@ pub(crate) struct MailChannel {
 
 pub(crate) struct Shared {
     pub(crate) store: Arc<DynStore>,
-    pub(crate) clock: Arc<DynClock>,
+    pub(crate) clock: Arc<DynTimer>,
     pub(crate) entropy: Arc<DynEntropy>,
     pub(crate) config: DispatcherConfig,
     pub(crate) names: HeaderNames,
@@ -131,7 +130,7 @@ impl Dispatcher {
                 for reg in self.shared.handlers.values() {
                     self.shared.store.put_consumer(&reg.consumer).await?;
                 }
-                Ok::<(), crate::Error>(())
+                Ok::<(), outboxkit_core::Error>(())
             })
             .await?;
         Ok(())

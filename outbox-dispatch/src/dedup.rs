@@ -5,10 +5,10 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::{Registered, Shared};
-use crate::ids::DeliveryId;
-use crate::model::Message;
-use crate::time::Timestamp;
-use crate::verdict::Verdict;
+use outboxkit_core::ids::DeliveryId;
+use outboxkit_core::model::Message;
+use outboxkit_core::time::Timestamp;
+use outboxkit_core::verdict::Verdict;
 
 /// Whether a dedup key was seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -247,13 +247,12 @@ pub(crate) fn key_outcome(
     match verdict {
         Verdict::Succeeded => KeyOutcome::Succeeded(now.saturating_add(ttl)),
         Verdict::Dead { .. } => KeyOutcome::Dead,
-        Verdict::Retry { at: due }
-        | Verdict::Held { probe_at: due }
-        | Verdict::Snoozed { until: due }
-        | Verdict::Parked { until: due }
-        | Verdict::AwaitEndpoint { until: due } => KeyOutcome::Again {
-            due: *due,
-            until: due.saturating_add(lease),
+        again => match again.due() {
+            Some(due) => KeyOutcome::Again {
+                due,
+                until: due.saturating_add(lease),
+            },
+            None => KeyOutcome::Dead,
         },
     }
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::ids::{DeliveryId, TenantId, Topic};
-use crate::model::{DeadReason, DestinationKind};
-use crate::store::Stats;
-use crate::verdict::Verdict;
+use outboxkit_core::ids::{DeliveryId, TenantId, Topic};
+use outboxkit_core::model::{DeadReason, DestinationKind};
+use outboxkit_core::store::Stats;
+use outboxkit_core::verdict::Verdict;
 
 /// The most dead delivery ids a report lists.
 pub const DEAD_IDS_LIMIT: usize = 25;
@@ -93,7 +93,6 @@ impl Report {
                 self.snoozed += 1;
                 t.snoozed += 1;
             }
-            Verdict::Parked { .. } | Verdict::AwaitEndpoint { .. } => self.parked += 1,
             Verdict::Dead { .. } => {
                 self.dead += 1;
                 t.dead += 1;
@@ -101,6 +100,8 @@ impl Report {
                     self.dead_ids.push(id);
                 }
             }
+            // Parked, awaiting its endpoint, or a waiting verdict added later: not a result.
+            _ => self.parked += 1,
         }
     }
 
@@ -210,7 +211,7 @@ pub(crate) fn observe(f: impl FnOnce()) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::DeadReason;
+    use outboxkit_core::model::DeadReason;
 
     fn id(n: u128) -> DeliveryId {
         DeliveryId::from_uuid(uuid::Uuid::from_u128(

@@ -5,8 +5,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::ids::EndpointId;
-use crate::time::Timestamp;
+use outboxkit_core::ids::EndpointId;
+use outboxkit_core::time::Timestamp;
 
 /// The window a rate limit counts in: "`n` per second".
 const WINDOW: Duration = Duration::from_secs(1);

@@ -3,16 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::endpoint::{
+use outboxkit_core::endpoint::{
     check_description, BodyFormat, Endpoint, EndpointStatus, EndpointUpdate, EndpointUrl,
     HttpsOnly, UrlPolicy,
 };
-use crate::error::Result;
-use crate::ids::{DeliveryId, EndpointId, TenantId, TopicFilter};
-use crate::signing::WebhookSecret;
-use crate::store::{DynStore, PurgeReport, Stats};
-use crate::time::{DynClock, DynEntropy};
-use crate::vault::{DynSecretVault, SecretContext};
+use outboxkit_core::error::Result;
+use outboxkit_core::ids::{DeliveryId, EndpointId, TenantId, TopicFilter};
+use outboxkit_core::signing::WebhookSecret;
+use outboxkit_core::store::{DynStore, PurgeReport, Stats};
+use outboxkit_core::time::{DynClock, DynEntropy};
+use outboxkit_core::vault::{DynSecretVault, SecretContext};
 
 /// What an operator does: replay dead letters, release held deliveries, retry now, purge,
 /// read statistics.
@@ -52,7 +52,7 @@ impl Operator {
     /// Remove finished deliveries older than `older_than`, `batch` at a time, visiting
     /// tenants in rotation until nothing is left to purge.
     pub async fn purge(&self, older_than: Duration, batch: u32) -> Result<PurgeReport> {
-        crate::store::check_purge_limit(batch)?;
+        outboxkit_core::store::check_purge_limit(batch)?;
         let before = self.clock.now().saturating_sub(older_than);
         let mut total = PurgeReport::default();
         for _ in 0..1_000_000 {
@@ -120,7 +120,7 @@ impl EndpointAdmin {
     }
 
     /// Check new and changed URLs with `policy` (e.g. `outboxkit_http::EgressPolicy`, which also
-    /// refuses private and metadata addresses; [`crate::endpoint::AnyUrl`] for loopback
+    /// refuses private and metadata addresses; [`outboxkit_core::endpoint::AnyUrl`] for loopback
     /// receivers in tests).
     pub fn with_url_policy(mut self, policy: Arc<dyn UrlPolicy>) -> Self {
         self.urls = policy;
@@ -147,7 +147,7 @@ impl EndpointAdmin {
         } else {
             TopicFilter::parse(&new.filter)?
         };
-        crate::endpoint::check_rate_limit(new.rate_limit)?;
+        outboxkit_core::endpoint::check_rate_limit(new.rate_limit)?;
         let secret = self.secret(new.secret.as_deref())?;
         // Last, as it may resolve the host: every other field is checked first.
         self.urls.check(&url).await?;

@@ -11,17 +11,18 @@ use super::{
     Dispatcher, DispatcherConfig, LiteralRecipients, MailChannel, MailComposer, PayloadComposer,
     RecipientResolver, Registered, Shared, WebhookChannel,
 };
-use crate::endpoint::Consumer;
-use crate::error::{Error, Result};
-use crate::ids::{ConsumerName, TopicFilter};
-use crate::mail::DynMailer;
-use crate::retry::{RetryPolicy, TenantPolicy};
-use crate::signing::HeaderNames;
-use crate::store::DynStore;
-use crate::system::{OsEntropy, SystemClock};
-use crate::time::{DynClock, DynEntropy};
-use crate::transport::DynWebhookTransport;
-use crate::vault::DynSecretVault;
+use crate::timer::DynTimer;
+use outboxkit_core::endpoint::Consumer;
+use outboxkit_core::error::{Error, Result};
+use outboxkit_core::ids::{ConsumerName, TopicFilter};
+use outboxkit_core::mail::DynMailer;
+use outboxkit_core::retry::{RetryPolicy, TenantPolicy};
+use outboxkit_core::signing::HeaderNames;
+use outboxkit_core::store::DynStore;
+use outboxkit_core::system::{OsEntropy, SystemClock};
+use outboxkit_core::time::DynEntropy;
+use outboxkit_core::transport::DynWebhookTransport;
+use outboxkit_core::vault::DynSecretVault;
 
 type PendingHandler = (String, String, Arc<dyn Handler>, HandlerOptions);
 
@@ -29,7 +30,7 @@ type PendingHandler = (String, String, Arc<dyn Handler>, HandlerOptions);
 /// configuration is an error, never a panic.
 pub struct DispatcherBuilder {
     store: Arc<DynStore>,
-    clock: Option<Arc<DynClock>>,
+    clock: Option<Arc<DynTimer>>,
     entropy: Option<Arc<DynEntropy>>,
     config: DispatcherConfig,
     handlers: Vec<PendingHandler>,
@@ -79,7 +80,7 @@ impl DispatcherBuilder {
     }
 
     /// The clock (default: [`SystemClock`]). Use the same clock as the store.
-    pub fn clock(mut self, clock: Arc<DynClock>) -> Self {
+    pub fn clock(mut self, clock: Arc<DynTimer>) -> Self {
         self.clock = Some(clock);
         self
     }
@@ -172,7 +173,7 @@ impl DispatcherBuilder {
     pub fn build(self) -> Result<Dispatcher> {
         self.config.validate()?;
         let names = HeaderNames::with_prefix(&self.config.header_prefix)?;
-        let clock: Arc<DynClock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        let clock: Arc<DynTimer> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let entropy: Arc<DynEntropy> = self.entropy.unwrap_or_else(|| Arc::new(OsEntropy));
         let now = clock.now();
         let mut handlers = BTreeMap::new();
