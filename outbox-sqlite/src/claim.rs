@@ -1,8 +1,21 @@
 //! The claim protocol on SQLite: claim, complete, release, extend, mark sending. Each runs
 //! inside one `BEGIN IMMEDIATE` transaction on the writer connection, so claims are
 //! exclusive across threads and processes.
+//!
+//! **Integer keys.** Rows are found by their integer `seq` (the rowid), never by the 36-byte
+//! text id: a claim token carries its row's `seq` in its first six bytes (a version 8 UUID,
+//! the other 74 bits random), so a completion finds its row without an index lookup and
+//! the token still fences it (`claim_token` must match). A token that does not carry a
+//! sequence (none is made today) is resolved by the delivery id.
+//!
+//! **Fair claiming.** A group is `(tenant, kind, target)`: a tenant's endpoint, consumer or
+//! e-mail channel. The claim walks the groups that have unfinished rows through the
+//! `outbox_deliveries_claim` index (one seek per group, reading only the group's head),
+//! reads the first claimable rows of each due group, and fills the batch in rounds: the
+//! first row of every group, then the second, …; within a round, groups in the order of
+//! their oldest due row. A group's backlog is never scanned beyond what the batch can take.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use outboxkit_core::{
@@ -13,131 +26,358 @@ use rusqlite::{named_params, params, Connection, OptionalExtension};
 
 use crate::error::{Result, SqliteError};
 use crate::rows::{self, ms, opt_ms};
-use crate::sql;
 
-/// The JSON arguments of the claim statements.
-struct Sources {
-    consumers: String,
-    excluded: String,
-    dormant: String,
-    webhooks: Option<u32>,
-    email: Option<u32>,
-    min_budget: u32,
+/// The unfinished statuses (the rows of the claim index).
+macro_rules! unfinished {
+    () => {
+        "('pending', 'held', 'processing', 'sending')"
+    };
 }
 
-impl Sources {
-    fn of(request: &ClaimRequest) -> Result<Self> {
-        let consumers: serde_json::Map<String, serde_json::Value> = request
-            .consumers()
-            .map(|(name, budget)| (name.to_string(), budget.into()))
-            .collect();
-        let topics = |set: &std::collections::BTreeSet<outboxkit_core::Topic>| {
-            serde_json::to_string(&set.iter().map(|t| t.as_str()).collect::<Vec<_>>())
-        };
-        let min_budget = request
-            .consumers()
-            .map(|(_, b)| b)
-            .chain(request.webhook_budget())
-            .chain(request.email_budget())
-            .min()
-            .unwrap_or(1);
-        let json = |r: serde_json::Result<String>| r.map_err(|_| SqliteError::Corrupt("claim"));
-        Ok(Sources {
-            consumers: json(serde_json::to_string(&consumers))?,
-            excluded: json(topics(request.excluded_topics()))?,
-            dormant: json(topics(request.dormant()))?,
-            webhooks: request.webhook_budget(),
-            email: request.email_budget(),
-            min_budget,
-        })
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|_| SqliteError::Corrupt("claim"))
+}
+
+// ---- tokens ----
+
+/// The largest sequence a token can carry (six bytes).
+const TOKEN_SEQ_MAX: i64 = (1 << 48) - 1;
+
+/// A fresh token for the row `seq`: its sequence in bytes 0–5, random bits after.
+fn token_for(seq: i64, random: &[u8]) -> ClaimToken {
+    let mut b = [0u8; 16];
+    b[6..].copy_from_slice(&random[..10]);
+    if (0..=TOKEN_SEQ_MAX).contains(&seq) {
+        b[..6].copy_from_slice(&seq.to_be_bytes()[2..]);
+        ClaimToken::from_uuid(uuid::Builder::from_custom_bytes(b).into_uuid())
+    } else {
+        b[..6].copy_from_slice(&random[10..16]);
+        ClaimToken::from_uuid(uuid::Builder::from_random_bytes(b).into_uuid())
     }
 }
 
-/// Fresh claim tokens: one entropy read for the whole batch.
-fn tokens(n: usize, entropy: &dyn Entropy) -> Vec<ClaimToken> {
-    let mut bytes = vec![0u8; n * 16];
-    entropy.fill(&mut bytes);
-    bytes
-        .chunks_exact(16)
-        .map(|c| {
-            let mut b = [0u8; 16];
-            b.copy_from_slice(c);
-            ClaimToken::from_uuid(uuid::Builder::from_random_bytes(b).into_uuid())
-        })
-        .collect()
+/// The row a token was made for, if it carries one.
+fn seq_of_token(token: &ClaimToken) -> Option<i64> {
+    let u = token.as_uuid();
+    if u.get_version_num() != 8 {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    b[2..].copy_from_slice(&u.as_bytes()[..6]);
+    Some(i64::from_be_bytes(b))
 }
 
-/// Discard exhausted candidates, then lease up to `batch_size` claimable ones (ARCHITECTURE
-/// "Claim"). The request is validated by the caller.
+const SEQ_BY_ID: &str = "SELECT seq FROM outbox_deliveries WHERE id = ?1";
+
+/// The row of a lease: from its token, else by its delivery id. `None`: no such row.
+fn seq_of(conn: &Connection, lease: &Lease) -> Result<Option<i64>> {
+    if let Some(seq) = seq_of_token(&lease.token) {
+        return Ok(Some(seq));
+    }
+    Ok(conn
+        .prepare_cached(SEQ_BY_ID)?
+        .query_row([lease.delivery_id.to_string()], |r| r.get(0))
+        .optional()?)
+}
+
+// ---- claim ----
+
+/// What one claim serves, in the forms its statements bind.
+struct Served<'r> {
+    request: &'r ClaimRequest,
+    consumers: HashMap<&'r str, u32>,
+    excluded: String,
+    dormant: String,
+}
+
+impl<'r> Served<'r> {
+    fn of(request: &'r ClaimRequest) -> Result<Self> {
+        let topics = |set: &BTreeSet<outboxkit_core::Topic>| {
+            json(&set.iter().map(|t| t.as_str()).collect::<Vec<_>>())
+        };
+        Ok(Served {
+            request,
+            consumers: request
+                .consumers()
+                .map(|(name, budget)| (name.as_str(), budget))
+                .collect(),
+            excluded: topics(request.excluded_topics())?,
+            dormant: topics(request.dormant())?,
+        })
+    }
+
+    /// The attempt budget for a group, `None` when this claim does not take it.
+    fn budget(&self, kind: &str, target: &str) -> Option<u32> {
+        match kind {
+            "handler" => self.consumers.get(target).copied(),
+            "webhook" => self.request.webhook_budget(),
+            "email" => self.request.email_budget(),
+            _ => None,
+        }
+    }
+}
+
+/// A `(tenant, kind, target)` group with due work.
+struct Group {
+    tenant: String,
+    kind: String,
+    target: String,
+    budget: u32,
+}
+
+/// The next group after `(tenant, kind, target)` with unfinished rows, and the due time of
+/// its earliest row (a seek on the claim index).
+const NEXT_GROUP: &str = concat!(
+    "SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
+     WHERE status IN ",
+    unfinished!(),
+    " AND (tenant, kind, target) > (?1, ?2, ?3) \
+     ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1"
+);
+
+/// Every group this claim serves whose earliest unfinished row is due.
+fn due_groups(conn: &Connection, served: &Served<'_>, now: Timestamp) -> Result<Vec<Group>> {
+    let mut stmt = conn.prepare_cached(NEXT_GROUP)?;
+    let mut groups = Vec::new();
+    let mut after = (String::new(), String::new(), String::new());
+    loop {
+        let next: Option<(String, String, String, i64)> = stmt
+            .query_row(params![after.0, after.1, after.2], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()?;
+        let Some((tenant, kind, target, head)) = next else {
+            break;
+        };
+        if head <= ms(now) {
+            if let Some(budget) = served.budget(&kind, &target) {
+                groups.push(Group {
+                    tenant: tenant.clone(),
+                    kind: kind.clone(),
+                    target: target.clone(),
+                    budget,
+                });
+            }
+        }
+        after = (tenant, kind, target);
+    }
+    Ok(groups)
+}
+
+/// A claimable row of a group.
+#[derive(Clone, Copy)]
+struct Candidate {
+    seq: i64,
+    due: i64,
+}
+
+/// A group's first `:limit` due rows not held back by the per-key ordering barrier, in
+/// claim order, with what decides whether they are exhausted.
+const CANDIDATES: &str = concat!(
+    "SELECT c.seq, c.next_attempt_at, c.status, c.attempts FROM outbox_deliveries AS c \
+     WHERE c.tenant = :tenant AND c.kind = :kind AND c.target = :target \
+       AND c.status IN ",
+    unfinished!(),
+    " AND c.next_attempt_at <= :now \
+       AND c.topic NOT IN (SELECT value FROM json_each(:excluded)) \
+       AND (c.ordering_key IS NULL OR NOT EXISTS ( \
+         SELECT 1 FROM outbox_deliveries AS b \
+         WHERE b.tenant = c.tenant AND b.kind = c.kind AND b.target = c.target \
+           AND b.ordering_key = c.ordering_key AND b.seq < c.seq \
+           AND b.ordering_key IS NOT NULL AND b.status NOT IN ('succeeded', 'dead') \
+           AND b.topic NOT IN (SELECT value FROM json_each(:dormant)))) \
+     ORDER BY c.next_attempt_at, c.seq LIMIT :limit"
+);
+
+/// Rows at or past their budget die as `max_attempts` instead of being claimed.
+const DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
+     SET status = 'dead', dead_reason = 'max_attempts', completed_at = :now, updated_at = :now, \
+         claim_token = NULL, lease_until = NULL, claimed_from = NULL \
+     WHERE seq IN (SELECT value FROM json_each(:seqs))";
+
+/// Up to `limit` claimable rows of `group`, discarding the exhausted ones met on the way
+/// (held rows are exempt: a probe is free).
+fn candidates(
+    conn: &Connection,
+    served: &Served<'_>,
+    group: &Group,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<Candidate>> {
+    loop {
+        let mut stmt = conn.prepare_cached(CANDIDATES)?;
+        let mut rows = stmt.query(named_params! {
+            ":tenant": group.tenant,
+            ":kind": group.kind,
+            ":target": group.target,
+            ":now": ms(now),
+            ":excluded": served.excluded,
+            ":dormant": served.dormant,
+            ":limit": limit as i64,
+        })?;
+        let (mut out, mut exhausted) = (Vec::with_capacity(limit), Vec::new());
+        while let Some(row) = rows.next()? {
+            let seq: i64 = row.get(0)?;
+            let status: String = row.get(2)?;
+            let attempts: i64 = row.get(3)?;
+            if status != "held" && attempts >= i64::from(group.budget) {
+                exhausted.push(seq);
+            } else {
+                out.push(Candidate {
+                    seq,
+                    due: row.get(1)?,
+                });
+            }
+        }
+        drop(rows);
+        drop(stmt);
+        if exhausted.is_empty() {
+            return Ok(out);
+        }
+        // The discarded rows may have held back others of their key: read the group again.
+        conn.prepare_cached(DISCARD_EXHAUSTED)?
+            .execute(named_params! { ":now": ms(now), ":seqs": json(&exhausted)? })?;
+    }
+}
+
+/// The batch in rounds over the groups (ARCHITECTURE "Claim order").
+fn rounds(groups: &[Vec<Candidate>], batch: usize) -> Vec<i64> {
+    let mut order: Vec<&Vec<Candidate>> = groups.iter().filter(|g| !g.is_empty()).collect();
+    order.sort_by_key(|g| (g[0].due, g[0].seq));
+    let mut picked = Vec::with_capacity(batch);
+    for round in 0.. {
+        let mut any = false;
+        for g in &order {
+            if let Some(c) = g.get(round) {
+                any = true;
+                picked.push(c.seq);
+                if picked.len() == batch {
+                    return picked;
+                }
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    picked
+}
+
+/// Lease the picked rows: token `n` (36 bytes each in `:tokens`, bound as a BLOB so
+/// `substr` indexes bytes) goes to the `n`-th sequence of `:seqs`.
+const LEASE: &str = concat!(
+    "UPDATE outbox_deliveries AS d \
+     SET claimed_from = d.status, due_at = d.next_attempt_at, \
+         attempts = d.attempts + (d.status <> 'held'), \
+         status = 'processing', \
+         claim_token = CAST(substr(:tokens, j.key * 36 + 1, 36) AS TEXT), \
+         lease_until = :until, next_attempt_at = :until, updated_at = :now \
+     FROM json_each(:seqs) AS j WHERE d.seq = j.value \
+     RETURNING ",
+    delivery_cols!(),
+    ", claimed_from, seq"
+);
+
+const MESSAGES_BY_IDS: &str = concat!(
+    "SELECT ",
+    message_cols!(),
+    " FROM outbox_messages WHERE id IN (SELECT value FROM json_each(?1))"
+);
+
+/// Lease up to `batch_size` claimable deliveries, fairly over the groups (see the module
+/// docs); exhausted candidates die on the way. The request is validated by the caller.
 pub(crate) fn claim(
     conn: &Connection,
     request: &ClaimRequest,
     now: Timestamp,
     entropy: &dyn Entropy,
 ) -> Result<Vec<Claimed>> {
-    let s = Sources::of(request)?;
-    conn.prepare_cached(sql::CLAIM_DISCARD_EXHAUSTED)?
-        .execute(named_params! {
-            ":now": ms(now),
-            ":min_budget": s.min_budget,
-            ":excluded": s.excluded,
-            ":webhooks": s.webhooks,
-            ":email": s.email,
-            ":consumers": s.consumers,
-        })?;
-
+    let served = Served::of(request)?;
     let batch = request.batch_size() as usize;
-    let tokens = tokens(batch, entropy);
-    let mut token_bytes = Vec::with_capacity(batch * 36);
+    let groups = due_groups(conn, &served, now)?;
+    if groups.is_empty() {
+        return Ok(Vec::new());
+    }
+    // First each group's fair share; more from the groups that had more only when the
+    // others left room.
+    let share = batch.div_ceil(groups.len());
+    let mut heads = groups
+        .iter()
+        .map(|g| candidates(conn, &served, g, now, share))
+        .collect::<Result<Vec<_>>>()?;
+    let mut picked = rounds(&heads, batch);
+    if picked.len() < batch && share < batch {
+        for (g, h) in groups.iter().zip(heads.iter_mut()) {
+            if h.len() == share {
+                *h = candidates(conn, &served, g, now, batch)?;
+            }
+        }
+        picked = rounds(&heads, batch);
+    }
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    lease(conn, request, &picked, now, entropy)
+}
+
+fn lease(
+    conn: &Connection,
+    request: &ClaimRequest,
+    picked: &[i64],
+    now: Timestamp,
+    entropy: &dyn Entropy,
+) -> Result<Vec<Claimed>> {
+    let mut random = vec![0u8; picked.len() * 16];
+    entropy.fill(&mut random);
+    let tokens: Vec<ClaimToken> = picked
+        .iter()
+        .zip(random.chunks_exact(16))
+        .map(|(&seq, r)| token_for(seq, r))
+        .collect();
+    let mut token_bytes = Vec::with_capacity(picked.len() * 36);
     for t in &tokens {
         token_bytes.extend_from_slice(t.as_uuid().hyphenated().to_string().as_bytes());
     }
+    let position: HashMap<i64, usize> = picked.iter().enumerate().map(|(i, &s)| (s, i)).collect();
     let until = now.saturating_add(request.lease());
-    let mut stmt = conn.prepare_cached(sql::CLAIM)?;
+    let mut stmt = conn.prepare_cached(LEASE)?;
     let mut rows = stmt.query(named_params! {
         ":now": ms(now),
         ":until": ms(until),
-        ":batch": request.batch_size(),
         ":tokens": token_bytes,
-        ":excluded": s.excluded,
-        ":dormant": s.dormant,
-        ":consumers": s.consumers,
-        ":webhooks": s.webhooks,
-        ":email": s.email,
+        ":seqs": json(picked)?,
     })?;
-    let mut claimed = Vec::new();
+    let mut claimed = Vec::with_capacity(picked.len());
     while let Some(row) = rows.next()? {
         let delivery = rows::delivery(row)?;
-        let (token, claimed_from) = rows::claim_extra(row)?;
-        claimed.push((delivery, token, claimed_from));
+        let claimed_from = rows::claimed_from(row, 21)?;
+        let seq: i64 = row.get(22)?;
+        let at = *position
+            .get(&seq)
+            .ok_or(SqliteError::Corrupt("claim of an unpicked row"))?;
+        claimed.push((at, delivery, claimed_from));
     }
     drop(rows);
     drop(stmt);
-    if claimed.is_empty() {
-        return Ok(Vec::new());
-    }
-
-    // RETURNING order is unspecified; token n went to the n-th row in claim order.
-    let order: HashMap<ClaimToken, usize> =
-        tokens.iter().enumerate().map(|(i, t)| (*t, i)).collect();
-    claimed.sort_by_key(|(_, token, _)| order.get(token).copied().unwrap_or(usize::MAX));
+    // RETURNING order is unspecified: back to claim order.
+    claimed.sort_by_key(|(at, _, _)| *at);
 
     let mut ids: Vec<String> = claimed
         .iter()
-        .map(|(d, _, _)| d.message_id.to_string())
+        .map(|(_, d, _)| d.message_id.to_string())
         .collect();
     ids.sort_unstable();
     ids.dedup();
-    let ids = serde_json::to_string(&ids).map_err(|_| SqliteError::Corrupt("claim"))?;
-    let mut stmt = conn.prepare_cached(sql::MESSAGES_BY_IDS)?;
-    let messages: HashMap<MessageId, Message> = rows::collect(&mut stmt, [ids], rows::message)?
-        .into_iter()
-        .map(|m| (m.id, m))
-        .collect();
+    let mut stmt = conn.prepare_cached(MESSAGES_BY_IDS)?;
+    let messages: HashMap<MessageId, Message> =
+        rows::collect(&mut stmt, [json(&ids)?], rows::message)?
+            .into_iter()
+            .map(|m| (m.id, m))
+            .collect();
 
     claimed
         .into_iter()
-        .map(|(delivery, token, claimed_from)| {
+        .map(|(at, delivery, claimed_from)| {
             let message = messages
                 .get(&delivery.message_id)
                 .cloned()
@@ -145,7 +385,7 @@ pub(crate) fn claim(
             let lease = Lease {
                 delivery_id: delivery.id,
                 tenant: delivery.tenant.clone(),
-                token,
+                token: tokens[at],
                 until,
                 attempts: delivery.attempts,
                 snoozes: delivery.snoozes,
@@ -160,67 +400,213 @@ pub(crate) fn claim(
         .collect()
 }
 
-/// Write `update` under the lease's fence; append `attempt` (with the lease's probe flag)
-/// and disable the endpoint when the update says so. `LeaseLost` changes nothing.
-fn settle(
+// ---- settling: complete, release ----
+
+/// One claim to end: the row, its fence, what to write.
+struct Settle<'a> {
+    seq: i64,
+    lease: &'a Lease,
+    update: DeliveryUpdate,
+    attempt: Option<&'a AttemptRecord>,
+}
+
+/// Write every item's update under its fence, in one statement. Each element of `:items`
+/// is `[seq, token, status, attempts, snoozes, next_attempt_at, completed_at, dead_reason,
+/// has_last, last_outcome, last_status_code, last_excerpt, last_at, counts_attempt,
+/// tenant]` (the tenant is part of the fence: a lease of another tenant changes nothing).
+const SETTLE_MANY: &str = "UPDATE outbox_deliveries AS d \
+     SET status = j.value ->> 2, attempts = j.value ->> 3, snoozes = j.value ->> 4, \
+         next_attempt_at = j.value ->> 5, completed_at = j.value ->> 6, \
+         dead_reason = j.value ->> 7, \
+         last_outcome = CASE WHEN j.value ->> 8 THEN j.value ->> 9 ELSE d.last_outcome END, \
+         last_status_code = CASE WHEN j.value ->> 8 THEN j.value ->> 10 \
+                                 ELSE d.last_status_code END, \
+         last_excerpt = CASE WHEN j.value ->> 8 THEN j.value ->> 11 ELSE d.last_excerpt END, \
+         last_at = CASE WHEN j.value ->> 8 THEN j.value ->> 12 ELSE d.last_at END, \
+         claim_token = NULL, lease_until = NULL, claimed_from = NULL, updated_at = :now, \
+         attempt_count = d.attempt_count + (j.value ->> 13) \
+     FROM json_each(:items) AS j \
+     WHERE d.seq = j.value ->> 0 AND d.claim_token = j.value ->> 1 \
+       AND d.tenant = j.value ->> 14 AND d.status IN ('processing', 'sending') \
+     RETURNING seq, kind, target, run, due_at, attempt_count";
+
+/// Append attempts; each element of `?1` is `[delivery_seq, number, probe, started_at,
+/// finished_at, outcome, status_code, excerpt, run, scheduled_at]`.
+const INSERT_ATTEMPTS: &str = "INSERT INTO outbox_attempts \
+     (delivery_seq, number, probe, started_at, finished_at, outcome, status_code, excerpt, \
+      run, scheduled_at) \
+     SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4, \
+            j.value ->> 5, j.value ->> 6, j.value ->> 7, j.value ->> 8, j.value ->> 9 \
+     FROM json_each(?1) AS j";
+
+/// The endpoint's last delivery (written with the completion).
+const ENDPOINT_LAST_DELIVERY: &str = "UPDATE outbox_endpoints \
+     SET last_outcome = ?3, last_status_code = ?4, last_at = ?5 WHERE tenant = ?1 AND id = ?2";
+
+const DISABLE_ENDPOINT_GONE: &str = "UPDATE outbox_endpoints \
+     SET status = 'disabled', disabled_reason = 'gone', updated_at = ?3 \
+     WHERE id = ?1 AND tenant = ?2";
+
+/// What the settle statement returned for a row it changed.
+struct Settled {
+    kind: String,
+    target: String,
+    run: i64,
+    due_at: Option<i64>,
+    number: i64,
+}
+
+/// Write each item under its fence: `Ok` per item whose fence held, `LeaseLost` for the
+/// others; append the attempts, the endpoints' last deliveries and `gone` disables of the
+/// items that were written.
+fn settle_many(
     conn: &Connection,
-    lease: &Lease,
-    update: &DeliveryUpdate,
-    attempt: Option<&AttemptRecord>,
+    items: &[Settle<'_>],
     now: Timestamp,
-) -> Result<()> {
-    let last = update.last_outcome.as_ref();
-    let changed = conn.prepare_cached(sql::SETTLE)?.execute(params![
-        lease.delivery_id.to_string(),
-        lease.tenant.as_str(),
-        lease.token.to_string(),
-        update.status.as_str(),
-        update.attempts,
-        update.snoozes,
-        ms(update.next_attempt_at),
-        opt_ms(update.completed_at),
-        update.dead_reason.map(|r| r.as_str()),
-        last.is_some(),
-        last.map(|l| l.outcome.as_str()),
-        last.and_then(|l| l.status_code),
-        last.and_then(|l| l.excerpt.as_deref()),
-        last.map(|l| ms(l.at)),
-        ms(now),
-        attempt.is_some(),
-    ])?;
-    if changed == 0 {
-        return Err(Error::lease_lost().into());
+) -> Result<Vec<outboxkit_core::Result<()>>> {
+    let mut encoded = Vec::with_capacity(items.len());
+    let mut seen = HashSet::with_capacity(items.len());
+    for it in items {
+        // The same lease twice: the first ends the claim, the second finds it ended.
+        if !seen.insert(it.seq) {
+            continue;
+        }
+        let u = &it.update;
+        let last = u.last_outcome.as_ref();
+        encoded.push(serde_json::json!([
+            it.seq,
+            it.lease.token.to_string(),
+            u.status.as_str(),
+            u.attempts,
+            u.snoozes,
+            ms(u.next_attempt_at),
+            opt_ms(u.completed_at),
+            u.dead_reason.map(|r| r.as_str()),
+            i32::from(last.is_some()),
+            last.map(|l| l.outcome.as_str()),
+            last.and_then(|l| l.status_code),
+            last.and_then(|l| l.excerpt.as_deref()),
+            last.map(|l| ms(l.at)),
+            i32::from(it.attempt.is_some()),
+            it.lease.tenant.as_str(),
+        ]));
     }
-    if let Some(a) = attempt {
-        conn.prepare_cached(sql::INSERT_ATTEMPT)?.execute(params![
-            lease.delivery_id.to_string(),
-            lease.is_probe(),
-            ms(a.started_at),
-            ms(a.finished_at),
-            a.outcome.as_str(),
-            a.status_code,
-            a.excerpt.as_deref(),
-        ])?;
-        conn.prepare_cached(sql::ENDPOINT_LAST_DELIVERY)?
+    let mut settled: HashMap<i64, Settled> = HashMap::with_capacity(items.len());
+    {
+        let mut stmt = conn.prepare_cached(SETTLE_MANY)?;
+        let mut rows = stmt.query(named_params! { ":now": ms(now), ":items": json(&encoded)? })?;
+        while let Some(row) = rows.next()? {
+            settled.insert(
+                row.get(0)?,
+                Settled {
+                    kind: row.get(1)?,
+                    target: row.get(2)?,
+                    run: row.get(3)?,
+                    due_at: row.get(4)?,
+                    number: row.get(5)?,
+                },
+            );
+        }
+    }
+
+    let mut attempts = Vec::new();
+    let mut last_per_endpoint: HashMap<(&str, &str), &AttemptRecord> = HashMap::new();
+    let mut out = Vec::with_capacity(items.len());
+    let mut done = HashSet::with_capacity(items.len());
+    for it in items {
+        let Some(s) = settled.get(&it.seq).filter(|_| done.insert(it.seq)) else {
+            out.push(Err(Error::lease_lost()));
+            continue;
+        };
+        out.push(Ok(()));
+        if let Some(a) = it.attempt {
+            attempts.push(serde_json::json!([
+                it.seq,
+                s.number,
+                i32::from(it.lease.is_probe()),
+                ms(a.started_at),
+                ms(a.finished_at),
+                a.outcome.as_str(),
+                a.status_code,
+                a.excerpt.as_deref(),
+                s.run,
+                s.due_at,
+            ]));
+            if s.kind == "webhook" {
+                last_per_endpoint.insert((it.lease.tenant.as_str(), s.target.as_str()), a);
+            }
+        }
+        if it.update.disable_endpoint && s.kind == "webhook" {
+            conn.prepare_cached(DISABLE_ENDPOINT_GONE)?
+                .execute(params![s.target, it.lease.tenant.as_str(), ms(now)])?;
+        }
+    }
+    if !attempts.is_empty() {
+        conn.prepare_cached(INSERT_ATTEMPTS)?
+            .execute([json(&attempts)?])?;
+    }
+    for ((tenant, endpoint), a) in last_per_endpoint {
+        conn.prepare_cached(ENDPOINT_LAST_DELIVERY)?
             .execute(params![
-                lease.delivery_id.to_string(),
-                lease.tenant.as_str(),
+                tenant,
+                endpoint,
                 a.outcome.as_str(),
                 a.status_code,
                 ms(a.finished_at),
             ])?;
     }
-    if update.disable_endpoint {
-        let endpoint: Option<String> = conn
-            .prepare_cached(sql::DELIVERY_ENDPOINT)?
-            .query_row([lease.delivery_id.to_string()], |r| r.get(0))
-            .optional()?;
-        if let Some(endpoint) = endpoint {
-            conn.prepare_cached(sql::DISABLE_ENDPOINT_GONE)?
-                .execute(params![endpoint, lease.tenant.as_str(), ms(now)])?;
+    Ok(out)
+}
+
+/// The status of a webhook delivery's endpoint: `None` without a row, `Some(None)` when the
+/// endpoint is gone.
+const ENDPOINT_STATUS_OF_DELIVERY: &str = "SELECT e.status FROM outbox_deliveries AS d \
+     LEFT JOIN outbox_endpoints AS e ON e.id = d.target AND e.tenant = d.tenant \
+     WHERE d.seq = ?1";
+
+/// End claims with verdicts in one transaction: a lost lease is that item's `LeaseLost`;
+/// any other failure aborts the whole call (nothing is written).
+pub(crate) fn complete_many(
+    conn: &Connection,
+    items: &[(Lease, Completion)],
+    now: Timestamp,
+) -> Result<Vec<outboxkit_core::Result<()>>> {
+    let mut settles = Vec::with_capacity(items.len());
+    let mut lost = Vec::new();
+    for (i, (lease, completion)) in items.iter().enumerate() {
+        let Some(seq) = seq_of(conn, lease)? else {
+            lost.push(i);
+            continue;
+        };
+        let mut update = lease.settle(&completion.verdict, completion.attempt.as_ref(), now);
+        if update.awaits_endpoint {
+            // The endpoint may have been resumed or deleted while the delivery was claimed.
+            let status: Option<Option<String>> = conn
+                .prepare_cached(ENDPOINT_STATUS_OF_DELIVERY)?
+                .query_row([seq], |r| r.get(0))
+                .optional()?;
+            if matches!(status, Some(None)) || matches!(status, Some(Some(ref s)) if s == "active")
+            {
+                update.endpoint_is_back(now);
+            }
         }
+        settles.push(Settle {
+            seq,
+            lease,
+            update,
+            attempt: completion.attempt.as_ref(),
+        });
     }
-    Ok(())
+    let mut written = settle_many(conn, &settles, now)?.into_iter();
+    Ok((0..items.len())
+        .map(|i| {
+            if lost.contains(&i) {
+                Err(Error::lease_lost())
+            } else {
+                written.next().unwrap_or_else(|| Err(Error::lease_lost()))
+            }
+        })
+        .collect())
 }
 
 /// End one claim with a verdict.
@@ -230,39 +616,12 @@ pub(crate) fn complete(
     completion: &Completion,
     now: Timestamp,
 ) -> Result<()> {
-    let mut update = lease.settle(&completion.verdict, completion.attempt.as_ref(), now);
-    if update.awaits_endpoint {
-        // The endpoint may have been resumed or deleted while the delivery was claimed.
-        let status: Option<Option<String>> = conn
-            .prepare_cached(sql::ENDPOINT_STATUS_OF_DELIVERY)?
-            .query_row(
-                params![lease.delivery_id.to_string(), lease.tenant.as_str()],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if matches!(status, Some(None)) || matches!(status, Some(Some(ref s)) if s == "active") {
-            update.endpoint_is_back(now);
-        }
+    let items = [(lease.clone(), completion.clone())];
+    match complete_many(conn, &items, now)?.pop() {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(e.into()),
+        None => Err(Error::lease_lost().into()),
     }
-    settle(conn, lease, &update, completion.attempt.as_ref(), now)
-}
-
-/// End many claims in one transaction: a lost lease is that item's `LeaseLost`; any other
-/// failure aborts the whole call (nothing is written).
-pub(crate) fn complete_many(
-    conn: &Connection,
-    items: &[(Lease, Completion)],
-    now: Timestamp,
-) -> Result<Vec<outboxkit_core::Result<()>>> {
-    let mut out = Vec::with_capacity(items.len());
-    for (lease, completion) in items {
-        match complete(conn, lease, completion, now) {
-            Ok(()) => out.push(Ok(())),
-            Err(SqliteError::Core(e)) if e.is_lease_lost() => out.push(Err(e)),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(out)
 }
 
 /// Put unstarted claims back where they came from.
@@ -273,15 +632,32 @@ pub(crate) fn release(
     now: Timestamp,
 ) -> Result<ReleaseReport> {
     let mut report = ReleaseReport::default();
+    let mut settles = Vec::with_capacity(leases.len());
     for lease in leases {
-        match settle(conn, lease, &lease.release(delay, now), None, now) {
+        match seq_of(conn, lease)? {
+            Some(seq) => settles.push(Settle {
+                seq,
+                lease,
+                update: lease.release(delay, now),
+                attempt: None,
+            }),
+            None => report.lost += 1,
+        }
+    }
+    for r in settle_many(conn, &settles, now)? {
+        match r {
             Ok(()) => report.released += 1,
-            Err(SqliteError::Core(e)) if e.is_lease_lost() => report.lost += 1,
-            Err(e) => return Err(e),
+            Err(_) => report.lost += 1,
         }
     }
     Ok(report)
 }
+
+// ---- extend, mark sending ----
+
+const EXTEND: &str = "UPDATE outbox_deliveries \
+     SET lease_until = ?3, next_attempt_at = ?3 \
+     WHERE seq = ?1 AND claim_token = ?2 AND tenant = ?4 AND status IN ('processing', 'sending')";
 
 /// Move a live claim's lease end to `now + by`.
 pub(crate) fn extend(
@@ -291,11 +667,14 @@ pub(crate) fn extend(
     now: Timestamp,
 ) -> Result<Lease> {
     let until = now.saturating_add(by);
-    let n = conn.prepare_cached(sql::EXTEND)?.execute(params![
-        lease.delivery_id.to_string(),
-        lease.tenant.as_str(),
+    let Some(seq) = seq_of(conn, lease)? else {
+        return Err(Error::lease_lost().into());
+    };
+    let n = conn.prepare_cached(EXTEND)?.execute(params![
+        seq,
         lease.token.to_string(),
         ms(until),
+        lease.tenant.as_str(),
     ])?;
     if n == 0 {
         return Err(Error::lease_lost().into());
@@ -306,16 +685,46 @@ pub(crate) fn extend(
     })
 }
 
+const MARK_SENDING: &str = "UPDATE outbox_deliveries \
+     SET status = 'sending', updated_at = ?3 \
+     WHERE seq = ?1 AND claim_token = ?2 AND tenant = ?4 AND status IN ('processing', 'sending')";
+
 /// Turn a claimed e-mail delivery `sending`.
 pub(crate) fn mark_sending(conn: &Connection, lease: &Lease, now: Timestamp) -> Result<()> {
-    let n = conn.prepare_cached(sql::MARK_SENDING)?.execute(params![
-        lease.delivery_id.to_string(),
-        lease.tenant.as_str(),
+    let Some(seq) = seq_of(conn, lease)? else {
+        return Err(Error::lease_lost().into());
+    };
+    let n = conn.prepare_cached(MARK_SENDING)?.execute(params![
+        seq,
         lease.token.to_string(),
         ms(now),
+        lease.tenant.as_str(),
     ])?;
     if n == 0 {
         return Err(Error::lease_lost().into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_carry_their_row() {
+        let random: Vec<u8> = (0..16).collect();
+        for seq in [0, 1, 255, 1 << 40, TOKEN_SEQ_MAX] {
+            let t = token_for(seq, &random);
+            assert_eq!(seq_of_token(&t), Some(seq));
+            assert_eq!(t.as_uuid().get_version_num(), 8);
+        }
+        let t = token_for(TOKEN_SEQ_MAX + 1, &random);
+        assert_eq!(
+            seq_of_token(&t),
+            None,
+            "too large: a random token, found by id"
+        );
+        let other = ClaimToken::from_uuid(uuid::Builder::from_random_bytes([7; 16]).into_uuid());
+        assert_eq!(seq_of_token(&other), None);
+    }
 }

@@ -30,29 +30,6 @@ use crate::error::{Result, SqliteError};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
-/// The schema versions this crate knows, oldest first.
-const MIGRATIONS: &[(i64, &str)] = &[
-    (1, include_str!("../migrations/0001_init.sql")),
-    (2, include_str!("../migrations/0002_hold.sql")),
-    (3, include_str!("../migrations/0003_ledger.sql")),
-];
-
-/// The version of every migration, oldest first.
-pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3];
-
-const _: () = {
-    // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.
-    assert!(MIGRATION_VERSIONS.len() == MIGRATIONS.len());
-    let mut i = 0;
-    while i < MIGRATIONS.len() {
-        assert!(MIGRATION_VERSIONS[i] == MIGRATIONS[i].0);
-        i += 1;
-    }
-};
-
-/// The newest schema version (the last migration's).
-pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
-
 const STATEMENT_CACHE: usize = 64;
 
 /// The page cache of the writer and of each reader, in KiB (`PRAGMA cache_size` takes a
@@ -106,7 +83,7 @@ impl Pool {
                 );
             }
         }
-        migrate(&mut writer, config.busy_timeout, now)?;
+        crate::schema::migrate(&mut writer, config.busy_timeout, now)?;
 
         let writer_tx = spawn("outbox-sqlite-writer".into(), writer)?;
         let readers = if memory || config.readers == 0 {
@@ -257,45 +234,6 @@ fn check_header(path: &Path) -> Result<()> {
     }
 }
 
-/// Bring the schema to [`SCHEMA_VERSION`] in one immediate transaction.
-fn migrate(conn: &mut Connection, busy_timeout: Duration, now: Timestamp) -> Result<()> {
-    retry_busy(busy_timeout, || {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS outbox_schema_version (\
-                 version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL)",
-        )?;
-        let current: i64 = tx.query_row(
-            "SELECT coalesce(max(version), 0) FROM outbox_schema_version",
-            [],
-            |r| r.get(0),
-        )?;
-        if current > SCHEMA_VERSION {
-            return Err(SqliteError::SchemaTooNew {
-                found: current,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        // Every known migration not recorded yet, in order (not only those above the
-        // newest recorded one), so a migration numbered below one already applied still
-        // runs.
-        let applied: Vec<i64> = tx
-            .prepare("SELECT version FROM outbox_schema_version")?
-            .query_map([], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| !applied.contains(v)) {
-            tx.execute_batch(sql)?;
-            tx.execute(
-                "INSERT INTO outbox_schema_version (version, applied_at) VALUES (?1, ?2)",
-                (version, now.as_unix_millis()),
-            )?;
-            tracing::info!(version, "applied the outbox sqlite schema migration");
-        }
-        tx.commit()?;
-        Ok(())
-    })
-}
-
 /// Run `f` again while SQLite reports the database busy and the busy timeout has not
 /// passed. SQLite's own busy handler already waits for most locks; this covers the cases it
 /// does not (a WAL snapshot or recovery in progress), so a busy error means the timeout
@@ -379,46 +317,4 @@ mod tests {
         assert!(matches!(check_header(&dir), Err(SqliteError::NotADatabase)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// One schema migration shipped with this crate, for applications that run migrations with
-/// their own tooling instead of letting [`crate::SqliteStore::open`] apply them. The tables
-/// are prefixed `outbox_`, so the SQL can run in the application's own file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Migration {
-    /// The version, counting from 1; applied in order.
-    pub version: i64,
-    /// The SQL.
-    pub sql: &'static str,
-}
-
-/// Every migration this crate ships, oldest first.
-pub fn migrations() -> Vec<Migration> {
-    MIGRATIONS
-        .iter()
-        .map(|&(version, sql)| Migration { version, sql })
-        .collect()
-}
-
-/// One SQL script for a file without the outbox tables: every migration, each followed by the
-/// `outbox_schema_version` row the store writes, so a store opened on the file afterwards
-/// finds the schema current and applies nothing. Run it in one transaction. (SQLite has no
-/// conditional blocks: to upgrade a file at an older version, apply only the newer
-/// [`migrations`] and record them the same way.)
-pub fn migration_script() -> String {
-    let mut out = format!(
-        "-- outboxkit-sqlite {} schema\n\
-         CREATE TABLE IF NOT EXISTS outbox_schema_version (\
-         version INTEGER NOT NULL PRIMARY KEY, applied_at INTEGER NOT NULL);\n",
-        env!("CARGO_PKG_VERSION")
-    );
-    for m in migrations() {
-        out.push_str(&format!(
-            "\n-- migration {v}\n{sql}\nINSERT INTO outbox_schema_version (version, applied_at) \
-             VALUES ({v}, CAST(unixepoch('subsec') * 1000 AS INTEGER));\n",
-            v = m.version,
-            sql = m.sql.trim_end(),
-        ));
-    }
-    out
 }

@@ -161,7 +161,7 @@ pub(crate) fn purge_tenant(
     let before = ms(before);
     let mut stmt = conn.prepare_cached(sql::PURGE_PICK_DELIVERIES)?;
     let mut rows = stmt.query(params![tenant.as_str(), before, limit])?;
-    let mut ids: Vec<String> = Vec::new();
+    let mut ids: Vec<i64> = Vec::new();
     while let Some(row) = rows.next()? {
         ids.push(row.get(0)?);
     }

@@ -44,6 +44,8 @@
 //! lowercase hyphenated UUID text, and each delivery carries an `AUTOINCREMENT` sequence.
 #![deny(missing_docs)]
 
+#[macro_use]
+mod rows;
 mod admin;
 mod claim;
 mod config;
@@ -51,22 +53,22 @@ mod conn;
 mod enqueue;
 mod error;
 mod ledger;
-mod rows;
+mod schema;
 mod sql;
 mod store;
 mod tenancy;
 mod wake;
 
 pub use config::{SqliteConfig, Synchronous};
-pub use conn::{migration_script, migrations, Migration};
 /// The driver this store is built on (`enqueue_in` takes a `rusqlite::Transaction`), re-exported so callers use the same
 /// version.
 pub use rusqlite;
+pub use schema::{migration_script, migrations, Migration};
 pub use store::SqliteStore;
 
 /// The schema version this crate writes (recorded in `outbox_schema_version`).
-pub const SCHEMA_VERSION: i64 = conn::SCHEMA_VERSION;
+pub const SCHEMA_VERSION: i64 = schema::SCHEMA_VERSION;
 
 /// The versions of every schema migration this crate ships, oldest first (each is recorded
 /// in `outbox_schema_version` once applied).
-pub const MIGRATION_VERSIONS: &[i64] = conn::MIGRATION_VERSIONS;
+pub const MIGRATION_VERSIONS: &[i64] = schema::MIGRATION_VERSIONS;

@@ -3,13 +3,49 @@
 //! Column orders match the lists in [`crate::sql`]. A stored value that does not decode is
 //! corrupt data ([`SqliteError::Corrupt`]), never an `InvalidInput` blamed on the caller.
 
+/// The delivery columns, in the order [`crate::rows::delivery`] reads them.
+macro_rules! delivery_cols {
+    () => {
+        "id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
+         next_attempt_at, lease_until, last_outcome, last_status_code, last_excerpt, last_at, \
+         dead_reason, created_at, updated_at, completed_at, run"
+    };
+}
+
+/// The message columns, in the order [`crate::rows::message`] reads them.
+macro_rules! message_cols {
+    () => {
+        "id, topic, payload, tenant, ordering_key, idempotency_key, available_at, headers, \
+         cause, created_at"
+    };
+}
+
+/// The endpoint columns, in the order [`crate::rows::endpoint`] reads them.
+macro_rules! endpoint_cols {
+    () => {
+        "id, tenant, url, description, filter, status, disabled_reason, secret, \
+         previous_secret, body_format, rate_limit, created_at, updated_at"
+    };
+}
+
+/// The endpoint columns and its last delivery, in the order [`crate::rows::endpoint`] reads
+/// them.
+macro_rules! endpoint_read_cols {
+    () => {
+        concat!(
+            endpoint_cols!(),
+            ", last_outcome, last_status_code, last_at"
+        )
+    };
+}
+
 use std::collections::BTreeMap;
 
 use outboxkit_core::{
-    Attempt, AttemptOutcome, AttemptRecord, BodyFormat, ClaimToken, Consumer, ConsumerName,
-    DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId,
-    EndpointStatus, EndpointUrl, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId,
-    OrderingKey, PayloadFingerprint, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
+    Attempt, AttemptOutcome, AttemptRecord, BodyFormat, Consumer, ConsumerName, DeadReason,
+    Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId, EndpointStatus,
+    EndpointUrl, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId, OrderingKey,
+    PayloadFingerprint, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
 };
 use rusqlite::types::FromSql;
 use rusqlite::{Params, Row, Statement};
@@ -108,13 +144,9 @@ pub(crate) fn delivery(row: &Row<'_>) -> Result<Delivery> {
     })
 }
 
-/// The claim token and claimed-from status after the delivery columns (claim's RETURNING).
-pub(crate) fn claim_extra(row: &Row<'_>) -> Result<(ClaimToken, DeliveryStatus)> {
-    const W: &str = "delivery";
-    Ok((
-        parsed(W, ClaimToken::parse(&get::<String>(row, 21)?))?,
-        parsed(W, DeliveryStatus::parse(&get::<String>(row, 22)?))?,
-    ))
+/// The status a claimed delivery was claimed from, in column `i`.
+pub(crate) fn claimed_from(row: &Row<'_>, i: usize) -> Result<DeliveryStatus> {
+    parsed("delivery", DeliveryStatus::parse(&get::<String>(row, i)?))
 }
 
 /// A message from the columns of [`crate::sql::MESSAGE_COLS`].

@@ -4,42 +4,6 @@
 //! bound as one JSON text and read with `json_each`, so each statement's text is fixed and
 //! its prepared form is reused.
 
-/// The delivery columns, in the order [`crate::rows::delivery`] reads them.
-macro_rules! delivery_cols {
-    () => {
-        "id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
-         next_attempt_at, lease_until, last_outcome, last_status_code, last_excerpt, last_at, \
-         dead_reason, created_at, updated_at, completed_at, run"
-    };
-}
-
-/// The message columns, in the order [`crate::rows::message`] reads them.
-macro_rules! message_cols {
-    () => {
-        "id, topic, payload, tenant, ordering_key, idempotency_key, available_at, headers, \
-         cause, created_at"
-    };
-}
-
-/// The endpoint columns, in the order [`crate::rows::endpoint`] reads them.
-macro_rules! endpoint_cols {
-    () => {
-        "id, tenant, url, description, filter, status, disabled_reason, secret, \
-         previous_secret, body_format, rate_limit, created_at, updated_at"
-    };
-}
-
-/// The endpoint columns and its last delivery, in the order [`crate::rows::endpoint`] reads
-/// them.
-macro_rules! endpoint_read_cols {
-    () => {
-        concat!(
-            endpoint_cols!(),
-            ", last_outcome, last_status_code, last_at"
-        )
-    };
-}
-
 // ---- enqueue ----
 
 pub(crate) const INSERT_MESSAGE: &str = concat!(
@@ -66,121 +30,18 @@ pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
     " FROM outbox_endpoints WHERE tenant = ?1 ORDER BY created_at, id"
 );
 
-// ---- claim ----
-
-/// Step 1: due, served, non-held candidates at or past their budget become `dead`.
-/// `+next_attempt_at` keeps the planner on the (nearly empty) `exhausted` index.
-pub(crate) const CLAIM_DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
-     SET status = 'dead', dead_reason = 'max_attempts', completed_at = :now, updated_at = :now, \
-         claim_token = NULL, lease_until = NULL, claimed_from = NULL \
-     WHERE attempts > 0 AND status IN ('pending', 'processing', 'sending') \
-       AND attempts >= :min_budget \
-       AND +next_attempt_at <= :now \
-       AND topic NOT IN (SELECT value FROM json_each(:excluded)) \
-       AND ((kind = 'webhook' AND attempts >= :webhooks) \
-         OR (kind = 'email' AND attempts >= :email) \
-         OR (kind = 'handler' AND EXISTS (SELECT 1 FROM json_each(:consumers) AS j \
-                                          WHERE j.key = target AND attempts >= j.value)))";
-
-/// Steps 2 and 3 in one statement: pick served, due candidates not held back by the
-/// ordering barrier, oldest first, and lease them; token `n` (36 bytes each in `:tokens`,
-/// bound as a BLOB so `substr` indexes bytes in constant time) goes to the `n`-th row in
-/// claim order.
-pub(crate) const CLAIM: &str = concat!(
-    "WITH picked AS ( \
-       SELECT seq, row_number() OVER (ORDER BY next_attempt_at, seq) - 1 AS rn FROM ( \
-         SELECT c.seq, c.next_attempt_at FROM outbox_deliveries AS c \
-         WHERE c.status IN ('pending', 'held', 'processing', 'sending') \
-           AND c.next_attempt_at <= :now \
-           AND c.topic NOT IN (SELECT value FROM json_each(:excluded)) \
-           AND ((c.kind = 'webhook' AND :webhooks IS NOT NULL) \
-             OR (c.kind = 'email' AND :email IS NOT NULL) \
-             OR (c.kind = 'handler' AND c.target IN (SELECT key FROM json_each(:consumers)))) \
-           AND (c.ordering_key IS NULL OR NOT EXISTS ( \
-             SELECT 1 FROM outbox_deliveries AS b \
-             WHERE b.tenant = c.tenant AND b.kind = c.kind AND b.target = c.target \
-               AND b.ordering_key = c.ordering_key AND b.seq < c.seq \
-               AND b.ordering_key IS NOT NULL AND b.status NOT IN ('succeeded', 'dead') \
-               AND b.topic NOT IN (SELECT value FROM json_each(:dormant)))) \
-         ORDER BY c.next_attempt_at, c.seq \
-         LIMIT :batch)) \
-     UPDATE outbox_deliveries AS d \
-     SET claimed_from = d.status, due_at = d.next_attempt_at, \
-         attempts = d.attempts + (d.status <> 'held'), \
-         status = 'processing', \
-         claim_token = CAST(substr(:tokens, p.rn * 36 + 1, 36) AS TEXT), \
-         lease_until = :until, next_attempt_at = :until, updated_at = :now \
-     FROM picked AS p WHERE d.seq = p.seq \
-     RETURNING ",
-    delivery_cols!(),
-    ", claim_token, claimed_from"
-);
-
-pub(crate) const MESSAGES_BY_IDS: &str = concat!(
-    "SELECT ",
-    message_cols!(),
-    " FROM outbox_messages WHERE id IN (SELECT value FROM json_each(?1))"
-);
-
-// ---- settle, release, extend, mark sending ----
-
-/// Write a [`outboxkit_core::DeliveryUpdate`] under the fence (token matches, row claimed).
-pub(crate) const SETTLE: &str = "UPDATE outbox_deliveries \
-     SET status = ?4, attempts = ?5, snoozes = ?6, next_attempt_at = ?7, completed_at = ?8, \
-         dead_reason = ?9, \
-         last_outcome = CASE WHEN ?10 THEN ?11 ELSE last_outcome END, \
-         last_status_code = CASE WHEN ?10 THEN ?12 ELSE last_status_code END, \
-         last_excerpt = CASE WHEN ?10 THEN ?13 ELSE last_excerpt END, \
-         last_at = CASE WHEN ?10 THEN ?14 ELSE last_at END, \
-         claim_token = NULL, lease_until = NULL, claimed_from = NULL, updated_at = ?15, \
-         attempt_count = attempt_count + ?16 \
-     WHERE id = ?1 AND tenant = ?2 AND claim_token = ?3 AND status IN ('processing', 'sending')";
-
-/// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]), with the
-/// delivery's run and the due time of its claim.
-pub(crate) const INSERT_ATTEMPT: &str = "INSERT INTO outbox_attempts \
-     (delivery_id, number, probe, started_at, finished_at, outcome, status_code, excerpt, \
-      run, scheduled_at) \
-     SELECT ?1, d.attempt_count, ?2, ?3, ?4, ?5, ?6, ?7, d.run, d.due_at \
-     FROM outbox_deliveries AS d WHERE d.id = ?1";
-
-/// Record an attempt of a webhook delivery on its endpoint (the endpoint's last status).
-pub(crate) const ENDPOINT_LAST_DELIVERY: &str = "UPDATE outbox_endpoints \
-     SET last_outcome = ?3, last_status_code = ?4, last_at = ?5 \
-     WHERE tenant = ?2 AND id = (SELECT target FROM outbox_deliveries \
-                                 WHERE id = ?1 AND kind = 'webhook')";
-
-/// The endpoint of a webhook delivery (for a `gone` verdict).
-pub(crate) const DELIVERY_ENDPOINT: &str =
-    "SELECT target FROM outbox_deliveries WHERE id = ?1 AND kind = 'webhook'";
-
-pub(crate) const DISABLE_ENDPOINT_GONE: &str = "UPDATE outbox_endpoints \
-     SET status = 'disabled', disabled_reason = 'gone', updated_at = ?3 \
-     WHERE id = ?1 AND tenant = ?2";
-
-pub(crate) const EXTEND: &str = "UPDATE outbox_deliveries \
-     SET lease_until = ?4, next_attempt_at = ?4 \
-     WHERE id = ?1 AND tenant = ?2 AND claim_token = ?3 AND status IN ('processing', 'sending')";
-
-pub(crate) const MARK_SENDING: &str = "UPDATE outbox_deliveries \
-     SET status = 'sending', updated_at = ?4 \
-     WHERE id = ?1 AND tenant = ?2 AND claim_token = ?3 AND status IN ('processing', 'sending')";
-
 // ---- operator calls ----
 
 pub(crate) const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
-     WHERE target = ?2 AND status = 'held' AND tenant = ?1 AND kind = 'webhook'";
+     WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status = 'held' \
+       AND status IN ('pending', 'held', 'processing', 'sending')";
 
 /// Make the endpoint's pending and held deliveries wait for it (a pause or disable).
 pub(crate) const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
      SET status = 'held', next_attempt_at = ?3, updated_at = ?4 \
-     WHERE target = ?2 AND status IN ('pending', 'held') AND tenant = ?1 AND kind = 'webhook'";
-
-/// The status of a webhook delivery's endpoint (NULL when it is gone).
-pub(crate) const ENDPOINT_STATUS_OF_DELIVERY: &str = "SELECT e.status FROM outbox_deliveries d \
-     LEFT JOIN outbox_endpoints e ON e.id = d.target AND e.tenant = d.tenant \
-     WHERE d.id = ?1 AND d.tenant = ?2";
+     WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status IN ('pending', 'held') \
+       AND status IN ('pending', 'held', 'processing', 'sending')";
 
 pub(crate) const DELIVERY_STATUS: &str =
     "SELECT status FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2";
@@ -245,7 +106,7 @@ pub(crate) const LIST_DELIVERIES: &str = concat!(
        AND (:text IS NULL \
          OR instr(lower(last_excerpt), :text) > 0 \
          OR EXISTS (SELECT 1 FROM outbox_attempts AS a \
-                    WHERE a.delivery_id = outbox_deliveries.id \
+                    WHERE a.delivery_seq = outbox_deliveries.seq \
                       AND instr(lower(a.excerpt), :text) > 0)) \
        AND (:cursor_at IS NULL OR (created_at, id) < (:cursor_at, :cursor_id)) \
      ORDER BY created_at DESC, id DESC \
@@ -264,9 +125,10 @@ pub(crate) const GET_MESSAGE: &str = concat!(
     " FROM outbox_messages WHERE id = ?1 AND tenant = ?2"
 );
 
-pub(crate) const ATTEMPTS: &str = "SELECT delivery_id, number, probe, started_at, finished_at, \
-     outcome, status_code, excerpt, run, scheduled_at FROM outbox_attempts \
-     WHERE delivery_id = ?1 ORDER BY number";
+pub(crate) const ATTEMPTS: &str = "SELECT d.id, a.number, a.probe, a.started_at, \
+     a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at \
+     FROM outbox_attempts AS a JOIN outbox_deliveries AS d ON d.seq = a.delivery_seq \
+     WHERE d.id = ?1 ORDER BY a.number";
 
 /// The payload of a delivery's message (the attempts' fingerprint).
 pub(crate) const DELIVERY_PAYLOAD: &str = "SELECT m.payload FROM outbox_messages AS m \
@@ -295,15 +157,15 @@ pub(crate) const PURGE_NEXT_TENANT_MESSAGES: &str = "SELECT m.tenant FROM outbox
        AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
      ORDER BY m.tenant LIMIT 1";
 
-pub(crate) const PURGE_PICK_DELIVERIES: &str = "SELECT id FROM outbox_deliveries \
+pub(crate) const PURGE_PICK_DELIVERIES: &str = "SELECT seq FROM outbox_deliveries \
      WHERE tenant = ?1 AND status IN ('succeeded', 'dead') AND completed_at < ?2 \
      ORDER BY completed_at, seq LIMIT ?3";
 
 pub(crate) const PURGE_DELETE_ATTEMPTS: &str =
-    "DELETE FROM outbox_attempts WHERE delivery_id IN (SELECT value FROM json_each(?1))";
+    "DELETE FROM outbox_attempts WHERE delivery_seq IN (SELECT value FROM json_each(?1))";
 
 pub(crate) const PURGE_DELETE_DELIVERIES: &str =
-    "DELETE FROM outbox_deliveries WHERE id IN (SELECT value FROM json_each(?1))";
+    "DELETE FROM outbox_deliveries WHERE seq IN (SELECT value FROM json_each(?1))";
 
 pub(crate) const PURGE_DELETE_MESSAGES: &str = "DELETE FROM outbox_messages WHERE id IN ( \
        SELECT m.id FROM outbox_messages AS m \
