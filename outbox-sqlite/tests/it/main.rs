@@ -10,4 +10,5 @@ mod processes;
 mod script;
 mod transactions;
 mod upgrade;
+mod upgrade_claim;
 mod upgrade_ledger;
