@@ -11,7 +11,6 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{Result, SqliteError};
 use crate::rows::{self, ms};
-use crate::sql;
 
 /// Validate every message before any is written (a batch is all or nothing).
 pub(crate) fn validate_all(
@@ -25,6 +24,18 @@ pub(crate) fn validate_all(
         .collect()
 }
 
+const INSERT_MESSAGE: &str = concat!(
+    "INSERT INTO outbox_messages (",
+    message_cols!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+     ON CONFLICT (tenant, topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+);
+
+const INSERT_DELIVERY: &str = "INSERT INTO outbox_deliveries \
+     (id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
+      next_attempt_at, created_at, updated_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
 /// Write validated messages and their deliveries in the caller's open transaction, in
 /// order. A message whose `(tenant, topic, idempotency key)` exists (written earlier, or
 /// earlier in this batch) writes nothing and reports the first id.
@@ -37,8 +48,8 @@ pub(crate) fn write(
     let mut out = Vec::with_capacity(valid.len());
     let mut consumers: Option<Vec<Consumer>> = None;
     let mut endpoints: HashMap<TenantId, Vec<Endpoint>> = HashMap::new();
-    let mut insert_message = conn.prepare_cached(sql::INSERT_MESSAGE)?;
-    let mut insert_delivery = conn.prepare_cached(sql::INSERT_DELIVERY)?;
+    let mut insert_message = conn.prepare_cached(INSERT_MESSAGE)?;
+    let mut insert_delivery = conn.prepare_cached(INSERT_DELIVERY)?;
     for v in valid {
         let m = fanout::message_row(v, now, entropy);
         let inserted = insert_message.execute(params![
@@ -58,7 +69,7 @@ pub(crate) fn write(
             continue;
         }
         if consumers.is_none() {
-            let mut stmt = conn.prepare_cached(sql::SELECT_CONSUMERS)?;
+            let mut stmt = conn.prepare_cached(crate::endpoints::SELECT_CONSUMERS)?;
             consumers = Some(rows::collect(
                 &mut stmt,
                 rusqlite::params![],
@@ -66,7 +77,7 @@ pub(crate) fn write(
             )?);
         }
         if !endpoints.contains_key(&m.tenant) {
-            let mut stmt = conn.prepare_cached(sql::SELECT_TENANT_ENDPOINTS)?;
+            let mut stmt = conn.prepare_cached(crate::endpoints::SELECT_TENANT_ENDPOINTS)?;
             let list = rows::collect(&mut stmt, [m.tenant.as_str()], rows::endpoint)?;
             endpoints.insert(m.tenant.clone(), list);
         }
@@ -108,10 +119,13 @@ pub(crate) fn write(
     Ok(out)
 }
 
+const SELECT_IDEMPOTENT: &str = "SELECT id FROM outbox_messages \
+     WHERE tenant = ?1 AND topic = ?2 AND idempotency_key = ?3";
+
 fn duplicate(conn: &Connection, v: &ValidMessage) -> Result<Enqueued> {
     let key = v.idempotency_key.as_ref().map(|k| k.as_str());
     let id: Option<String> = conn
-        .prepare_cached(sql::SELECT_IDEMPOTENT)?
+        .prepare_cached(SELECT_IDEMPOTENT)?
         .query_row(params![v.tenant.as_str(), v.topic.as_str(), key], |r| {
             r.get(0)
         })

@@ -1,97 +1,28 @@
-//! What an operator reads, and retention.
+//! The ledger's retention: purging finished deliveries and their messages, per tenant in
+//! rotation (`Ledger::purge_expired`, `Ledger::purge_tenant`).
 
 use std::collections::BTreeMap;
 
-use outboxkit_core::{
-    Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Message, MessageId, Page,
-    PageRequest, PayloadFingerprint, PurgeReport, RetentionCutoffs, TenantId, Timestamp,
-};
-use rusqlite::{named_params, params, Connection, OptionalExtension};
+use outboxkit_core::{PurgeReport, RetentionCutoffs, TenantId, Timestamp};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{Result, SqliteError};
-use crate::rows::{self, ms};
-use crate::sql;
+use crate::rows::ms;
 
-/// A page of a tenant's deliveries, newest first.
-pub(crate) fn list_deliveries(
-    conn: &Connection,
-    tenant: &TenantId,
-    filter: &DeliveryFilter,
-    page: PageRequest,
-) -> Result<Page<Delivery>> {
-    let mut stmt = conn.prepare_cached(sql::LIST_DELIVERIES)?;
-    let params = named_params! {
-        ":tenant": tenant.as_str(),
-        ":status": filter.status.map(|s| s.as_str()),
-        ":endpoint": filter.endpoint.map(|e| e.to_string()),
-        ":consumer": filter.consumer.as_ref().map(|c| c.as_str()),
-        ":kind": filter.kind.map(|k| k.as_str()),
-        ":topic": filter.topic.as_ref().map(|t| t.as_str()),
-        ":since": filter.since.map(ms),
-        ":until": filter.until.map(ms),
-        ":okey": filter.ordering_key.as_ref().map(|k| k.as_str()),
-        ":text": filter.text.as_ref().map(|t| t.to_ascii_lowercase()),
-        ":cursor_at": page.cursor.map(|c| ms(c.created_at)),
-        ":cursor_id": page.cursor.map(|c| c.id.to_string()),
-        ":limit": i64::from(page.limit) + 1,
-    };
-    let mut items = rows::collect(&mut stmt, params, rows::delivery)?;
-    let more = items.len() > page.limit as usize;
-    items.truncate(page.limit as usize);
-    let next = if more {
-        items.last().map(Cursor::after)
-    } else {
-        None
-    };
-    Ok(Page { items, next })
-}
+/// The first tenant after `?2` with a finished delivery completed before its cutoff: the
+/// tenant's entry in the JSON object `?3`, else `?1`.
+const PURGE_NEXT_TENANT_DELIVERIES: &str = "SELECT d.tenant FROM outbox_deliveries AS d \
+     WHERE d.status IN ('succeeded', 'dead') AND d.tenant > ?2 \
+       AND d.completed_at < coalesce((SELECT value FROM json_each(?3) WHERE key = d.tenant), ?1) \
+     ORDER BY d.tenant LIMIT 1";
 
-/// One delivery of a tenant.
-pub(crate) fn get_delivery(
-    conn: &Connection,
-    tenant: &TenantId,
-    id: DeliveryId,
-) -> Result<Delivery> {
-    let mut stmt = conn.prepare_cached(sql::GET_DELIVERY)?;
-    let mut rows = stmt.query(params![id.to_string(), tenant.as_str()])?;
-    match rows.next()? {
-        Some(row) => rows::delivery(row),
-        None => Err(Error::not_found("delivery").into()),
-    }
-}
-
-/// One message of a tenant.
-pub(crate) fn get_message(conn: &Connection, tenant: &TenantId, id: MessageId) -> Result<Message> {
-    let mut stmt = conn.prepare_cached(sql::GET_MESSAGE)?;
-    let mut rows = stmt.query(params![id.to_string(), tenant.as_str()])?;
-    match rows.next()? {
-        Some(row) => rows::message(row),
-        None => Err(Error::not_found("message").into()),
-    }
-}
-
-/// A delivery's attempts in order; another tenant's delivery is `NotFound`.
-pub(crate) fn attempts(
-    conn: &Connection,
-    tenant: &TenantId,
-    id: DeliveryId,
-) -> Result<Vec<Attempt>> {
-    let exists: Option<String> = conn
-        .prepare_cached(sql::DELIVERY_STATUS)?
-        .query_row(params![id.to_string(), tenant.as_str()], |r| r.get(0))
-        .optional()?;
-    if exists.is_none() {
-        return Err(Error::not_found("delivery").into());
-    }
-    let payload: Vec<u8> = conn
-        .prepare_cached(sql::DELIVERY_PAYLOAD)?
-        .query_row([id.to_string()], |r| r.get(0))
-        .optional()?
-        .unwrap_or_default();
-    let payload = PayloadFingerprint::of(&payload);
-    let mut stmt = conn.prepare_cached(sql::ATTEMPTS)?;
-    rows::collect(&mut stmt, [id.to_string()], |r| rows::attempt(r, &payload))
-}
+/// The first tenant after `?2` with a message created before its cutoff (as above) and no
+/// deliveries left.
+const PURGE_NEXT_TENANT_MESSAGES: &str = "SELECT m.tenant FROM outbox_messages AS m \
+     WHERE m.tenant > ?2 \
+       AND m.created_at < coalesce((SELECT value FROM json_each(?3) WHERE key = m.tenant), ?1) \
+       AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
+     ORDER BY m.tenant LIMIT 1";
 
 /// The first tenant after `after` (exclusive) with something to purge before its cutoff.
 fn next_tenant(
@@ -101,11 +32,11 @@ fn next_tenant(
     after: &str,
 ) -> Result<Option<String>> {
     let from_deliveries: Option<String> = conn
-        .prepare_cached(sql::PURGE_NEXT_TENANT_DELIVERIES)?
+        .prepare_cached(PURGE_NEXT_TENANT_DELIVERIES)?
         .query_row(params![default, after, overrides], |r| r.get(0))
         .optional()?;
     let from_messages: Option<String> = conn
-        .prepare_cached(sql::PURGE_NEXT_TENANT_MESSAGES)?
+        .prepare_cached(PURGE_NEXT_TENANT_MESSAGES)?
         .query_row(params![default, after, overrides], |r| r.get(0))
         .optional()?;
     Ok(match (from_deliveries, from_messages) {
@@ -113,6 +44,11 @@ fn next_tenant(
         (a, b) => a.or(b),
     })
 }
+
+const PURGE_CURSOR: &str = "SELECT tenant FROM outbox_purge_cursor WHERE id = 1";
+
+const PURGE_SET_CURSOR: &str = "INSERT INTO outbox_purge_cursor (id, tenant) \
+     VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant";
 
 /// One retention pass for one tenant, in rotation, each tenant with its own cutoff
 /// (ARCHITECTURE "Retention").
@@ -130,7 +66,7 @@ pub(crate) fn purge_expired(
     let overrides =
         serde_json::to_string(&overrides).map_err(|_| SqliteError::Corrupt("cutoffs"))?;
     let cursor: Option<String> = conn
-        .prepare_cached(sql::PURGE_CURSOR)?
+        .prepare_cached(PURGE_CURSOR)?
         .query_row([], |r| r.get(0))
         .optional()?;
     let tenant = match &cursor {
@@ -146,10 +82,26 @@ pub(crate) fn purge_expired(
     };
     let tenant = TenantId::new(tenant).map_err(|_| SqliteError::Corrupt("delivery"))?;
     let report = purge_tenant(conn, &tenant, cutoffs.before(&tenant), limit)?;
-    conn.prepare_cached(sql::PURGE_SET_CURSOR)?
+    conn.prepare_cached(PURGE_SET_CURSOR)?
         .execute([tenant.as_str()])?;
     Ok(report)
 }
+
+const PURGE_PICK_DELIVERIES: &str = "SELECT seq FROM outbox_deliveries \
+     WHERE tenant = ?1 AND status IN ('succeeded', 'dead') AND completed_at < ?2 \
+     ORDER BY completed_at, seq LIMIT ?3";
+
+const PURGE_DELETE_ATTEMPTS: &str =
+    "DELETE FROM outbox_attempts WHERE delivery_seq IN (SELECT value FROM json_each(?1))";
+
+const PURGE_DELETE_DELIVERIES: &str =
+    "DELETE FROM outbox_deliveries WHERE seq IN (SELECT value FROM json_each(?1))";
+
+const PURGE_DELETE_MESSAGES: &str = "DELETE FROM outbox_messages WHERE id IN ( \
+       SELECT m.id FROM outbox_messages AS m \
+       WHERE m.tenant = ?1 AND m.created_at < ?2 \
+         AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
+       ORDER BY m.created_at, m.id LIMIT ?3)";
 
 /// One tenant's retention, outside the rotation.
 pub(crate) fn purge_tenant(
@@ -159,7 +111,7 @@ pub(crate) fn purge_tenant(
     limit: u32,
 ) -> Result<PurgeReport> {
     let before = ms(before);
-    let mut stmt = conn.prepare_cached(sql::PURGE_PICK_DELIVERIES)?;
+    let mut stmt = conn.prepare_cached(PURGE_PICK_DELIVERIES)?;
     let mut rows = stmt.query(params![tenant.as_str(), before, limit])?;
     let mut ids: Vec<i64> = Vec::new();
     while let Some(row) = rows.next()? {
@@ -170,14 +122,14 @@ pub(crate) fn purge_tenant(
     let mut deliveries = 0;
     if !ids.is_empty() {
         let ids = serde_json::to_string(&ids).map_err(|_| SqliteError::Corrupt("delivery"))?;
-        conn.prepare_cached(sql::PURGE_DELETE_ATTEMPTS)?
+        conn.prepare_cached(PURGE_DELETE_ATTEMPTS)?
             .execute([&ids])?;
         deliveries = conn
-            .prepare_cached(sql::PURGE_DELETE_DELIVERIES)?
+            .prepare_cached(PURGE_DELETE_DELIVERIES)?
             .execute([&ids])? as u64;
     }
     let messages = conn
-        .prepare_cached(sql::PURGE_DELETE_MESSAGES)?
+        .prepare_cached(PURGE_DELETE_MESSAGES)?
         .execute(params![tenant.as_str(), before, limit])? as u64;
     Ok(PurgeReport {
         deliveries,

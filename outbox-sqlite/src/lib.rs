@@ -46,15 +46,15 @@
 
 #[macro_use]
 mod rows;
-mod admin;
 mod claim;
 mod config;
 mod conn;
+mod deliveries;
+mod endpoints;
 mod enqueue;
 mod error;
 mod ledger;
 mod schema;
-mod sql;
 mod store;
 mod tenancy;
 mod wake;

@@ -1,6 +1,6 @@
 //! Reading rows into domain values and writing domain values as column values.
 //!
-//! Column orders match the lists in [`crate::sql`]. A stored value that does not decode is
+//! Column orders match the column lists below. A stored value that does not decode is
 //! corrupt data ([`SqliteError::Corrupt`]), never an `InvalidInput` blamed on the caller.
 
 /// The delivery columns, in the order [`crate::rows::delivery`] reads them.
@@ -104,7 +104,7 @@ fn opt_status_code(row: &Row<'_>, i: usize, what: &'static str) -> Result<Option
         .transpose()
 }
 
-/// A delivery from the columns of [`crate::sql::DELIVERY_COLS`].
+/// A delivery from the columns of [`delivery_cols!`].
 pub(crate) fn delivery(row: &Row<'_>) -> Result<Delivery> {
     const W: &str = "delivery";
     let last_outcome = match get::<Option<String>>(row, 12)? {
@@ -149,7 +149,7 @@ pub(crate) fn claimed_from(row: &Row<'_>, i: usize) -> Result<DeliveryStatus> {
     parsed("delivery", DeliveryStatus::parse(&get::<String>(row, i)?))
 }
 
-/// A message from the columns of [`crate::sql::MESSAGE_COLS`].
+/// A message from the columns of [`message_cols!`].
 pub(crate) fn message(row: &Row<'_>) -> Result<Message> {
     const W: &str = "message";
     let headers: BTreeMap<String, String> = match get::<Option<String>>(row, 7)? {
@@ -192,7 +192,7 @@ pub(crate) fn cause_json(m: &Message) -> Result<Option<String>> {
         .transpose()
 }
 
-/// An endpoint from the columns of [`crate::sql::ENDPOINT_COLS`].
+/// An endpoint from the columns of [`endpoint_read_cols!`].
 pub(crate) fn endpoint(row: &Row<'_>) -> Result<Endpoint> {
     const W: &str = "endpoint";
     let status = get::<String>(row, 5)?;
@@ -233,7 +233,7 @@ pub(crate) fn consumer(row: &Row<'_>) -> Result<Consumer> {
     })
 }
 
-/// An attempt from the columns of [`crate::sql::ATTEMPTS`], with its payload's fingerprint.
+/// An attempt from the columns of [`crate::crate::deliveries::ATTEMPTS`], with its payload's fingerprint.
 pub(crate) fn attempt(row: &Row<'_>, payload: &PayloadFingerprint) -> Result<Attempt> {
     const W: &str = "attempt";
     Ok(Attempt {

@@ -18,7 +18,7 @@ use rusqlite::Transaction;
 
 use crate::config::SqliteConfig;
 use crate::conn::{immediate, snapshot, Pool};
-use crate::{admin, claim, enqueue, ledger, tenancy, wake};
+use crate::{claim, deliveries, endpoints, enqueue, ledger, tenancy, wake};
 
 /// The outbox on SQLite. `Clone` is cheap and shares the connections.
 ///
@@ -246,7 +246,7 @@ impl DeliveryStore for SqliteStore {
     async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         let tenant = tenant.clone();
         let n = self
-            .write(move |tx, now, _| admin::release_held(tx, &tenant, endpoint, now))
+            .write(move |tx, now, _| deliveries::release_held(tx, &tenant, endpoint, now))
             .await?;
         self.wake_if(n > 0);
         Ok(n)
@@ -254,7 +254,7 @@ impl DeliveryStore for SqliteStore {
 
     async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         let tenant = tenant.clone();
-        self.write(move |tx, now, _| admin::replay(tx, &tenant, delivery, now))
+        self.write(move |tx, now, _| deliveries::replay(tx, &tenant, delivery, now))
             .await?;
         self.wake_if(true);
         Ok(())
@@ -262,7 +262,7 @@ impl DeliveryStore for SqliteStore {
 
     async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         let tenant = tenant.clone();
-        self.write(move |tx, now, _| admin::retry_now(tx, &tenant, delivery, now))
+        self.write(move |tx, now, _| deliveries::retry_now(tx, &tenant, delivery, now))
             .await?;
         self.wake_if(true);
         Ok(())
@@ -270,14 +270,14 @@ impl DeliveryStore for SqliteStore {
 
     async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         let tenant = tenant.clone();
-        self.write(move |tx, now, _| admin::reset(tx, &tenant, delivery, now))
+        self.write(move |tx, now, _| deliveries::reset(tx, &tenant, delivery, now))
             .await?;
         self.wake_if(true);
         Ok(())
     }
 
     async fn stats(&self) -> Result<Stats> {
-        self.read(|tx, now| admin::stats(tx, now)).await
+        self.read(|tx, now| deliveries::stats(tx, now)).await
     }
 
     async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
@@ -317,19 +317,19 @@ impl MessageStore for SqliteStore {
 impl EndpointStore for SqliteStore {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         let endpoint = endpoint.clone();
-        self.write(move |tx, _, _| admin::create_endpoint(tx, &endpoint))
+        self.write(move |tx, _, _| endpoints::create_endpoint(tx, &endpoint))
             .await
     }
 
     async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint> {
         let tenant = tenant.clone();
-        self.read(move |tx, _| admin::get_endpoint(tx, &tenant, id))
+        self.read(move |tx, _| endpoints::get_endpoint(tx, &tenant, id))
             .await
     }
 
     async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>> {
         let tenant = tenant.clone();
-        self.read(move |tx, _| admin::list_endpoints(tx, &tenant))
+        self.read(move |tx, _| endpoints::list_endpoints(tx, &tenant))
             .await
     }
 
@@ -341,7 +341,7 @@ impl EndpointStore for SqliteStore {
     ) -> Result<Endpoint> {
         let (tenant, update) = (tenant.clone(), update.clone());
         let (endpoint, released) = self
-            .write(move |tx, now, _| admin::update_endpoint(tx, &tenant, id, &update, now))
+            .write(move |tx, now, _| endpoints::update_endpoint(tx, &tenant, id, &update, now))
             .await?;
         self.wake_if(released > 0);
         Ok(endpoint)
@@ -350,7 +350,7 @@ impl EndpointStore for SqliteStore {
     async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
         let tenant = tenant.clone();
         let n = self
-            .write(move |tx, now, _| admin::delete_endpoint(tx, &tenant, id, now))
+            .write(move |tx, now, _| endpoints::delete_endpoint(tx, &tenant, id, now))
             .await?;
         self.wake_if(n > 0);
         Ok(())
@@ -358,17 +358,17 @@ impl EndpointStore for SqliteStore {
 
     async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {
         let consumer = consumer.clone();
-        self.write(move |tx, _, _| admin::put_consumer(tx, &consumer))
+        self.write(move |tx, _, _| endpoints::put_consumer(tx, &consumer))
             .await
     }
 
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
-        self.read(|tx, _| admin::list_consumers(tx)).await
+        self.read(|tx, _| endpoints::list_consumers(tx)).await
     }
 
     async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
         let name = name.clone();
-        self.write(move |tx, _, _| admin::delete_consumer(tx, &name))
+        self.write(move |tx, _, _| endpoints::delete_consumer(tx, &name))
             .await
     }
 }
@@ -384,25 +384,25 @@ impl Ledger for SqliteStore {
         page.validate()?;
         filter.validate()?;
         let (tenant, filter) = (tenant.clone(), filter.clone());
-        self.read(move |tx, _| ledger::list_deliveries(tx, &tenant, &filter, page))
+        self.read(move |tx, _| deliveries::list_deliveries(tx, &tenant, &filter, page))
             .await
     }
 
     async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
         let tenant = tenant.clone();
-        self.read(move |tx, _| ledger::get_delivery(tx, &tenant, id))
+        self.read(move |tx, _| deliveries::get_delivery(tx, &tenant, id))
             .await
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
         let tenant = tenant.clone();
-        self.read(move |tx, _| ledger::get_message(tx, &tenant, id))
+        self.read(move |tx, _| deliveries::get_message(tx, &tenant, id))
             .await
     }
 
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
         let tenant = tenant.clone();
-        self.read(move |tx, _| ledger::attempts(tx, &tenant, delivery))
+        self.read(move |tx, _| deliveries::attempts(tx, &tenant, delivery))
             .await
     }
 

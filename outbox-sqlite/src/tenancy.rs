@@ -8,7 +8,6 @@ use rusqlite::{params, Connection};
 
 use crate::error::{Result, SqliteError};
 use crate::rows::ms;
-use crate::sql;
 
 fn status(s: &str) -> Result<DeliveryStatus> {
     DeliveryStatus::parse(s).map_err(|_| SqliteError::Corrupt("delivery"))
@@ -27,6 +26,15 @@ fn set_oldest(stats: &mut Stats, oldest: Option<i64>, now: Timestamp) -> Result<
     Ok(())
 }
 
+/// Counts of one tenant (and one endpoint when `?2` is not NULL).
+const TENANT_STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries \
+     WHERE tenant = ?1 AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2)) GROUP BY status";
+
+const TENANT_STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) \
+     FROM outbox_deliveries \
+     WHERE tenant = ?1 AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2)) \
+       AND status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?3";
+
 /// Counts of one tenant's deliveries (to one endpoint when given).
 pub(crate) fn tenant_stats(
     conn: &Connection,
@@ -36,7 +44,7 @@ pub(crate) fn tenant_stats(
 ) -> Result<Stats> {
     let endpoint = endpoint.map(|e| e.to_string());
     let mut stats = Stats::default();
-    let mut stmt = conn.prepare_cached(sql::TENANT_STATS_COUNTS)?;
+    let mut stmt = conn.prepare_cached(TENANT_STATS_COUNTS)?;
     let mut rows = stmt.query(params![tenant.as_str(), endpoint])?;
     while let Some(row) = rows.next()? {
         let n: i64 = row.get(1)?;
@@ -47,16 +55,29 @@ pub(crate) fn tenant_stats(
     }
     drop(rows);
     let oldest: Option<i64> = conn
-        .prepare_cached(sql::TENANT_STATS_OLDEST_DUE)?
+        .prepare_cached(TENANT_STATS_OLDEST_DUE)?
         .query_row(params![tenant.as_str(), endpoint, ms(now)], |r| r.get(0))?;
     set_oldest(&mut stats, oldest, now)?;
     Ok(stats)
 }
 
+/// Counts per tenant and status.
+const TENANTS_COUNTS: &str =
+    "SELECT tenant, status, count(*) FROM outbox_deliveries GROUP BY tenant, status";
+
+/// The oldest due claimable delivery per tenant.
+const TENANTS_OLDEST_DUE: &str = "SELECT tenant, min(next_attempt_at) \
+     FROM outbox_deliveries \
+     WHERE status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?1 \
+     GROUP BY tenant";
+
+/// Messages per tenant.
+const TENANTS_MESSAGES: &str = "SELECT tenant, count(*) FROM outbox_messages GROUP BY tenant";
+
 /// Every tenant with deliveries or messages, by name, with its counts.
 pub(crate) fn tenants(conn: &Connection, now: Timestamp) -> Result<Vec<TenantStats>> {
     let mut by: BTreeMap<String, (Stats, u64)> = BTreeMap::new();
-    let mut stmt = conn.prepare_cached(sql::TENANTS_COUNTS)?;
+    let mut stmt = conn.prepare_cached(TENANTS_COUNTS)?;
     let mut rows = stmt.query([])?;
     while let Some(row) = rows.next()? {
         let n: i64 = row.get(2)?;
@@ -68,7 +89,7 @@ pub(crate) fn tenants(conn: &Connection, now: Timestamp) -> Result<Vec<TenantSta
     }
     drop(rows);
     drop(stmt);
-    let mut stmt = conn.prepare_cached(sql::TENANTS_OLDEST_DUE)?;
+    let mut stmt = conn.prepare_cached(TENANTS_OLDEST_DUE)?;
     let mut rows = stmt.query([ms(now)])?;
     while let Some(row) = rows.next()? {
         let entry = by.entry(row.get(0)?).or_default();
@@ -76,7 +97,7 @@ pub(crate) fn tenants(conn: &Connection, now: Timestamp) -> Result<Vec<TenantSta
     }
     drop(rows);
     drop(stmt);
-    let mut stmt = conn.prepare_cached(sql::TENANTS_MESSAGES)?;
+    let mut stmt = conn.prepare_cached(TENANTS_MESSAGES)?;
     let mut rows = stmt.query([])?;
     while let Some(row) = rows.next()? {
         let n: i64 = row.get(1)?;

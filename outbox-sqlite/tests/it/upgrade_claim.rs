@@ -18,9 +18,20 @@ use crate::common::{open, LEASE};
 const MESSAGE: &str = "0190b000-0000-7000-8000-000000000001";
 const ENDPOINT: &str = "0190b000-0000-7000-8000-0000000000e1";
 
-/// The deliveries of the old file: (id, kind, target, status, attempts, ordering key,
-/// attempt rows).
-const ROWS: &[(&str, &str, &str, &str, i64, Option<&str>, i64)] = &[
+/// A delivery of the old file: id, kind, target, status, attempts, ordering key, attempt
+/// rows.
+type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    i64,
+    Option<&'static str>,
+    i64,
+);
+
+/// The deliveries of the old file.
+const ROWS: &[Row] = &[
     (
         "0190b000-0000-7000-8000-000000000011",
         "handler",

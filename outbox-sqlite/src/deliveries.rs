@@ -1,0 +1,278 @@
+//! Operator reads and changes on deliveries: list, show, attempts, replay, retry now,
+//! reset, release of held deliveries, stats.
+
+use outboxkit_core::{
+    Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, Error,
+    Message, MessageId, Page, PageRequest, PayloadFingerprint, Stats, TenantId, Timestamp,
+};
+use rusqlite::{named_params, params, Connection, OptionalExtension};
+
+use crate::error::{Result, SqliteError};
+use crate::rows::{self, ms};
+
+const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
+     WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status = 'held' \
+       AND status IN ('pending', 'held', 'processing', 'sending')";
+
+/// Make the endpoint's held deliveries pending and due now.
+pub(crate) fn release_held(
+    conn: &Connection,
+    tenant: &TenantId,
+    endpoint: EndpointId,
+    now: Timestamp,
+) -> Result<u64> {
+    let n = conn.prepare_cached(RELEASE_HELD)?.execute(params![
+        tenant.as_str(),
+        endpoint.to_string(),
+        ms(now)
+    ])?;
+    Ok(n as u64)
+}
+
+const DELIVERY_STATUS: &str = "SELECT status FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2";
+
+/// Apply a guarded status change (`replay`, `retry_now`): `NotFound` when the tenant has no
+/// such delivery, `Conflict` when its status does not allow the change.
+fn guarded(
+    conn: &Connection,
+    statement: &str,
+    tenant: &TenantId,
+    id: DeliveryId,
+    now: Timestamp,
+    conflict: &'static str,
+) -> Result<()> {
+    let n = conn.prepare_cached(statement)?.execute(params![
+        id.to_string(),
+        tenant.as_str(),
+        ms(now)
+    ])?;
+    if n > 0 {
+        return Ok(());
+    }
+    let status: Option<String> = conn
+        .prepare_cached(DELIVERY_STATUS)?
+        .query_row(params![id.to_string(), tenant.as_str()], |r| r.get(0))
+        .optional()?;
+    match status {
+        None => Err(Error::not_found("delivery").into()),
+        Some(_) => Err(Error::new(outboxkit_core::ErrorKind::Conflict, conflict).into()),
+    }
+}
+
+const REPLAY: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', attempts = 0, snoozes = 0, next_attempt_at = ?3, \
+         dead_reason = NULL, completed_at = NULL, updated_at = ?3, run = run + 1 \
+     WHERE id = ?1 AND tenant = ?2 AND status = 'dead'";
+
+/// Give a dead delivery a fresh budget, due now.
+pub(crate) fn replay(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+    now: Timestamp,
+) -> Result<()> {
+    guarded(
+        conn,
+        REPLAY,
+        tenant,
+        id,
+        now,
+        "only a dead delivery can be replayed",
+    )
+}
+
+const RETRY_NOW: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
+     WHERE id = ?1 AND tenant = ?2 AND status IN ('pending', 'held')";
+
+/// Make a pending or held delivery due now.
+pub(crate) fn retry_now(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+    now: Timestamp,
+) -> Result<()> {
+    guarded(
+        conn,
+        RETRY_NOW,
+        tenant,
+        id,
+        now,
+        "only a pending or held delivery can be retried now",
+    )
+}
+
+const RESET: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', attempts = 0, snoozes = 0, next_attempt_at = ?3, updated_at = ?3 \
+     WHERE id = ?1 AND tenant = ?2 AND status = 'held'";
+
+/// Reset a held delivery to a fresh budget, due now.
+pub(crate) fn reset(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+    now: Timestamp,
+) -> Result<()> {
+    guarded(
+        conn,
+        RESET,
+        tenant,
+        id,
+        now,
+        "only a held delivery can be reset",
+    )
+}
+
+const STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries GROUP BY status";
+
+const STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) FROM outbox_deliveries \
+     WHERE status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?1";
+
+/// Counts per status and the oldest due delivery.
+pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
+    let mut stats = Stats::default();
+    let mut stmt = conn.prepare_cached(STATS_COUNTS)?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let status: String = row.get(0)?;
+        let n: i64 = row.get(1)?;
+        let status =
+            DeliveryStatus::parse(&status).map_err(|_| SqliteError::Corrupt("delivery"))?;
+        stats.add(status, u64::try_from(n).unwrap_or(0));
+    }
+    let oldest: Option<i64> = conn
+        .prepare_cached(STATS_OLDEST_DUE)?
+        .query_row([ms(now)], |r| r.get(0))?;
+    if let Some(o) = oldest {
+        let o = Timestamp::from_unix_millis(o).map_err(|_| SqliteError::Corrupt("delivery"))?;
+        stats.oldest_due_at = Some(o);
+        stats.oldest_due_age = Some(now.duration_since(o));
+    }
+    Ok(stats)
+}
+
+const LIST_DELIVERIES: &str = concat!(
+    "SELECT ",
+    delivery_cols!(),
+    " FROM outbox_deliveries \
+     WHERE tenant = :tenant \
+       AND (:status IS NULL OR status = :status) \
+       AND (:endpoint IS NULL OR (kind = 'webhook' AND target = :endpoint)) \
+       AND (:consumer IS NULL OR (kind = 'handler' AND target = :consumer)) \
+       AND (:kind IS NULL OR kind = :kind) \
+       AND (:topic IS NULL OR topic = :topic) \
+       AND (:since IS NULL OR created_at >= :since) \
+       AND (:until IS NULL OR created_at < :until) \
+       AND (:okey IS NULL OR ordering_key = :okey) \
+       AND (:text IS NULL \
+         OR instr(lower(last_excerpt), :text) > 0 \
+         OR EXISTS (SELECT 1 FROM outbox_attempts AS a \
+                    WHERE a.delivery_seq = outbox_deliveries.seq \
+                      AND instr(lower(a.excerpt), :text) > 0)) \
+       AND (:cursor_at IS NULL OR (created_at, id) < (:cursor_at, :cursor_id)) \
+     ORDER BY created_at DESC, id DESC \
+     LIMIT :limit"
+);
+
+/// A page of a tenant's deliveries, newest first.
+pub(crate) fn list_deliveries(
+    conn: &Connection,
+    tenant: &TenantId,
+    filter: &DeliveryFilter,
+    page: PageRequest,
+) -> Result<Page<Delivery>> {
+    let mut stmt = conn.prepare_cached(LIST_DELIVERIES)?;
+    let params = named_params! {
+        ":tenant": tenant.as_str(),
+        ":status": filter.status.map(|s| s.as_str()),
+        ":endpoint": filter.endpoint.map(|e| e.to_string()),
+        ":consumer": filter.consumer.as_ref().map(|c| c.as_str()),
+        ":kind": filter.kind.map(|k| k.as_str()),
+        ":topic": filter.topic.as_ref().map(|t| t.as_str()),
+        ":since": filter.since.map(ms),
+        ":until": filter.until.map(ms),
+        ":okey": filter.ordering_key.as_ref().map(|k| k.as_str()),
+        ":text": filter.text.as_ref().map(|t| t.to_ascii_lowercase()),
+        ":cursor_at": page.cursor.map(|c| ms(c.created_at)),
+        ":cursor_id": page.cursor.map(|c| c.id.to_string()),
+        ":limit": i64::from(page.limit) + 1,
+    };
+    let mut items = rows::collect(&mut stmt, params, rows::delivery)?;
+    let more = items.len() > page.limit as usize;
+    items.truncate(page.limit as usize);
+    let next = if more {
+        items.last().map(Cursor::after)
+    } else {
+        None
+    };
+    Ok(Page { items, next })
+}
+
+const GET_DELIVERY: &str = concat!(
+    "SELECT ",
+    delivery_cols!(),
+    " FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2"
+);
+
+/// One delivery of a tenant.
+pub(crate) fn get_delivery(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+) -> Result<Delivery> {
+    let mut stmt = conn.prepare_cached(GET_DELIVERY)?;
+    let mut rows = stmt.query(params![id.to_string(), tenant.as_str()])?;
+    match rows.next()? {
+        Some(row) => rows::delivery(row),
+        None => Err(Error::not_found("delivery").into()),
+    }
+}
+
+const GET_MESSAGE: &str = concat!(
+    "SELECT ",
+    message_cols!(),
+    " FROM outbox_messages WHERE id = ?1 AND tenant = ?2"
+);
+
+/// One message of a tenant.
+pub(crate) fn get_message(conn: &Connection, tenant: &TenantId, id: MessageId) -> Result<Message> {
+    let mut stmt = conn.prepare_cached(GET_MESSAGE)?;
+    let mut rows = stmt.query(params![id.to_string(), tenant.as_str()])?;
+    match rows.next()? {
+        Some(row) => rows::message(row),
+        None => Err(Error::not_found("message").into()),
+    }
+}
+
+pub(crate) const ATTEMPTS: &str = "SELECT d.id, a.number, a.probe, a.started_at, \
+     a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at \
+     FROM outbox_attempts AS a JOIN outbox_deliveries AS d ON d.seq = a.delivery_seq \
+     WHERE d.id = ?1 ORDER BY a.number";
+
+/// The payload of a delivery's message (the attempts' fingerprint).
+const DELIVERY_PAYLOAD: &str = "SELECT m.payload FROM outbox_messages AS m \
+     JOIN outbox_deliveries AS d ON d.message_id = m.id WHERE d.id = ?1";
+
+/// A delivery's attempts in order; another tenant's delivery is `NotFound`.
+pub(crate) fn attempts(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+) -> Result<Vec<Attempt>> {
+    let exists: Option<String> = conn
+        .prepare_cached(DELIVERY_STATUS)?
+        .query_row(params![id.to_string(), tenant.as_str()], |r| r.get(0))
+        .optional()?;
+    if exists.is_none() {
+        return Err(Error::not_found("delivery").into());
+    }
+    let payload: Vec<u8> = conn
+        .prepare_cached(DELIVERY_PAYLOAD)?
+        .query_row([id.to_string()], |r| r.get(0))
+        .optional()?
+        .unwrap_or_default();
+    let payload = PayloadFingerprint::of(&payload);
+    let mut stmt = conn.prepare_cached(ATTEMPTS)?;
+    rows::collect(&mut stmt, [id.to_string()], |r| rows::attempt(r, &payload))
+}

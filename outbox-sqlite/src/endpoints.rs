@@ -1,0 +1,173 @@
+//! Endpoints and consumers (`EndpointStore`).
+
+use outboxkit_core::{
+    Consumer, ConsumerName, Endpoint, EndpointId, EndpointUpdate, Error, TenantId, Timestamp,
+};
+use rusqlite::{params, Connection};
+
+use crate::deliveries::release_held;
+use crate::error::Result;
+use crate::rows::{self, ms};
+
+fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 13] {
+    [
+        Box::new(e.id.to_string()),
+        Box::new(e.tenant.as_str()),
+        Box::new(e.url.as_str()),
+        Box::new(e.description.as_str()),
+        Box::new(e.filter.to_string()),
+        Box::new(e.status.as_str()),
+        Box::new(e.status.reason().map(|r| r.as_str())),
+        Box::new(e.secret.0.as_slice()),
+        Box::new(e.previous_secret.as_ref().map(|s| s.0.as_slice())),
+        Box::new(e.body_format.as_str()),
+        Box::new(e.rate_limit),
+        Box::new(ms(e.created_at)),
+        Box::new(ms(e.updated_at)),
+    ]
+}
+
+const INSERT_ENDPOINT: &str = concat!(
+    "INSERT INTO outbox_endpoints (",
+    endpoint_cols!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+);
+
+/// Store a new endpoint; an existing id is a `Conflict`.
+pub(crate) fn create_endpoint(conn: &Connection, e: &Endpoint) -> Result<()> {
+    outboxkit_core::endpoint::check_description(&e.description)?;
+    outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
+    let p = endpoint_params(e);
+    conn.prepare_cached(INSERT_ENDPOINT)?
+        .execute(rusqlite::params_from_iter(p.iter()))?;
+    Ok(())
+}
+
+const GET_ENDPOINT: &str = concat!(
+    "SELECT ",
+    endpoint_read_cols!(),
+    " FROM outbox_endpoints WHERE id = ?1 AND tenant = ?2"
+);
+
+/// One endpoint of a tenant.
+pub(crate) fn get_endpoint(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: EndpointId,
+) -> Result<Endpoint> {
+    let mut stmt = conn.prepare_cached(GET_ENDPOINT)?;
+    let mut rows = stmt.query(params![id.to_string(), tenant.as_str()])?;
+    match rows.next()? {
+        Some(row) => rows::endpoint(row),
+        None => Err(Error::not_found("endpoint").into()),
+    }
+}
+
+pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
+    "SELECT ",
+    endpoint_read_cols!(),
+    " FROM outbox_endpoints WHERE tenant = ?1 ORDER BY created_at, id"
+);
+
+/// Every endpoint of a tenant, oldest first.
+pub(crate) fn list_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec<Endpoint>> {
+    let mut stmt = conn.prepare_cached(SELECT_TENANT_ENDPOINTS)?;
+    rows::collect(&mut stmt, [tenant.as_str()], rows::endpoint)
+}
+
+/// Make the endpoint's pending and held deliveries wait for it (a pause or disable).
+const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
+     SET status = 'held', next_attempt_at = ?3, updated_at = ?4 \
+     WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status IN ('pending', 'held') \
+       AND status IN ('pending', 'held', 'processing', 'sending')";
+
+const UPDATE_ENDPOINT: &str = "UPDATE outbox_endpoints \
+     SET url = ?3, description = ?4, filter = ?5, status = ?6, disabled_reason = ?7, \
+         secret = ?8, previous_secret = ?9, body_format = ?10, rate_limit = ?11, \
+         created_at = ?12, updated_at = ?13 \
+     WHERE id = ?1 AND tenant = ?2";
+
+/// Apply an update (and release held deliveries when it changes the URL or secret).
+/// Returns the endpoint as stored and whether held deliveries were released.
+pub(crate) fn update_endpoint(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: EndpointId,
+    update: &EndpointUpdate,
+    now: Timestamp,
+) -> Result<(Endpoint, u64)> {
+    update.validate()?;
+    let mut e = get_endpoint(conn, tenant, id)?;
+    update.apply(&mut e, now);
+    conn.prepare_cached(UPDATE_ENDPOINT)?
+        .execute(rusqlite::params_from_iter(endpoint_params(&e).iter()))?;
+    let released = if update.releases_held() {
+        release_held(conn, tenant, id, now)?
+    } else {
+        0
+    };
+    if let Some(until) = update.holds_until(now) {
+        conn.prepare_cached(HOLD_FOR_ENDPOINT)?.execute(params![
+            tenant.as_str(),
+            id.to_string(),
+            ms(until),
+            ms(now)
+        ])?;
+    }
+    Ok((e, released))
+}
+
+const DELETE_ENDPOINT: &str = "DELETE FROM outbox_endpoints WHERE id = ?1 AND tenant = ?2";
+
+/// Remove an endpoint of a tenant; its held deliveries become due so the next claim ends
+/// them (`endpoint-removed`). Returns how many were released.
+pub(crate) fn delete_endpoint(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: EndpointId,
+    now: Timestamp,
+) -> Result<u64> {
+    let n = conn
+        .prepare_cached(DELETE_ENDPOINT)?
+        .execute(params![id.to_string(), tenant.as_str()])?;
+    if n == 0 {
+        return Err(Error::not_found("endpoint").into());
+    }
+    release_held(conn, tenant, id, now)
+}
+
+const UPSERT_CONSUMER: &str = "INSERT INTO outbox_consumers (name, filter, created_at) \
+     VALUES (?1, ?2, ?3) \
+     ON CONFLICT (name) DO UPDATE SET filter = excluded.filter, created_at = excluded.created_at";
+
+/// Register or replace a consumer by name.
+pub(crate) fn put_consumer(conn: &Connection, c: &Consumer) -> Result<()> {
+    conn.prepare_cached(UPSERT_CONSUMER)?.execute(params![
+        c.name.as_str(),
+        c.filter.to_string(),
+        ms(c.created_at)
+    ])?;
+    Ok(())
+}
+
+pub(crate) const SELECT_CONSUMERS: &str =
+    "SELECT name, filter, created_at FROM outbox_consumers ORDER BY name";
+
+/// Every consumer, by name.
+pub(crate) fn list_consumers(conn: &Connection) -> Result<Vec<Consumer>> {
+    let mut stmt = conn.prepare_cached(SELECT_CONSUMERS)?;
+    rows::collect(&mut stmt, rusqlite::params![], rows::consumer)
+}
+
+const DELETE_CONSUMER: &str = "DELETE FROM outbox_consumers WHERE name = ?1";
+
+/// Remove a consumer.
+pub(crate) fn delete_consumer(conn: &Connection, name: &ConsumerName) -> Result<()> {
+    let n = conn
+        .prepare_cached(DELETE_CONSUMER)?
+        .execute([name.as_str()])?;
+    if n == 0 {
+        return Err(Error::not_found("consumer").into());
+    }
+    Ok(())
+}
