@@ -86,6 +86,7 @@ fn seq_of(conn: &Connection, lease: &Lease) -> Result<Option<i64>> {
 struct Served<'r> {
     request: &'r ClaimRequest,
     consumers: HashMap<&'r str, u32>,
+    excluded_endpoints: HashSet<String>,
     excluded: String,
     dormant: String,
 }
@@ -101,15 +102,22 @@ impl<'r> Served<'r> {
                 .consumers()
                 .map(|(name, budget)| (name.as_str(), budget))
                 .collect(),
+            excluded_endpoints: request
+                .excluded_endpoints()
+                .iter()
+                .map(|e| e.to_string())
+                .collect(),
             excluded: topics(request.excluded_topics())?,
             dormant: topics(request.dormant())?,
         })
     }
 
-    /// The attempt budget for a group, `None` when this claim does not take it.
+    /// The attempt budget for a group, `None` when this claim does not take it (an
+    /// excluded endpoint's group is not read at all: its rows stay exactly as they were).
     fn budget(&self, kind: &str, target: &str) -> Option<u32> {
         match kind {
             "handler" => self.consumers.get(target).copied(),
+            "webhook" if self.excluded_endpoints.contains(target) => None,
             "webhook" => self.request.webhook_budget(),
             "email" => self.request.email_budget(),
             _ => None,
