@@ -5,6 +5,7 @@ mod bulk;
 mod busy;
 mod common;
 mod dispatch;
+mod fairness;
 mod files;
 mod processes;
 mod script;
