@@ -294,9 +294,18 @@ impl DeliveryStore for SqliteStore {
 #[async_trait]
 impl MessageStore for SqliteStore {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
-        let mut out = self.enqueue_batch(vec![message]).await?;
-        out.pop()
-            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the enqueue wrote no result"))
+        let now = self.inner.clock.now();
+        let valid = enqueue::validate_all(vec![message], &self.inner.limits, now)?;
+        // The result is taken inside the transaction: once it commits, nothing can fail.
+        let out = self
+            .write(move |tx, _, entropy| {
+                enqueue::write(tx, &valid, now, entropy)?
+                    .pop()
+                    .ok_or(crate::error::SqliteError::Corrupt("enqueue without a result"))
+            })
+            .await?;
+        self.wake_if(!out.duplicate);
+        Ok(out)
     }
 
     async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
