@@ -15,7 +15,7 @@
 //! first row of every group, then the second, …; within a round, groups in the order of
 //! their oldest due row. A group's backlog is never scanned beyond what the batch can take.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use outboxkit_core::{
@@ -130,7 +130,51 @@ struct Group {
     tenant: String,
     kind: String,
     target: String,
-    budget: u32,
+}
+
+/// Due, served, non-held rows at or past their budget die as `max_attempts` (they are never
+/// claimed). `+next_attempt_at` keeps the planner on the (nearly empty) `exhausted` index:
+/// fresh rows are not in it, and claimed ones are above the smallest budget only when they
+/// are about to be discarded.
+const DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
+     SET status = 'dead', dead_reason = 'max_attempts', completed_at = :now, updated_at = :now, \
+         claim_token = NULL, lease_until = NULL, claimed_from = NULL \
+     WHERE attempts > 0 AND status IN ('pending', 'processing', 'sending') \
+       AND attempts >= :min_budget \
+       AND +next_attempt_at <= :now \
+       AND topic NOT IN (SELECT value FROM json_each(:excluded)) \
+       AND ((kind = 'webhook' AND attempts >= :webhooks \
+             AND target NOT IN (SELECT value FROM json_each(:excluded_endpoints))) \
+         OR (kind = 'email' AND attempts >= :email) \
+         OR (kind = 'handler' AND EXISTS (SELECT 1 FROM json_each(:consumers) AS j \
+                                          WHERE j.key = target AND attempts >= j.value)))";
+
+fn discard_exhausted(conn: &Connection, served: &Served<'_>, now: Timestamp) -> Result<()> {
+    let request = served.request;
+    let min_budget = request
+        .consumers()
+        .map(|(_, b)| b)
+        .chain(request.webhook_budget())
+        .chain(request.email_budget())
+        .min()
+        .unwrap_or(1);
+    let consumers: BTreeMap<&str, u32> = served.consumers.iter().map(|(k, v)| (*k, *v)).collect();
+    let excluded_endpoints: Vec<&str> = served
+        .excluded_endpoints
+        .iter()
+        .map(String::as_str)
+        .collect();
+    conn.prepare_cached(DISCARD_EXHAUSTED)?
+        .execute(named_params! {
+            ":now": ms(now),
+            ":min_budget": min_budget,
+            ":excluded": served.excluded,
+            ":excluded_endpoints": json(&excluded_endpoints)?,
+            ":webhooks": request.webhook_budget(),
+            ":email": request.email_budget(),
+            ":consumers": json(&consumers)?,
+        })?;
+    Ok(())
 }
 
 /// The next group after `(tenant, kind, target)` with unfinished rows, and the due time of
@@ -157,15 +201,12 @@ fn due_groups(conn: &Connection, served: &Served<'_>, now: Timestamp) -> Result<
         let Some((tenant, kind, target, head)) = next else {
             break;
         };
-        if head <= ms(now) {
-            if let Some(budget) = served.budget(&kind, &target) {
-                groups.push(Group {
-                    tenant: tenant.clone(),
-                    kind: kind.clone(),
-                    target: target.clone(),
-                    budget,
-                });
-            }
+        if head <= ms(now) && served.budget(&kind, &target).is_some() {
+            groups.push(Group {
+                tenant: tenant.clone(),
+                kind: kind.clone(),
+                target: target.clone(),
+            });
         }
         after = (tenant, kind, target);
     }
@@ -180,9 +221,9 @@ struct Candidate {
 }
 
 /// A group's first `:limit` due rows not held back by the per-key ordering barrier, in
-/// claim order, with what decides whether they are exhausted.
+/// claim order.
 const CANDIDATES: &str = concat!(
-    "SELECT c.seq, c.next_attempt_at, c.status, c.attempts FROM outbox_deliveries AS c \
+    "SELECT c.seq, c.next_attempt_at FROM outbox_deliveries AS c \
      WHERE c.tenant = :tenant AND c.kind = :kind AND c.target = :target \
        AND c.status IN ",
     unfinished!(),
@@ -197,14 +238,7 @@ const CANDIDATES: &str = concat!(
      ORDER BY c.next_attempt_at, c.seq LIMIT :limit"
 );
 
-/// Rows at or past their budget die as `max_attempts` instead of being claimed.
-const DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
-     SET status = 'dead', dead_reason = 'max_attempts', completed_at = :now, updated_at = :now, \
-         claim_token = NULL, lease_until = NULL, claimed_from = NULL \
-     WHERE seq IN (SELECT value FROM json_each(:seqs))";
-
-/// Up to `limit` claimable rows of `group`, discarding the exhausted ones met on the way
-/// (held rows are exempt: a probe is free).
+/// Up to `limit` claimable rows of `group`, in claim order.
 fn candidates(
     conn: &Connection,
     served: &Served<'_>,
@@ -212,9 +246,9 @@ fn candidates(
     now: Timestamp,
     limit: usize,
 ) -> Result<Vec<Candidate>> {
-    loop {
-        let mut stmt = conn.prepare_cached(CANDIDATES)?;
-        let mut rows = stmt.query(named_params! {
+    let mut stmt = conn.prepare_cached(CANDIDATES)?;
+    let rows = stmt.query_map(
+        named_params! {
             ":tenant": group.tenant,
             ":kind": group.kind,
             ":target": group.target,
@@ -222,30 +256,15 @@ fn candidates(
             ":excluded": served.excluded,
             ":dormant": served.dormant,
             ":limit": limit as i64,
-        })?;
-        let (mut out, mut exhausted) = (Vec::with_capacity(limit), Vec::new());
-        while let Some(row) = rows.next()? {
-            let seq: i64 = row.get(0)?;
-            let status: String = row.get(2)?;
-            let attempts: i64 = row.get(3)?;
-            if status != "held" && attempts >= i64::from(group.budget) {
-                exhausted.push(seq);
-            } else {
-                out.push(Candidate {
-                    seq,
-                    due: row.get(1)?,
-                });
-            }
-        }
-        drop(rows);
-        drop(stmt);
-        if exhausted.is_empty() {
-            return Ok(out);
-        }
-        // The discarded rows may have held back others of their key: read the group again.
-        conn.prepare_cached(DISCARD_EXHAUSTED)?
-            .execute(named_params! { ":now": ms(now), ":seqs": json(&exhausted)? })?;
-    }
+        },
+        |r| {
+            Ok(Candidate {
+                seq: r.get(0)?,
+                due: r.get(1)?,
+            })
+        },
+    )?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// The batch in rounds over the groups (ARCHITECTURE "Claim order").
@@ -293,7 +312,7 @@ const MESSAGES_BY_IDS: &str = concat!(
 );
 
 /// Lease up to `batch_size` claimable deliveries, fairly over the groups (see the module
-/// docs); exhausted candidates die on the way. The request is validated by the caller.
+/// docs), after the exhausted rows died. The request is validated by the caller.
 pub(crate) fn claim(
     conn: &Connection,
     request: &ClaimRequest,
@@ -302,6 +321,7 @@ pub(crate) fn claim(
 ) -> Result<Vec<Claimed>> {
     let served = Served::of(request)?;
     let batch = request.batch_size() as usize;
+    discard_exhausted(conn, &served, now)?;
     let groups = due_groups(conn, &served, now)?;
     if groups.is_empty() {
         return Ok(Vec::new());

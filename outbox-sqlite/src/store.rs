@@ -299,9 +299,9 @@ impl MessageStore for SqliteStore {
         // The result is taken inside the transaction: once it commits, nothing can fail.
         let out = self
             .write(move |tx, _, entropy| {
-                enqueue::write(tx, &valid, now, entropy)?
-                    .pop()
-                    .ok_or(crate::error::SqliteError::Corrupt("enqueue without a result"))
+                enqueue::write(tx, &valid, now, entropy)?.pop().ok_or(
+                    crate::error::SqliteError::Corrupt("enqueue without a result"),
+                )
             })
             .await?;
         self.wake_if(!out.duplicate);

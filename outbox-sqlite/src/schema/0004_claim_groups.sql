@@ -11,9 +11,6 @@ CREATE INDEX outbox_deliveries_claim
     WHERE status IN ('pending', 'held', 'processing', 'sending');
 DROP INDEX outbox_deliveries_due;
 DROP INDEX outbox_deliveries_held;
--- Exhausted rows are found (and discarded) among the claim's own candidates: every claimed
--- row entered this index and every completion left it again.
-DROP INDEX outbox_deliveries_exhausted;
 
 -- Attempts keyed by the delivery's integer sequence instead of its 36-byte text id.
 CREATE TABLE outbox_attempts_v4 (
