@@ -438,34 +438,25 @@ struct Settle<'a> {
     attempt: Option<&'a AttemptRecord>,
 }
 
-/// Write every item's update under its fence, in one statement. Each element of `:items`
-/// is `[seq, token, status, attempts, snoozes, next_attempt_at, completed_at, dead_reason,
-/// has_last, last_outcome, last_status_code, last_excerpt, last_at, counts_attempt,
-/// tenant]` (the tenant is part of the fence: a lease of another tenant changes nothing).
-const SETTLE_MANY: &str = "UPDATE outbox_deliveries AS d \
-     SET status = j.value ->> 2, attempts = j.value ->> 3, snoozes = j.value ->> 4, \
-         next_attempt_at = j.value ->> 5, completed_at = j.value ->> 6, \
-         dead_reason = j.value ->> 7, \
-         last_outcome = CASE WHEN j.value ->> 8 THEN j.value ->> 9 ELSE d.last_outcome END, \
-         last_status_code = CASE WHEN j.value ->> 8 THEN j.value ->> 10 \
-                                 ELSE d.last_status_code END, \
-         last_excerpt = CASE WHEN j.value ->> 8 THEN j.value ->> 11 ELSE d.last_excerpt END, \
-         last_at = CASE WHEN j.value ->> 8 THEN j.value ->> 12 ELSE d.last_at END, \
-         claim_token = NULL, lease_until = NULL, claimed_from = NULL, updated_at = :now, \
-         attempt_count = d.attempt_count + (j.value ->> 13) \
-     FROM json_each(:items) AS j \
-     WHERE d.seq = j.value ->> 0 AND d.claim_token = j.value ->> 1 \
-       AND d.tenant = j.value ->> 14 AND d.status IN ('processing', 'sending') \
-     RETURNING seq, kind, target, run, due_at, attempt_count";
+/// Write one item's update under its fence (token and tenant: a lease of another tenant
+/// changes nothing), by rowid.
+const SETTLE: &str = "UPDATE outbox_deliveries \
+     SET status = ?4, attempts = ?5, snoozes = ?6, next_attempt_at = ?7, completed_at = ?8, \
+         dead_reason = ?9, \
+         last_outcome = CASE WHEN ?10 THEN ?11 ELSE last_outcome END, \
+         last_status_code = CASE WHEN ?10 THEN ?12 ELSE last_status_code END, \
+         last_excerpt = CASE WHEN ?10 THEN ?13 ELSE last_excerpt END, \
+         last_at = CASE WHEN ?10 THEN ?14 ELSE last_at END, \
+         claim_token = NULL, lease_until = NULL, claimed_from = NULL, updated_at = ?15, \
+         attempt_count = attempt_count + ?16 \
+     WHERE seq = ?1 AND claim_token = ?2 AND tenant = ?3 AND status IN ('processing', 'sending') \
+     RETURNING kind, target, run, due_at, attempt_count";
 
-/// Append attempts; each element of `?1` is `[delivery_seq, number, probe, started_at,
-/// finished_at, outcome, status_code, excerpt, run, scheduled_at]`.
-const INSERT_ATTEMPTS: &str = "INSERT INTO outbox_attempts \
+/// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]).
+const INSERT_ATTEMPT: &str = "INSERT INTO outbox_attempts \
      (delivery_seq, number, probe, started_at, finished_at, outcome, status_code, excerpt, \
       run, scheduled_at) \
-     SELECT j.value ->> 0, j.value ->> 1, j.value ->> 2, j.value ->> 3, j.value ->> 4, \
-            j.value ->> 5, j.value ->> 6, j.value ->> 7, j.value ->> 8, j.value ->> 9 \
-     FROM json_each(?1) AS j";
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// The endpoint's last delivery (written with the completion).
 const ENDPOINT_LAST_DELIVERY: &str = "UPDATE outbox_endpoints \
@@ -486,72 +477,62 @@ struct Settled {
 
 /// Write each item under its fence: `Ok` per item whose fence held, `LeaseLost` for the
 /// others; append the attempts, the endpoints' last deliveries and `gone` disables of the
-/// items that were written.
+/// items that were written. One prepared statement per row, by rowid, all in the caller's
+/// transaction (measured faster than one `UPDATE … FROM json_each` of the whole batch, whose
+/// JSON decoding cost more than the statements it saved).
 fn settle_many(
     conn: &Connection,
     items: &[Settle<'_>],
     now: Timestamp,
 ) -> Result<Vec<outboxkit_core::Result<()>>> {
-    let mut encoded = Vec::with_capacity(items.len());
-    let mut seen = HashSet::with_capacity(items.len());
+    let mut settle = conn.prepare_cached(SETTLE)?;
+    let mut insert_attempt = conn.prepare_cached(INSERT_ATTEMPT)?;
+    let mut last_per_endpoint: HashMap<(&str, String), &AttemptRecord> = HashMap::new();
+    let mut out = Vec::with_capacity(items.len());
     for it in items {
-        // The same lease twice: the first ends the claim, the second finds it ended.
-        if !seen.insert(it.seq) {
-            continue;
-        }
         let u = &it.update;
         let last = u.last_outcome.as_ref();
-        encoded.push(serde_json::json!([
-            it.seq,
-            it.lease.token.to_string(),
-            u.status.as_str(),
-            u.attempts,
-            u.snoozes,
-            ms(u.next_attempt_at),
-            opt_ms(u.completed_at),
-            u.dead_reason.map(|r| r.as_str()),
-            i32::from(last.is_some()),
-            last.map(|l| l.outcome.as_str()),
-            last.and_then(|l| l.status_code),
-            last.and_then(|l| l.excerpt.as_deref()),
-            last.map(|l| ms(l.at)),
-            i32::from(it.attempt.is_some()),
-            it.lease.tenant.as_str(),
-        ]));
-    }
-    let mut settled: HashMap<i64, Settled> = HashMap::with_capacity(items.len());
-    {
-        let mut stmt = conn.prepare_cached(SETTLE_MANY)?;
-        let mut rows = stmt.query(named_params! { ":now": ms(now), ":items": json(&encoded)? })?;
-        while let Some(row) = rows.next()? {
-            settled.insert(
-                row.get(0)?,
-                Settled {
-                    kind: row.get(1)?,
-                    target: row.get(2)?,
-                    run: row.get(3)?,
-                    due_at: row.get(4)?,
-                    number: row.get(5)?,
+        let settled: Option<Settled> = settle
+            .query_row(
+                params![
+                    it.seq,
+                    it.lease.token.to_string(),
+                    it.lease.tenant.as_str(),
+                    u.status.as_str(),
+                    u.attempts,
+                    u.snoozes,
+                    ms(u.next_attempt_at),
+                    opt_ms(u.completed_at),
+                    u.dead_reason.map(|r| r.as_str()),
+                    last.is_some(),
+                    last.map(|l| l.outcome.as_str()),
+                    last.and_then(|l| l.status_code),
+                    last.and_then(|l| l.excerpt.as_deref()),
+                    last.map(|l| ms(l.at)),
+                    ms(now),
+                    it.attempt.is_some(),
+                ],
+                |r| {
+                    Ok(Settled {
+                        kind: r.get(0)?,
+                        target: r.get(1)?,
+                        run: r.get(2)?,
+                        due_at: r.get(3)?,
+                        number: r.get(4)?,
+                    })
                 },
-            );
-        }
-    }
-
-    let mut attempts = Vec::new();
-    let mut last_per_endpoint: HashMap<(&str, &str), &AttemptRecord> = HashMap::new();
-    let mut out = Vec::with_capacity(items.len());
-    let mut done = HashSet::with_capacity(items.len());
-    for it in items {
-        let Some(s) = settled.get(&it.seq).filter(|_| done.insert(it.seq)) else {
+            )
+            .optional()?;
+        let Some(s) = settled else {
             out.push(Err(Error::lease_lost()));
             continue;
         };
         out.push(Ok(()));
         if let Some(a) = it.attempt {
-            attempts.push(serde_json::json!([
+            insert_attempt.execute(params![
                 it.seq,
                 s.number,
-                i32::from(it.lease.is_probe()),
+                it.lease.is_probe(),
                 ms(a.started_at),
                 ms(a.finished_at),
                 a.outcome.as_str(),
@@ -559,19 +540,17 @@ fn settle_many(
                 a.excerpt.as_deref(),
                 s.run,
                 s.due_at,
-            ]));
-            if s.kind == "webhook" {
-                last_per_endpoint.insert((it.lease.tenant.as_str(), s.target.as_str()), a);
+            ])?;
+        }
+        if s.kind == "webhook" {
+            if let Some(a) = it.attempt {
+                last_per_endpoint.insert((it.lease.tenant.as_str(), s.target.clone()), a);
+            }
+            if u.disable_endpoint {
+                conn.prepare_cached(DISABLE_ENDPOINT_GONE)?
+                    .execute(params![s.target, it.lease.tenant.as_str(), ms(now)])?;
             }
         }
-        if it.update.disable_endpoint && s.kind == "webhook" {
-            conn.prepare_cached(DISABLE_ENDPOINT_GONE)?
-                .execute(params![s.target, it.lease.tenant.as_str(), ms(now)])?;
-        }
-    }
-    if !attempts.is_empty() {
-        conn.prepare_cached(INSERT_ATTEMPTS)?
-            .execute([json(&attempts)?])?;
     }
     for ((tenant, endpoint), a) in last_per_endpoint {
         conn.prepare_cached(ENDPOINT_LAST_DELIVERY)?
