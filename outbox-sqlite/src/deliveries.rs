@@ -1,9 +1,9 @@
-//! Operator reads and changes on deliveries: list, show, attempts, replay, retry now,
+//! Operator reads and changes on deliveries: list, show, replay, retry now,
 //! reset, release of held deliveries, stats.
 
 use outboxkit_core::{
-    Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, Error,
-    Message, MessageId, Page, PageRequest, PayloadFingerprint, Stats, TenantId, Timestamp,
+    Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, Error, Message,
+    MessageId, Page, PageRequest, Stats, TenantId, Timestamp,
 };
 use rusqlite::{named_params, params, Connection, OptionalExtension};
 
@@ -30,7 +30,8 @@ pub(crate) fn release_held(
     Ok(n as u64)
 }
 
-const DELIVERY_STATUS: &str = "SELECT status FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2";
+pub(crate) const DELIVERY_STATUS: &str =
+    "SELECT status FROM outbox_deliveries WHERE id = ?1 AND tenant = ?2";
 
 /// Apply a guarded status change (`replay`, `retry_now`): `NotFound` when the tenant has no
 /// such delivery, `Conflict` when its status does not allow the change.
@@ -243,36 +244,4 @@ pub(crate) fn get_message(conn: &Connection, tenant: &TenantId, id: MessageId) -
         Some(row) => rows::message(row),
         None => Err(Error::not_found("message").into()),
     }
-}
-
-pub(crate) const ATTEMPTS: &str = "SELECT d.id, a.number, a.probe, a.started_at, \
-     a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at \
-     FROM outbox_attempts AS a JOIN outbox_deliveries AS d ON d.seq = a.delivery_seq \
-     WHERE d.id = ?1 ORDER BY a.number";
-
-/// The payload of a delivery's message (the attempts' fingerprint).
-const DELIVERY_PAYLOAD: &str = "SELECT m.payload FROM outbox_messages AS m \
-     JOIN outbox_deliveries AS d ON d.message_id = m.id WHERE d.id = ?1";
-
-/// A delivery's attempts in order; another tenant's delivery is `NotFound`.
-pub(crate) fn attempts(
-    conn: &Connection,
-    tenant: &TenantId,
-    id: DeliveryId,
-) -> Result<Vec<Attempt>> {
-    let exists: Option<String> = conn
-        .prepare_cached(DELIVERY_STATUS)?
-        .query_row(params![id.to_string(), tenant.as_str()], |r| r.get(0))
-        .optional()?;
-    if exists.is_none() {
-        return Err(Error::not_found("delivery").into());
-    }
-    let payload: Vec<u8> = conn
-        .prepare_cached(DELIVERY_PAYLOAD)?
-        .query_row([id.to_string()], |r| r.get(0))
-        .optional()?
-        .unwrap_or_default();
-    let payload = PayloadFingerprint::of(&payload);
-    let mut stmt = conn.prepare_cached(ATTEMPTS)?;
-    rows::collect(&mut stmt, [id.to_string()], |r| rows::attempt(r, &payload))
 }

@@ -1,13 +1,48 @@
-//! The ledger's retention: purging finished deliveries and their messages, per tenant in
-//! rotation (`Ledger::purge_expired`, `Ledger::purge_tenant`).
+//! The ledger: a delivery's attempts, and retention (purging finished deliveries and their
+//! messages, per tenant in rotation).
 
 use std::collections::BTreeMap;
 
-use outboxkit_core::{PurgeReport, RetentionCutoffs, TenantId, Timestamp};
+use outboxkit_core::{
+    Attempt, DeliveryId, Error, PayloadFingerprint, PurgeReport, RetentionCutoffs, TenantId,
+    Timestamp,
+};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{Result, SqliteError};
-use crate::rows::ms;
+use crate::rows::{self, ms};
+
+const ATTEMPTS: &str = "SELECT d.id, a.number, a.probe, a.started_at, \
+     a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at \
+     FROM outbox_attempts AS a JOIN outbox_deliveries AS d ON d.seq = a.delivery_seq \
+     WHERE d.id = ?1 ORDER BY a.number";
+
+/// The payload of a delivery's message (the attempts' fingerprint).
+const DELIVERY_PAYLOAD: &str = "SELECT m.payload FROM outbox_messages AS m \
+     JOIN outbox_deliveries AS d ON d.message_id = m.id WHERE d.id = ?1";
+
+/// A delivery's attempts in order; another tenant's delivery is `NotFound`.
+pub(crate) fn attempts(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+) -> Result<Vec<Attempt>> {
+    let exists: Option<String> = conn
+        .prepare_cached(crate::deliveries::DELIVERY_STATUS)?
+        .query_row(params![id.to_string(), tenant.as_str()], |r| r.get(0))
+        .optional()?;
+    if exists.is_none() {
+        return Err(Error::not_found("delivery").into());
+    }
+    let payload: Vec<u8> = conn
+        .prepare_cached(DELIVERY_PAYLOAD)?
+        .query_row([id.to_string()], |r| r.get(0))
+        .optional()?
+        .unwrap_or_default();
+    let payload = PayloadFingerprint::of(&payload);
+    let mut stmt = conn.prepare_cached(ATTEMPTS)?;
+    rows::collect(&mut stmt, [id.to_string()], |r| rows::attempt(r, &payload))
+}
 
 /// The first tenant after `?2` with a finished delivery completed before its cutoff: the
 /// tenant's entry in the JSON object `?3`, else `?1`.

@@ -233,7 +233,7 @@ pub(crate) fn consumer(row: &Row<'_>) -> Result<Consumer> {
     })
 }
 
-/// An attempt from the columns of [`crate::crate::deliveries::ATTEMPTS`], with its payload's fingerprint.
+/// An attempt from the columns `ledger::attempts` reads, with its payload's fingerprint.
 pub(crate) fn attempt(row: &Row<'_>, payload: &PayloadFingerprint) -> Result<Attempt> {
     const W: &str = "attempt";
     Ok(Attempt {

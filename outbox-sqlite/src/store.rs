@@ -411,7 +411,7 @@ impl Ledger for SqliteStore {
 
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
         let tenant = tenant.clone();
-        self.read(move |tx, _| deliveries::attempts(tx, &tenant, delivery))
+        self.read(move |tx, _| ledger::attempts(tx, &tenant, delivery))
             .await
     }
 
