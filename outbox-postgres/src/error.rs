@@ -243,6 +243,42 @@ mod tests {
     }
 
     #[test]
+    fn connect_error_table() {
+        use std::io::ErrorKind as Io;
+        let io = |k: Io, text: &str| sqlx::Error::Io(std::io::Error::new(k, text.to_owned()));
+        let rows = [
+            (io(Io::ConnectionRefused, "refused"), ErrorKind::Unavailable, "cannot reach postgres (connection refused)"),
+            (io(Io::TimedOut, "t"), ErrorKind::Unavailable, "cannot reach postgres (timed out)"),
+            (
+                io(Io::InvalidData, "invalid peer certificate: certificate not valid for name \"db.example\"; NotValidForName"),
+                ErrorKind::Misconfigured,
+                "does not match the host name",
+            ),
+            (
+                io(Io::InvalidData, "invalid peer certificate: UnknownIssuer"),
+                ErrorKind::Misconfigured,
+                "not signed by a trusted root",
+            ),
+            (
+                sqlx::Error::Tls("server does not support TLS".into()),
+                ErrorKind::Misconfigured,
+                "the server does not accept tls",
+            ),
+            (sqlx::Error::PoolTimedOut, ErrorKind::Unavailable, "timed out waiting"),
+        ];
+        for (e, kind, text) in rows {
+            let mapped = connect_error(e, PgSslMode::VerifyFull);
+            assert_eq!(mapped.kind(), kind, "{mapped}");
+            assert!(mapped.to_string().contains(text), "{mapped}");
+            assert!(
+                !mapped.to_string().contains("db.example"),
+                "no host name: {mapped}"
+            );
+        }
+        assert!(is_unmigrated("42P01") && is_unmigrated("3F000") && !is_unmigrated("23505"));
+    }
+
+    #[test]
     fn driver_error_table() {
         let io = || std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
         let rows = [
