@@ -283,20 +283,28 @@ async fn an_unmigrated_schema_and_unreachable_servers_say_so() {
         "{}",
         run.stderr
     );
-    let started = outboxkit_core::Stopwatch::start();
-    let run = outbox(&[
-        "stats",
-        "--store",
-        "redis://192.0.2.1:6379",
-        "--connect-timeout",
-        "500ms",
-    ]);
-    assert_eq!(run.code, 1);
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "the connect timeout applies"
-    );
-    assert!(run.stderr.contains("redis"), "{}", run.stderr);
+    // A server that accepts and never answers: the connect timeout applies.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    for store in [
+        format!("redis://{silent_addr}"),
+        format!("postgres://postgres@{silent_addr}/test"),
+    ] {
+        let started = outboxkit_core::Stopwatch::start();
+        let run = outbox(&["stats", "--store", &store, "--connect-timeout", "500ms"]);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the connect timeout applies"
+        );
+        assert!(
+            run.stderr.contains("did not answer within 500 ms")
+                || run.stderr.contains("(timed out)"),
+            "{}",
+            run.stderr
+        );
+    }
+    drop(silent);
     let run = outbox(&["relay", "--store", &url, "--max-connections", "1"]);
     assert_eq!(run.code, 2);
     assert!(

@@ -187,6 +187,24 @@ async fn plain_redis_on_a_tls_port_and_a_closed_port_are_told_apart() {
             .contains("cannot reach redis (connection refused)"),
         "{err}"
     );
+    // A server that accepts the connection and never answers: the connect timeout applies.
+    let silent = TcpListener::bind("127.0.0.1:0").expect("a silent listener");
+    let client = config
+        .client(&format!(
+            "redis://{}/0",
+            silent.local_addr().expect("its address")
+        ))
+        .expect("a client");
+    let err = config.probe(&client).await.expect_err("nobody answers");
+    assert_eq!(err.kind(), ErrorKind::Unavailable);
+    // The client's own connection timeout and the probe's deadline are both 500 ms.
+    let text = err.to_string();
+    assert!(
+        text.contains("redis did not answer within 500 ms")
+            || text.contains("cannot reach redis (timed out)"),
+        "{text}"
+    );
+    drop(silent);
     // Plain text to the TLS port: the server never answers a RESP reply.
     let client = config
         .client(&format!("redis://127.0.0.1:{}/0", server.port))
