@@ -11,6 +11,7 @@ mod endpoints;
 mod error;
 mod json;
 mod listen;
+mod metrics;
 mod ops;
 mod relay;
 mod store;
@@ -30,11 +31,24 @@ use crate::error::CliResult;
     name = "outbox",
     version,
     propagate_version = true,
-    after_help = "Examples:\n  outbox demo\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox deliveries list --store sqlite:./outbox.sqlite --status dead --json | jq '.deliveries[].id'\n  outbox replay --store sqlite:./outbox.sqlite --endpoint 0193… --dead-reason max_attempts --dry-run\n\nEvery command that prints takes --json (one JSON document; field names in the README).\nLogging: OUTBOX_LOG, else RUST_LOG (e.g. OUTBOX_LOG=debug). Exit codes: 0 ok, 1 failed, 2 bad usage or input."
+    after_help = "Examples:\n  outbox demo\n  outbox migrate --store sqlite:./outbox.sqlite\n  outbox deliveries list --store sqlite:./outbox.sqlite --status dead --json | jq '.deliveries[].id'\n  outbox replay --store sqlite:./outbox.sqlite --endpoint 0193… --dead-reason max_attempts --dry-run\n\nEvery command that prints takes --json (one JSON document; field names in the README).\nLogging: OUTBOX_LOG, else RUST_LOG, sets the filter (e.g. OUTBOX_LOG=debug; default info for the relay, warn for the rest); --log-format json (or OUTBOX_LOG_FORMAT=json) writes one JSON object per line to stderr; no colours unless stderr is a terminal. Exit codes: 0 ok, 1 failed, 2 bad usage or input."
 )]
 struct Cli {
+    /// How log lines on stderr look: `text` (colours only on a terminal) or `json` (one
+    /// object per line, for a log collector). The filter is OUTBOX_LOG, else RUST_LOG.
+    #[arg(long, global = true, env = "OUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,11 +168,22 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(log_filter(matches!(cli.command, Command::Relay(_))))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter = log_filter(matches!(cli.command, Command::Relay(_)));
+    match cli.log_format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use outboxkit_core::{MailErrorCode, RetryPolicy, TenantPolicy};
-use outboxkit_dispatch::{DispatcherConfig, Observer};
+use outboxkit_dispatch::{DispatcherConfig, MetricsObserver, Observer};
 use outboxkit_smtp::{SmtpConfig, SmtpMailer};
 
 use crate::endpoints::{egress_policy, EgressArgs};
@@ -16,7 +16,7 @@ use crate::util::{emit, emit_json, parse_flag_duration, MAX_DURATION};
 /// `relay`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  OUTBOX_VAULT_KEY=… outbox relay --store postgres://postgres@127.0.0.1/app\n  outbox relay --store sqlite:./outbox.sqlite --until-idle --json   # cron or CI: deliver what is due, then exit"
+    after_help = "Examples:\n  OUTBOX_VAULT_KEY=… outbox relay --store postgres://postgres@127.0.0.1/app\n  OUTBOX_VAULT_KEY=… outbox relay --store 'postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem' --metrics-addr 0.0.0.0:9090 --log-format json\n  outbox relay --store sqlite:./outbox.sqlite --until-idle --json   # cron or CI: deliver what is due, then exit\n\nLogging: OUTBOX_LOG (else RUST_LOG) sets the filter, e.g. OUTBOX_LOG=info or OUTBOX_LOG=outboxkit_dispatch=debug (per-batch lines are DEBUG); --log-format json writes one JSON object per line. Sizing and probes: DEPLOYMENT.md."
 )]
 pub struct RelayArgs {
     #[command(flatten)]
@@ -37,6 +37,20 @@ pub struct RelayArgs {
     /// Deliveries at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// The most PostgreSQL connections the relay opens (default 8). Claims, completion
+    /// writes and endpoint reads share the pool; below 2 + concurrency/16 the relay warns
+    /// that completions may starve, below 2 it refuses to start. The wake-up listener uses
+    /// one more connection of its own. PostgreSQL only.
+    #[arg(long, env = "OUTBOX_MAX_CONNECTIONS")]
+    max_connections: Option<u32>,
+    /// Serve /metrics (Prometheus), /healthz (alive) and /readyz (store reachable and
+    /// migrated) on this address, e.g. 0.0.0.0:9090.
+    #[arg(long, env = "OUTBOX_METRICS_ADDR")]
+    metrics_addr: Option<String>,
+    /// Send each message's W3C traceparent header (set by the producer) with its webhook
+    /// requests. Off by default: it tells receivers the producer's trace id.
+    #[arg(long)]
+    forward_traceparent: bool,
     /// How often to poll when no wake-up arrives.
     #[arg(long, default_value = "1s")]
     poll_interval: String,
@@ -156,13 +170,66 @@ impl outboxkit_core::WebhookTransport for HintingTransport {
     }
 }
 
+/// Per-batch log lines at DEBUG, and the metrics when `--metrics-addr` is given.
 #[derive(Debug)]
-struct BatchLog;
+struct RelayObserver {
+    metrics: Option<MetricsObserver>,
+}
 
-impl Observer for BatchLog {
+impl Observer for RelayObserver {
     fn on_batch(&self, size: usize) {
-        tracing::info!(size, "claimed a batch");
+        tracing::debug!(size, "claimed a batch");
     }
+    fn on_delivery(&self, event: &outboxkit_dispatch::DeliveryEvent<'_>) {
+        if let Some(m) = &self.metrics {
+            m.on_delivery(event);
+        }
+    }
+    fn on_dead(&self, event: &outboxkit_dispatch::DeadLetterEvent<'_>) {
+        tracing::warn!(delivery_id = %event.delivery_id, kind = event.kind.as_str(), attempts = event.attempts, "a delivery went dead");
+        if let Some(m) = &self.metrics {
+            m.on_dead(event);
+        }
+    }
+    fn on_claim(&self, event: &outboxkit_dispatch::ClaimEvent) {
+        if let Some(m) = &self.metrics {
+            m.on_claim(event);
+        }
+    }
+    fn on_settle(&self, event: &outboxkit_dispatch::SettleEvent) {
+        tracing::debug!(
+            completed = event.completed,
+            released = event.released,
+            lease_lost = event.lease_lost,
+            "wrote a batch back"
+        );
+        if let Some(m) = &self.metrics {
+            m.on_settle(event);
+        }
+    }
+}
+
+/// The smallest pool a relay should have with `concurrency` deliveries at once: one
+/// connection for claims, one for completion writes, and one more per 16 deliveries for
+/// endpoint reads and handler follow-ups.
+pub fn recommended_connections(concurrency: usize) -> u32 {
+    u32::try_from(2 + concurrency.div_ceil(16)).unwrap_or(u32::MAX)
+}
+
+/// Check `--max-connections` against `--concurrency`: an error below 2, a warning below
+/// [`recommended_connections`].
+pub fn check_sizing(max_connections: u32, concurrency: usize) -> CliResult<Option<String>> {
+    if max_connections < 2 {
+        return Err(CliError::usage(
+            "invalid input: --max-connections: must be at least 2 (one for claims, one for completion writes)",
+        ));
+    }
+    let want = recommended_connections(concurrency);
+    Ok((max_connections < want).then(|| {
+        format!(
+            "--max-connections {max_connections} is below {want} for --concurrency {concurrency}: completion writes may wait behind claims and endpoint reads (leases may expire); raise it or lower --concurrency"
+        )
+    }))
 }
 
 /// Parse a comma-separated schedule.
@@ -206,6 +273,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         webhook_timeout: parse_flag_duration("webhook-timeout", &a.webhook_timeout)?,
         shutdown_grace: parse_flag_duration("shutdown-grace", &a.shutdown_grace)?,
         mail_key_prefix: a.mail_key_prefix.clone(),
+        forward_traceparent: a.forward_traceparent,
         ..DispatcherConfig::default()
     };
     config.lease = match &a.lease {
@@ -219,8 +287,27 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         Some(s) => schedule(s)?,
         None => RetryPolicy::webhook_default(),
     };
-    let mut env = a.store.open().await?;
+    let postgres =
+        a.store.store.starts_with("postgres://") || a.store.store.starts_with("postgresql://");
+    if a.max_connections.is_some() && !postgres {
+        tracing::warn!("--max-connections applies to PostgreSQL only; ignored");
+    }
+    if postgres {
+        let max = a.max_connections.unwrap_or(8);
+        if let Some(warning) = check_sizing(max, a.concurrency)? {
+            tracing::warn!("{warning}");
+        }
+    }
+    let metrics = a
+        .metrics_addr
+        .as_deref()
+        .map(|_| crate::metrics::install())
+        .transpose()?;
+    let mut env = a.store.open_sized(a.max_connections).await?;
     env.vault_key = a.vault.vault_key.clone();
+    if let (Some(addr), Some(handle)) = (&a.metrics_addr, metrics) {
+        crate::metrics::serve(addr, handle, env.store.clone()).await?;
+    }
     let vault = vault_from(&env)?;
     let transport = Arc::new(HintingTransport {
         inner: outboxkit_http::HttpTransport::new(egress_policy(a.egress))?,
@@ -239,7 +326,9 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .entropy(env.entropy.clone())
         .webhooks(transport.clone(), vault)
         .webhook_policy(TenantPolicy::uniform(policy))
-        .observer(Arc::new(BatchLog));
+        .observer(Arc::new(RelayObserver {
+            metrics: a.metrics_addr.is_some().then_some(MetricsObserver),
+        }));
     if let Some(url) = a.mail_url {
         let key = a.mail_api_key.ok_or_else(|| {
             CliError::usage("--mail-url needs --mail-api-key (or OUTBOX_MAIL_API_KEY)")

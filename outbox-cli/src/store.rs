@@ -12,28 +12,97 @@ use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 
 use crate::error::{CliError, CliResult};
 
+/// How to connect to PostgreSQL or Redis.
+#[derive(Debug, Args, Clone)]
+pub struct ConnectArgs {
+    /// How long to wait for PostgreSQL or Redis to answer (TCP, TLS, authentication) before
+    /// failing with a message that names the cause.
+    #[arg(long, env = "OUTBOX_CONNECT_TIMEOUT", default_value = "5s")]
+    pub connect_timeout: String,
+    /// PEM certificates to trust for `rediss://` instead of the system's roots (PostgreSQL:
+    /// put `sslmode=verify-full&sslrootcert=PATH` in the URL).
+    #[arg(long, env = "OUTBOX_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl ConnectArgs {
+    /// The connection settings, with `max_connections` for a PostgreSQL pool.
+    pub fn settings(&self, max_connections: Option<u32>) -> CliResult<Connect> {
+        let timeout = crate::util::parse_flag_duration("connect-timeout", &self.connect_timeout)?;
+        if timeout.is_zero() {
+            return Err(CliError::usage(
+                "invalid input: --connect-timeout: must be longer than zero",
+            ));
+        }
+        Ok(Connect {
+            timeout,
+            max_connections,
+            ca_cert: self.ca_cert.clone(),
+        })
+    }
+}
+
+/// Connection settings for [`open_url_with`].
+#[derive(Debug, Clone)]
+pub struct Connect {
+    /// The connect timeout (PostgreSQL and Redis).
+    pub timeout: std::time::Duration,
+    /// The PostgreSQL pool size (default 8).
+    pub max_connections: Option<u32>,
+    /// Roots for `rediss://`.
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl Default for Connect {
+    fn default() -> Self {
+        Connect {
+            timeout: std::time::Duration::from_secs(5),
+            max_connections: None,
+            ca_cert: None,
+        }
+    }
+}
+
 /// Where the outbox lives (for commands that act on every tenant).
 #[derive(Debug, Args, Clone)]
 pub struct LocationArgs {
-    /// The store: `sqlite:PATH`, `postgres://user@host/db` or `redis://host:port`.
+    /// The store: `sqlite:PATH`, `postgres://user@host/db[?sslmode=…]` or
+    /// `redis://host:port` (`rediss://` for TLS).
     #[arg(long, env = "OUTBOX_STORE")]
     pub store: String,
     /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
     #[arg(long, env = "OUTBOX_NAMESPACE", default_value = "outbox")]
     pub namespace: String,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 }
 
 impl LocationArgs {
     /// Open the store (it must exist: `outbox migrate` creates it).
     pub async fn open(&self) -> CliResult<Env> {
-        open_url(&self.store, &self.namespace, "default", None, false).await
+        self.open_sized(None).await
+    }
+
+    /// Open the store with a PostgreSQL pool of `max_connections`.
+    pub async fn open_sized(&self, max_connections: Option<u32>) -> CliResult<Env> {
+        let connect = self.connect.settings(max_connections)?;
+        open_url_with(
+            &self.store,
+            &self.namespace,
+            "default",
+            None,
+            false,
+            &connect,
+        )
+        .await
     }
 }
 
 /// Where the outbox lives, and whose part of it.
 #[derive(Debug, Args, Clone)]
 pub struct StoreArgs {
-    /// The store: `sqlite:PATH`, `postgres://user@host/db` or `redis://host:port`.
+    /// The store: `sqlite:PATH`, `postgres://user@host/db[?sslmode=…]` or
+    /// `redis://host:port` (`rediss://` for TLS).
     #[arg(long, env = "OUTBOX_STORE")]
     pub store: String,
     /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
@@ -42,6 +111,8 @@ pub struct StoreArgs {
     /// The tenant (`default` when not given).
     #[arg(long)]
     pub tenant: Option<String>,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 }
 
 /// The key that seals endpoint secrets (only on the commands that read or write them).
@@ -66,24 +137,26 @@ impl StoreArgs {
 
     /// Open the store (it must exist: `outbox migrate` creates it).
     pub async fn open(&self) -> CliResult<Env> {
-        open_url(
+        open_url_with(
             &self.store,
             &self.namespace,
             self.tenant_name(),
             None,
             false,
+            &self.connect.settings(None)?,
         )
         .await
     }
 
     /// Open the store with the vault key.
     pub async fn open_with(&self, vault: &VaultArgs) -> CliResult<Env> {
-        open_url(
+        open_url_with(
             &self.store,
             &self.namespace,
             self.tenant_name(),
             vault.vault_key.clone(),
             false,
+            &self.connect.settings(None)?,
         )
         .await
     }
@@ -138,11 +211,11 @@ fn parse(url: &str) -> CliResult<Url> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         return Ok(Url::Postgres(url.to_owned()));
     }
-    if url.starts_with("redis://") {
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
         return Ok(Url::Redis(url.to_owned()));
     }
     Err(CliError::usage(
-        "invalid store: use sqlite:PATH, postgres://… or redis://…",
+        "invalid store: use sqlite:PATH, postgres://… or redis://… (rediss:// for TLS)",
     ))
 }
 
@@ -153,6 +226,26 @@ pub async fn open_url(
     tenant: &str,
     vault_key: Option<String>,
     create: bool,
+) -> CliResult<Env> {
+    open_url_with(
+        url,
+        namespace,
+        tenant,
+        vault_key,
+        create,
+        &Connect::default(),
+    )
+    .await
+}
+
+/// [`open_url`] with connection settings.
+pub async fn open_url_with(
+    url: &str,
+    namespace: &str,
+    tenant: &str,
+    vault_key: Option<String>,
+    create: bool,
+    connect: &Connect,
 ) -> CliResult<Env> {
     let tenant = TenantId::new(tenant)?;
     let clock: Arc<dyn Timer> = Arc::new(SystemClock);
@@ -178,29 +271,37 @@ pub async fn open_url(
             Backend::Sqlite(s)
         }
         Url::Postgres(u) => {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(8)
-                .acquire_timeout(std::time::Duration::from_secs(10))
-                .connect(&u)
-                .await
-                .map_err(|_| {
-                    CliError::failed(
-                        "cannot connect to postgres (check the URL and that the server is up)",
-                    )
-                })?;
-            let s = PostgresStore::new(
-                pool,
-                PostgresConfig::new(namespace),
-                clock.clone(),
-                entropy.clone(),
-            )?;
+            let config = PostgresConfig {
+                connect_timeout: connect.timeout,
+                max_connections: connect.max_connections.unwrap_or(8),
+                ..PostgresConfig::new(namespace)
+            };
+            config.validate()?;
+            let pool = config.connect_pool(&u).await.map_err(unavailable)?;
+            let s = PostgresStore::new(pool, config, clock.clone(), entropy.clone())?;
             Backend::Postgres(s)
         }
         Url::Redis(u) => {
-            let s =
-                RedisStore::connect_with(&u, RedisConfig::with_prefix(format!("{{{namespace}}}")))
-                    .await
-                    .map_err(unavailable)?;
+            let tls_root_cert = match &connect.ca_cert {
+                Some(path) => Some(std::fs::read(path).map_err(|e| {
+                    CliError::usage(format!(
+                        "invalid input: --ca-cert: cannot read {}: {e}",
+                        path.display()
+                    ))
+                })?),
+                None => None,
+            };
+            let config = RedisConfig {
+                connection_timeout: connect.timeout,
+                setup_timeout: connect.timeout,
+                tls_root_cert,
+                ..RedisConfig::with_prefix(format!("{{{namespace}}}"))
+            };
+            let client = config.client(&u)?;
+            config.probe(&client).await.map_err(unavailable)?;
+            let s = RedisStore::new(client, config, clock.clone(), entropy.clone())
+                .await
+                .map_err(unavailable)?;
             Backend::Redis(s)
         }
     };
@@ -256,12 +357,13 @@ pub async fn migrate(a: MigrateArgs) -> CliResult<()> {
         };
         return crate::util::emit(&script);
     }
-    let env = open_url(
+    let env = open_url_with(
         &a.location.store,
         &a.location.namespace,
         "default",
         None,
         true,
+        &a.location.connect.settings(None)?,
     )
     .await?;
     let (text, applied) = match &env.backend {

@@ -58,6 +58,10 @@ pub struct DispatcherConfig {
     pub endpoint_concurrency: Option<usize>,
     /// Per-endpoint overrides of `endpoint_concurrency`, by endpoint id (1–10000 each).
     pub endpoint_concurrency_overrides: BTreeMap<EndpointId, usize>,
+    /// Send a message's W3C `traceparent` header (see `NewMessage::traceparent`) with its
+    /// webhook requests, so a receiver that traces continues the producer's trace. Off by
+    /// default: it tells the receiver the producer's trace id. Default `false`.
+    pub forward_traceparent: bool,
 }
 
 impl Default for DispatcherConfig {
@@ -82,6 +86,7 @@ impl Default for DispatcherConfig {
             mail_key_prefix: outboxkit_core::mail::DEFAULT_MAIL_KEY_PREFIX.to_owned(),
             endpoint_concurrency: None,
             endpoint_concurrency_overrides: BTreeMap::new(),
+            forward_traceparent: false,
         }
     }
 }

@@ -338,6 +338,7 @@ async fn handler_path(
         max_depth: shared.config.max_depth,
         tenant: delivery.tenant.clone(),
         emits: reg.options.emits.clone(),
+        traceparent: outboxkit_core::Traceparent::from_headers(&message.headers),
     };
     let call = AssertUnwindSafe(reg.handler.handle(ctx, message)).catch_unwind();
     let (outcome, text) = tokio::select! {
@@ -485,6 +486,7 @@ async fn webhook_path(
         &shared.names,
         shared.config.webhook_timeout,
     );
+    let request = super::webhook::forward_traceparent(request, message, &shared.config);
     let response = ch.transport.send(request).await;
     let finished = shared.clock.now();
     let outcome = response.outcome();

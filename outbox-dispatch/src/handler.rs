@@ -114,6 +114,7 @@ pub struct Context {
     pub(crate) max_depth: u32,
     pub(crate) tenant: TenantId,
     pub(crate) emits: Option<TopicFilter>,
+    pub(crate) traceparent: Option<outboxkit_core::Traceparent>,
 }
 
 impl fmt::Debug for Context {
@@ -141,6 +142,12 @@ impl Context {
     /// Which attempt this is (1 for the first).
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// The producer's W3C trace context, when the message carries one (its `traceparent`
+    /// header): start the handler's span as its child to continue the producer's trace.
+    pub fn traceparent(&self) -> Option<&outboxkit_core::Traceparent> {
+        self.traceparent.as_ref()
     }
 
     /// The tenant of the message being handled (follow-ups inherit it).

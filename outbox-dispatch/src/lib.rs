@@ -10,6 +10,8 @@ mod email;
 mod handler;
 mod lease;
 mod limits;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod ops;
 mod report;
 mod timer;
@@ -24,15 +26,20 @@ use tokio::sync::Semaphore;
 use tokio::task::{Id, JoinSet};
 use tracing::Instrument;
 
+#[cfg(feature = "metrics")]
+pub use self::metrics::{record_stats, MetricsObserver};
 pub use alerts::{AlertEmail, AlertWebhook, DeadLetterAlerts, ALERT_LIST_LIMIT};
 pub use builder::DispatcherBuilder;
 pub use config::DispatcherConfig;
 pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResolver};
 pub use handler::{Context, Dedup, Handler, HandlerOptions, HandlerResult};
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
-pub use report::{DeadLetterEvent, DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
+pub use report::{
+    ClaimEvent, DeadLetterEvent, DeliveryEvent, Observer, Report, SettleEvent, TopicReport,
+    DEAD_IDS_LIMIT,
+};
 pub use timer::{DynTimer, Timer, TimerExt};
-pub use webhook::{endpoint_gate, open_secrets, signed_request, webhook_body};
+pub use webhook::{endpoint_gate, forward_traceparent, open_secrets, signed_request, webhook_body};
 
 use self::dedup::DedupCache;
 use self::deliver::{deliver, Done, Meta, RunState};
@@ -261,7 +268,17 @@ impl Dispatcher {
             if free >= refill {
                 if let Some(req) = self.claim_request(&run, free, now) {
                     let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
-                    match s.store.claim(&req).instrument(span).await {
+                    let watch = outboxkit_core::Stopwatch::start();
+                    let claim = s.store.claim(&req).instrument(span).await;
+                    if let Some(o) = &s.observer {
+                        let event = ClaimEvent {
+                            size: claim.as_ref().map_or(0, Vec::len),
+                            duration: watch.elapsed(),
+                            failed: claim.is_err(),
+                        };
+                        observe(|| o.on_claim(&event));
+                    }
+                    match claim {
                         Ok(batch) if !batch.is_empty() => {
                             report.batches += 1;
                             if let Some(o) = &s.observer {
@@ -278,6 +295,8 @@ impl Dispatcher {
                                     // Webhooks only: an e-mail recipient is never logged.
                                     endpoint_id = claimed.delivery.destination.endpoint().map(tracing::field::display),
                                     attempt = claimed.lease.attempts,
+                                    // The producer's trace, to link this attempt to it.
+                                    traceparent = outboxkit_core::Traceparent::from_headers(&claimed.message.headers).map(tracing::field::display),
                                 );
                                 let lease = claimed.lease.clone();
                                 let h = tasks.spawn(
@@ -405,6 +424,7 @@ impl Dispatcher {
 /// return what that adds to the report. Runs beside the claim loop, so a batch's completion
 /// overlaps the next batch's claim.
 async fn settle(shared: Arc<Shared>, finished: Vec<Done>) -> Report {
+    let watch = outboxkit_core::Stopwatch::start();
     let mut report = Report::default();
     let s = &shared;
     let mut items: Vec<(Lease, Completion)> = Vec::new();
@@ -461,6 +481,15 @@ async fn settle(shared: Arc<Shared>, finished: Vec<Done>) -> Report {
                 tracing::warn!(error = %e, "releasing deliveries failed; their leases will expire")
             }
         }
+    }
+    if let Some(o) = &s.observer {
+        let event = SettleEvent {
+            completed: report.completed(),
+            released: report.released,
+            lease_lost: report.lease_lost,
+            duration: watch.elapsed(),
+        };
+        observe(|| o.on_settle(&event));
     }
     report
 }

@@ -181,6 +181,41 @@ pub trait Observer: Send + Sync + fmt::Debug + 'static {
     fn on_dead(&self, event: &DeadLetterEvent<'_>) {
         let _ = event;
     }
+    /// A claim returned (empty, full or failed), with how long the store took.
+    fn on_claim(&self, event: &ClaimEvent) {
+        let _ = event;
+    }
+    /// A group of finished deliveries was written back (completions, releases), with how
+    /// long the store took.
+    fn on_settle(&self, event: &SettleEvent) {
+        let _ = event;
+    }
+}
+
+/// One claim, for [`Observer::on_claim`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ClaimEvent {
+    /// Deliveries claimed (0 when none was due or the claim failed).
+    pub size: usize,
+    /// How long the store's claim took.
+    pub duration: Duration,
+    /// Whether the claim failed.
+    pub failed: bool,
+}
+
+/// One write-back of finished deliveries, for [`Observer::on_settle`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SettleEvent {
+    /// Deliveries whose verdict was written.
+    pub completed: u64,
+    /// Deliveries given back without spending an attempt.
+    pub released: u64,
+    /// Deliveries whose lease had been lost (their outcome was not written).
+    pub lease_lost: u64,
+    /// How long the store's completion and release calls took.
+    pub duration: Duration,
 }
 
 /// A delivery that went dead, for [`Observer::on_dead`]. No payload, no address.

@@ -15,6 +15,8 @@ use outboxkit_core::transport::SignedRequest;
 use outboxkit_core::vault::{DynSecretVault, SecretContext};
 use outboxkit_core::verdict::Outcome;
 
+use crate::DispatcherConfig;
+
 /// The exact body sent for `message` to an endpoint with `format`.
 pub fn webhook_body(message: &Message, format: BodyFormat) -> Vec<u8> {
     match format {
@@ -51,6 +53,24 @@ pub fn signed_request(
         body,
         timeout,
     }
+}
+
+/// Add the message's `traceparent` header to the request when
+/// [`DispatcherConfig::forward_traceparent`] is set (it is not signed: it describes the
+/// sender's trace, not the event).
+pub fn forward_traceparent(
+    mut request: SignedRequest,
+    message: &Message,
+    config: &DispatcherConfig,
+) -> SignedRequest {
+    if config.forward_traceparent {
+        if let Some(tp) = outboxkit_core::Traceparent::from_headers(&message.headers) {
+            request
+                .headers
+                .push((outboxkit_core::TRACEPARENT.to_owned(), tp.to_string()));
+        }
+    }
+    request
 }
 
 /// Open an endpoint's secrets (current, then previous) through the vault.

@@ -1,8 +1,11 @@
-//! [`RedisConfig`]: the key prefix, limits and timeouts of a [`crate::RedisStore`].
+//! [`RedisConfig`]: the key prefix, limits, timeouts and TLS roots of a
+//! [`crate::RedisStore`], and the client for a `redis://` or `rediss://` URL.
 
 use std::time::Duration;
 
-use outboxkit_core::{Error, Limits, Result};
+use outboxkit_core::{Error, ErrorKind, Limits, Result};
+
+use crate::error::connect_error;
 
 /// How a [`crate::RedisStore`] stores and talks to Redis. Validated once by
 /// [`crate::RedisStore::new`].
@@ -27,6 +30,10 @@ pub struct RedisConfig {
     /// check and loading the scripts) before it fails with `Unavailable`, so that an
     /// unreachable Redis is reported instead of waited for. Default 5 s.
     pub setup_timeout: Duration,
+    /// The certificates (PEM) a `rediss://` connection trusts, in place of the system's
+    /// roots: a private CA, or a server's self-signed certificate. Default `None` (the
+    /// system's roots). Used by [`RedisConfig::client`].
+    pub tls_root_cert: Option<Vec<u8>>,
 }
 
 impl Default for RedisConfig {
@@ -38,6 +45,7 @@ impl Default for RedisConfig {
             response_timeout: Duration::from_secs(10),
             connection_timeout: Duration::from_secs(5),
             setup_timeout: Duration::from_secs(5),
+            tls_root_cert: None,
         }
     }
 }
@@ -70,6 +78,67 @@ impl RedisConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The client for `url`: `redis://host:port/db`, or `rediss://host:port/db` for TLS
+    /// (rustls; the server's certificate is checked against [`RedisConfig::tls_root_cert`]
+    /// when set, else the system's roots, and must name the host). Connects to nothing.
+    ///
+    /// ```
+    /// use outboxkit_redis::RedisConfig;
+    ///
+    /// assert!(RedisConfig::default().client("rediss://cache.internal:6380/0").is_ok());
+    /// assert!(RedisConfig::default().client("http://cache.internal").is_err());
+    /// ```
+    pub fn client(&self, url: &str) -> Result<redis::Client> {
+        let invalid = |e: redis::RedisError| {
+            // The driver's message may quote the URL (and so the password): keep it as the
+            // source only.
+            Error::misconfigured("url", "is not a valid redis url (redis://… or rediss://…)")
+                .with_source(e)
+        };
+        match &self.tls_root_cert {
+            Some(pem) if url.starts_with("rediss://") => redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            )
+            .map_err(invalid),
+            _ => redis::Client::open(url).map_err(invalid),
+        }
+    }
+
+    /// Open one connection through `client` and `PING` it, within `connection_timeout`,
+    /// so that an unreachable server, a failed TLS handshake or refused credentials is
+    /// reported at once and by name (never the host or the password), instead of as a
+    /// setup timeout after the connection manager's retries.
+    ///
+    /// # Cancel Safety
+    ///
+    /// Cancelling it drops the connection being opened; nothing is written.
+    pub async fn probe(&self, client: &redis::Client) -> Result<()> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(self.connection_timeout)
+            .set_response_timeout(self.response_timeout);
+        let attempt = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("PING").query_async::<()>(&mut conn).await
+        };
+        match tokio::time::timeout(self.connection_timeout, attempt).await {
+            Err(_) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "redis did not answer within {} ms: the host is unreachable or the port is filtered",
+                    self.connection_timeout.as_millis()
+                ),
+            )),
+            Ok(Err(e)) => Err(connect_error(e)),
+            Ok(Ok(())) => Ok(()),
+        }
     }
 }
 

@@ -71,6 +71,54 @@ pub(crate) fn kind_of(e: &RedisError) -> ErrorKind {
     }
 }
 
+/// Map a failure to open a connection ([`crate::RedisConfig::probe`]): say which of
+/// unreachable, TLS or authentication it is (never the host or the password).
+pub(crate) fn connect_error(e: RedisError) -> Error {
+    let text = e.to_string().to_ascii_lowercase();
+    let tls = text.contains("certificate")
+        || text.contains("tls")
+        || text.contains("handshake")
+        || text.contains("invalid dns name");
+    if tls {
+        let cause = if text.contains("not valid for name") || text.contains("notvalidforname") {
+            "the server certificate does not match the host name"
+        } else if text.contains("unknown issuer") || text.contains("unknownissuer") {
+            "the server certificate is not signed by a trusted root"
+        } else if text.contains("expired") {
+            "the server certificate is expired"
+        } else {
+            "the handshake failed (is the port a tls port?)"
+        };
+        return Error::new(
+            ErrorKind::Misconfigured,
+            format!("redis tls failed: {cause}"),
+        )
+        .with_source(e);
+    }
+    match kind_of(&e) {
+        ErrorKind::Misconfigured => Error::new(
+            ErrorKind::Misconfigured,
+            "redis refused the credentials (authentication failed): check the user and password in the url",
+        )
+        .with_source(e),
+        ErrorKind::Unavailable => {
+            let cause = if e.is_connection_refusal() {
+                "connection refused"
+            } else if e.is_timeout() {
+                "timed out"
+            } else {
+                "i/o error"
+            };
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("cannot reach redis ({cause}): check the host, the port and that the server is up"),
+            )
+            .with_source(e)
+        }
+        _ => map_redis(e),
+    }
+}
+
 fn map_redis(e: RedisError) -> Error {
     match kind_of(&e) {
         ErrorKind::Unavailable => {

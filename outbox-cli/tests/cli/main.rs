@@ -7,6 +7,7 @@ mod defects;
 mod demo;
 mod features;
 mod listen;
+mod observability;
 mod operator;
 mod print_sql;
 mod relay;

@@ -87,6 +87,8 @@ async fn relay_on_postgres_delivers_and_stops_on_sigterm() {
             "--poll-interval",
             "100ms",
         ])
+        // Per-batch lines are DEBUG.
+        .env("OUTBOX_LOG", "info,outbox=debug")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

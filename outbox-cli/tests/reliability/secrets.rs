@@ -4,6 +4,9 @@
 //! - `relay::*` runs `outbox relay` with `OUTBOX_LOG=debug` (every crate's debug events:
 //!   sqlx, hyper, reqwest, redis, the dispatcher) and reads its stdout and stderr; the secret
 //!   is rotated in the middle with `outbox endpoints rotate-secret`;
+//! - `relay_json::*` does the same with `--log-format json` (every log line must be one JSON
+//!   object, without ANSI codes) and `--metrics-addr`, and checks the `/metrics` and
+//!   `/readyz` bodies too;
 //! - `in_process::*` runs the dispatcher, `EndpointAdmin` and malformed calls in-process
 //!   under a `tracing_subscriber` that writes every debug event into a buffer (a
 //!   current-thread runtime, so every task's events reach it), and also keeps the text of
@@ -131,11 +134,49 @@ async fn setup(b: &Backend) -> Setup {
     }
 }
 
+/// `GET path` on `addr` over HTTP/1.0: the status code and the body.
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the metrics address");
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: relay\r\n\r\n").as_bytes())
+        .await
+        .expect("send the request");
+    let mut raw = String::new();
+    stream
+        .read_to_string(&mut raw)
+        .await
+        .expect("read the answer");
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, body)
+}
+
+/// A loopback address with a port free at the time of the call.
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().expect("its address").to_string()
+}
+
 async fn relay_scenario(kind: Kind) {
+    relay_scenario_as(kind, false).await;
+}
+
+async fn relay_scenario_as(kind: Kind, json: bool) {
     let Some(b) = Backend::open(kind).await else {
         return;
     };
-    let name = format!("secrets/relay/{}", kind.name());
+    let name = format!(
+        "secrets/relay{}/{}",
+        if json { "_json" } else { "" },
+        kind.name()
+    );
     let mut s = setup(&b).await;
     let mut flags = fast_flags();
     flags.extend([
@@ -144,6 +185,16 @@ async fn relay_scenario(kind: Kind) {
         "--mail-url".to_owned(),
         s.mail.url_for("/send"),
     ]);
+    let metrics_addr = free_addr();
+    if json {
+        flags.extend([
+            "--log-format".to_owned(),
+            "json".to_owned(),
+            "--metrics-addr".to_owned(),
+            metrics_addr.clone(),
+            "--forward-traceparent".to_owned(),
+        ]);
+    }
     let mut relay = Relay::spawn(
         &b,
         "relay-debug",
@@ -176,6 +227,23 @@ async fn relay_scenario(kind: Kind) {
 
     let (stats, ok) = wait_drained(&*b.store, s.total, Duration::from_secs(60)).await;
     assert!(ok, "[{name}] not drained: {stats:?}\n{}", relay.tail(20));
+    if json {
+        let (code, metrics) = http_get(&metrics_addr, "/metrics").await;
+        assert_eq!(code, 200, "[{name}] /metrics: {metrics}");
+        assert!(
+            metrics.contains("outbox_deliveries_total{channel=\"webhook\",outcome=\"succeeded\"}"),
+            "[{name}] /metrics has the delivery counters: {metrics}"
+        );
+        assert!(
+            metrics.contains("outbox_deliveries{status=\"succeeded\"}"),
+            "[{name}] {metrics}"
+        );
+        s.secrets.check(&format!("[{name}] /metrics"), &metrics);
+        for path in ["/readyz", "/healthz", "/nothing"] {
+            let (_, body) = http_get(&metrics_addr, path).await;
+            s.secrets.check(&format!("[{name}] {path}"), &body);
+        }
+    }
     let status = relay.terminate(Duration::from_secs(10)).await;
     assert!(status.is_some_and(|st| st.success()), "[{name}] {status:?}");
     let out = relay.output();
@@ -193,6 +261,24 @@ async fn relay_scenario(kind: Kind) {
         "[{name}] no failure events"
     );
     s.secrets.check(&format!("[{name}] relay output"), &out);
+    assert!(
+        !out.contains('\u{1b}'),
+        "[{name}] no ANSI codes off a terminal"
+    );
+    if json {
+        for line in out.lines() {
+            // stdout carries the run's report after the log lines.
+            if line.starts_with("claimed ") {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("[{name}] a log line that is not JSON ({e}): {line}"));
+            assert!(
+                v.get("level").is_some() && v.get("fields").is_some(),
+                "[{name}] {line}"
+            );
+        }
+    }
     eprintln!(
         "[{name}] {} log lines ({} bytes) at debug from one relay: no secret, payload, \
          e-mail address, key or url token; {} webhook and {} mail requests",
@@ -399,6 +485,37 @@ pub mod relay {
             "secrets/relay/redis",
             Duration::from_secs(120),
             relay_scenario(Kind::Redis),
+        );
+    }
+}
+
+pub mod relay_json {
+    use super::*;
+
+    #[test]
+    fn postgres() {
+        crate::run(
+            "secrets/relay_json/postgres",
+            Duration::from_secs(120),
+            relay_scenario_as(Kind::Postgres, true),
+        );
+    }
+
+    #[test]
+    fn sqlite() {
+        crate::run(
+            "secrets/relay_json/sqlite",
+            Duration::from_secs(120),
+            relay_scenario_as(Kind::Sqlite, true),
+        );
+    }
+
+    #[test]
+    fn redis() {
+        crate::run(
+            "secrets/relay_json/redis",
+            Duration::from_secs(120),
+            relay_scenario_as(Kind::Redis, true),
         );
     }
 }

@@ -93,7 +93,10 @@ impl NewMessage {
             ordering_key: None,
             idempotency_key: None,
             delay: Delay::None,
-            headers: Vec::new(),
+            // The producer's trace context, when the application installed a source.
+            headers: crate::trace::current_traceparent()
+                .map(|tp| vec![(crate::TRACEPARENT.to_owned(), Ok(tp.to_string()))])
+                .unwrap_or_default(),
             cause: None,
             emails: Vec::new(),
             error: None,
@@ -138,6 +141,16 @@ impl NewMessage {
             .map(str::to_owned)
             .map_err(|_| ());
         self.headers.push((name.into(), value));
+        self
+    }
+
+    /// Carry `traceparent` (a W3C trace context) to the dispatcher's span, the handler's
+    /// `Context` and, when the dispatcher forwards it, the webhook request. Replaces the one
+    /// taken from the installed trace source ([`crate::set_trace_source`]).
+    pub fn traceparent(mut self, traceparent: &crate::Traceparent) -> Self {
+        self.headers.retain(|(n, _)| n != crate::TRACEPARENT);
+        self.headers
+            .push((crate::TRACEPARENT.to_owned(), Ok(traceparent.to_string())));
         self
     }
 

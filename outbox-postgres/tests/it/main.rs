@@ -8,5 +8,6 @@ mod faults;
 mod notify;
 mod script;
 mod support;
+mod tls;
 mod upgrade;
 mod upgrade_ledger;

@@ -10,6 +10,7 @@ mod leases;
 mod lifecycle;
 mod limits;
 mod mail;
+mod trace;
 mod webhooks;
 
 use std::sync::Arc;

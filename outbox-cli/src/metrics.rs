@@ -1,0 +1,139 @@
+//! `outbox relay --metrics-addr HOST:PORT`: `/metrics` (Prometheus text), `/healthz` (the
+//! process is alive) and `/readyz` (the store answers and is migrated).
+//!
+//! The figures come from `outboxkit_dispatch::MetricsObserver` through the `metrics` facade
+//! into a Prometheus recorder installed here; the queue gauges are read from the store's
+//! statistics at each scrape. Nothing here prints a URL, a secret or a payload.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use outboxkit_core::Store;
+use tokio::net::TcpListener;
+
+use crate::error::{CliError, CliResult};
+
+/// How long `/readyz` and a scrape wait for the store's statistics.
+const STORE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Histogram buckets in seconds: 1 ms to 60 s.
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Install the Prometheus recorder for this process (once).
+pub fn install() -> CliResult<PrometheusHandle> {
+    PrometheusBuilder::new()
+        .set_buckets(BUCKETS)
+        .map_err(|e| CliError::failed(format!("cannot set up metrics: {e}")))?
+        .install_recorder()
+        .map_err(|e| CliError::failed(format!("cannot set up metrics: {e}")))
+}
+
+/// Bind `addr` and serve the three paths on a task of their own until the process exits.
+/// Returns the bound address (useful with port 0).
+pub async fn serve(
+    addr: &str,
+    handle: PrometheusHandle,
+    store: Arc<dyn Store>,
+) -> CliResult<SocketAddr> {
+    let addr: SocketAddr = addr.parse().map_err(|_| {
+        CliError::usage(
+            "invalid input: --metrics-addr: use HOST:PORT with an IP address (e.g. 0.0.0.0:9090)",
+        )
+    })?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::failed(format!("cannot listen on --metrics-addr: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| CliError::failed(format!("cannot listen on --metrics-addr: {e}")))?;
+    let state = Arc::new((handle, store));
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let state = state.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(answer(req, &state.0, &*state.1).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    tracing::info!(addr = %bound, "serving /metrics, /healthz and /readyz");
+    Ok(bound)
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// The store's statistics within the deadline, or why not (a message without secrets).
+async fn stats(store: &dyn Store) -> Result<outboxkit_core::Stats, String> {
+    match tokio::time::timeout(STORE_DEADLINE, store.stats()).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "the store did not answer within {} ms",
+            STORE_DEADLINE.as_millis()
+        )),
+    }
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    handle: &PrometheusHandle,
+    store: &dyn Store,
+) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "use GET\n".into());
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            match stats(store).await {
+                Ok(s) => outboxkit_dispatch::record_stats(&s),
+                Err(why) => tracing::warn!(error = %why, "queue gauges not refreshed"),
+            }
+            handle.run_upkeep();
+            reply(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                handle.render(),
+            )
+        }
+        "/healthz" => reply(StatusCode::OK, TEXT, "ok\n".into()),
+        "/readyz" => match stats(store).await {
+            Ok(_) => reply(StatusCode::OK, TEXT, "ready\n".into()),
+            Err(why) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                format!("not ready: {why}\n"),
+            ),
+        },
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            TEXT,
+            "not found: use /metrics, /healthz or /readyz\n".into(),
+        ),
+    }
+}
