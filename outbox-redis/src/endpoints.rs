@@ -9,10 +9,10 @@ use outboxkit_core::{
 };
 use redis::Value;
 
-use crate::codec::{
+use crate::error::redis_err;
+use crate::rows::{
     consumer, consumer_value, endpoint, endpoint_fields, int, items, text, Args, ENDPOINT_OPTIONAL,
 };
-use crate::error::redis_err;
 use crate::store::RedisStore;
 
 /// How often an update retries when another writer changed the endpoint in between.

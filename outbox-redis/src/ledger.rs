@@ -9,8 +9,8 @@ use outboxkit_core::{
 };
 use redis::Value;
 
-use crate::codec::{attempt, delivery, exists, int, items, message, text, Args};
 use crate::error::{corrupt, redis_err};
+use crate::rows::{attempt, delivery, exists, int, items, message, text, Args};
 use crate::store::RedisStore;
 
 /// The fields a delivery is read from (see `scripts/common.lua`).
@@ -126,7 +126,7 @@ impl Ledger for RedisStore {
             .await
             .map_err(redis_err)?;
         let s = row.first().and_then(text).unwrap_or_default();
-        let mut parts = s.split(crate::codec::SEP);
+        let mut parts = s.split(crate::rows::SEP);
         let (mid, owner) = (parts.nth(1), parts.next());
         if owner != Some(tenant.as_str()) {
             return Err(Error::not_found("delivery"));
@@ -174,7 +174,7 @@ impl Ledger for RedisStore {
     }
 
     async fn tenants(&self) -> Result<Vec<TenantStats>> {
-        crate::delivery::tenants(self).await
+        crate::tenancy::tenants(self).await
     }
 }
 

@@ -73,9 +73,12 @@ end
 -- Step 1: every candidate that is not held and has spent its source's budget dies. The
 -- attempts index holds every queued (not claimed), unfinished, non-held row that spent
 -- attempts, and every claimed row whose claim spent its claimer's last attempt (and
--- finished rows not yet cleaned up, removed here).
+-- finished rows not yet cleaned up, removed here). The step reads at most EXHAUSTED_STEP
+-- entries per source, so a claim stays bounded however many rows are exhausted at once;
+-- rows beyond it die in a later claim, or in step 3 when the claim meets them in due order.
+local EXHAUSTED_STEP = 256
 for _, src in ipairs(sources) do
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf')) do
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf', 'LIMIT', 0, EXHAUSTED_STEP)) do
     local d = load(member_id(m))
     if not d or finished(d.status) then
       redis.call('ZREM', src.x, m)
