@@ -34,14 +34,34 @@ impl Entropy for Drawn {
 }
 
 impl RedisStore {
-    fn tokens(&self, n: usize) -> Vec<ClaimToken> {
+    /// `n` fresh claim tokens for rows of `shard`. With several shards a token's first
+    /// byte is its shard (the rest stays random), so a lease finds its shard again.
+    fn tokens(&self, shard: usize, n: usize) -> Vec<ClaimToken> {
         let mut bytes = vec![0u8; n.max(1) * 16];
         self.inner.entropy.fill(&mut bytes);
+        if self.shard_count() > 1 {
+            let tag = u8::try_from(shard).unwrap_or(u8::MAX);
+            bytes.iter_mut().step_by(16).for_each(|b| *b = tag);
+        }
         let drawn = Drawn(bytes, AtomicUsize::new(0));
         (0..n).map(|_| ClaimToken::generate(&drawn)).collect()
     }
 
+    /// The shard a lease's row lives in (from its token), or `None` for a token no claim
+    /// of this store handed out.
+    pub(crate) fn lease_shard(&self, lease: &Lease) -> Option<usize> {
+        let n = self.shard_count();
+        if n == 1 {
+            return Some(0);
+        }
+        let s = usize::from(lease.token.as_uuid().as_bytes()[0]);
+        (s < n).then_some(s)
+    }
+
     async fn lease_op(&self, op: &str, lease: &Lease, until: Option<i64>) -> Result<()> {
+        let Some(shard) = self.lease_shard(lease) else {
+            return Err(Error::lease_lost());
+        };
         let mut a = Args::new();
         a.s(op)
             .s(lease.delivery_id.to_string())
@@ -51,7 +71,7 @@ impl RedisStore {
         if let Some(u) = until {
             a.n(u);
         }
-        let ok: i64 = self.run(&self.inner.scripts.lease, &a).await?;
+        let ok: i64 = self.run_on(shard, &self.inner.scripts.lease, &a).await?;
         if ok == 1 {
             Ok(())
         } else {
@@ -59,7 +79,10 @@ impl RedisStore {
         }
     }
 
-    fn complete_args(&self, items: &[(Lease, Completion)]) -> Result<Args> {
+    fn complete_args<'a>(
+        &self,
+        items: impl Iterator<Item = &'a (Lease, Completion)>,
+    ) -> Result<Args> {
         let now = self.now();
         let mut a = Args::new();
         a.t(now).n(self.inner.config.attempts_cap);
@@ -100,11 +123,68 @@ impl RedisStore {
 
     pub(crate) async fn claim_rows(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         request.validate()?;
+        let batch = request.batch_size() as usize;
+        let n = self.shard_count();
+        if n == 1 {
+            return self.claim_on(0, request, batch).await;
+        }
+        // Several shards: each gets an equal share of the batch first, starting with a
+        // different shard every call; shards that filled their share then fill the rest.
+        let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
+        let order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
+        let share = batch.div_ceil(n);
+        let mut out = Vec::new();
+        let mut full = Vec::new();
+        let mut failed = None;
+        for &shard in &order {
+            let want = share.min(batch - out.len());
+            if want == 0 {
+                break;
+            }
+            match self.claim_on(shard, request, want).await {
+                Ok(rows) => {
+                    if rows.len() == want {
+                        full.push(shard);
+                    }
+                    out.extend(rows);
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        for shard in full {
+            let want = batch - out.len();
+            if want == 0 {
+                break;
+            }
+            match self.claim_on(shard, request, want).await {
+                Ok(rows) => out.extend(rows),
+                Err(e) => failed = Some(e),
+            }
+        }
+        match failed {
+            // Rows already claimed are leased: hand them out rather than strand them.
+            Some(e) if out.is_empty() => Err(e),
+            Some(e) => {
+                tracing::warn!(error = %e, "outbox claim: a redis shard failed; returning the other shards' rows");
+                Ok(out)
+            }
+            None => Ok(out),
+        }
+    }
+
+    /// Claim up to `batch` rows of one shard.
+    async fn claim_on(
+        &self,
+        shard: usize,
+        request: &ClaimRequest,
+        batch: usize,
+    ) -> Result<Vec<Claimed>> {
         let now = self.now();
         let until = now.saturating_add(request.lease());
-        let batch = request.batch_size() as usize;
         let mut a = Args::new();
-        a.t(now).t(until).n(request.batch_size());
+        a.t(now)
+            .t(until)
+            .n(i64::try_from(batch).unwrap_or(i64::MAX));
         let srcs = sources(request);
         a.n(srcs.len() as i64);
         for (kind, target, budget) in srcs {
@@ -118,10 +198,10 @@ impl RedisStore {
         for t in request.dormant() {
             a.s(t.as_str());
         }
-        for t in self.tokens(batch) {
+        for t in self.tokens(shard, batch) {
             a.s(token_arg(&t));
         }
-        let reply: Value = self.run(&self.inner.scripts.claim, &a).await?;
+        let reply: Value = self.run_on(shard, &self.inner.scripts.claim, &a).await?;
         items(reply)?.into_iter().map(claimed).collect()
     }
 
@@ -129,22 +209,36 @@ impl RedisStore {
         &self,
         items_in: &[(Lease, Completion)],
     ) -> Result<Vec<Result<()>>> {
-        if items_in.is_empty() {
-            return Ok(Vec::new());
-        }
-        let a = self.complete_args(items_in)?;
-        let reply: Value = self.run(&self.inner.scripts.complete, &a).await?;
-        let out: Vec<Result<()>> = items(reply)?
-            .iter()
-            .map(|v| match int(v) {
-                Some(1) => Ok(()),
-                _ => Err(Error::lease_lost()),
-            })
-            .collect();
-        if out.len() != items_in.len() {
-            return Err(corrupt("reply"));
+        let mut out: Vec<Result<()>> = items_in.iter().map(|_| Err(Error::lease_lost())).collect();
+        for (shard, mine) in self.by_shard(items_in.iter().map(|(l, _)| l)) {
+            let a = self.complete_args(mine.iter().map(|&i| &items_in[i]))?;
+            let reply: Value = self.run_on(shard, &self.inner.scripts.complete, &a).await?;
+            let got = items(reply)?;
+            if got.len() != mine.len() {
+                return Err(corrupt("reply"));
+            }
+            for (i, v) in mine.into_iter().zip(&got) {
+                if int(v) == Some(1) {
+                    out[i] = Ok(());
+                }
+            }
         }
         Ok(out)
+    }
+
+    /// The indexes of `leases` grouped by shard (leases of no shard are left out).
+    fn by_shard<'a>(&self, leases: impl Iterator<Item = &'a Lease>) -> Vec<(usize, Vec<usize>)> {
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, lease) in leases.enumerate() {
+            let Some(shard) = self.lease_shard(lease) else {
+                continue;
+            };
+            match groups.iter_mut().find(|g| g.0 == shard) {
+                Some(g) => g.1.push(i),
+                None => groups.push((shard, vec![i])),
+            }
+        }
+        groups
     }
 
     pub(crate) async fn release_rows(
@@ -156,30 +250,34 @@ impl RedisStore {
             return Ok(ReleaseReport::default());
         }
         let now = self.now();
-        let mut a = Args::new();
-        a.t(now);
-        for lease in leases {
-            let u = lease.release(delay, now);
-            a.s(lease.delivery_id.to_string())
-                .s(lease.tenant.as_str())
-                .s(token_arg(&lease.token))
-                .s(u.status.as_str())
-                .n(u.attempts)
-                .t(u.next_attempt_at)
-                .s(pack_h(u.status, u.attempts, u.next_attempt_at, None, now));
+        let mut report = ReleaseReport::default();
+        let groups = self.by_shard(leases.iter());
+        let known: usize = groups.iter().map(|g| g.1.len()).sum();
+        report.lost = u32::try_from(leases.len() - known).unwrap_or(u32::MAX);
+        for (shard, mine) in groups {
+            let mut a = Args::new();
+            a.t(now);
+            for lease in mine.iter().map(|&i| &leases[i]) {
+                let u = lease.release(delay, now);
+                a.s(lease.delivery_id.to_string())
+                    .s(lease.tenant.as_str())
+                    .s(token_arg(&lease.token))
+                    .s(u.status.as_str())
+                    .n(u.attempts)
+                    .t(u.next_attempt_at)
+                    .s(pack_h(u.status, u.attempts, u.next_attempt_at, None, now));
+            }
+            let reply: Value = self.run_on(shard, &self.inner.scripts.release, &a).await?;
+            let v = items(reply)?;
+            let n = |i: usize| {
+                v.get(i)
+                    .and_then(int)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| corrupt("reply"))
+            };
+            report.released += n(0)?;
+            report.lost += n(1)?;
         }
-        let reply: Value = self.run(&self.inner.scripts.release, &a).await?;
-        let v = items(reply)?;
-        let n = |i: usize| {
-            v.get(i)
-                .and_then(int)
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| corrupt("reply"))
-        };
-        let report = ReleaseReport {
-            released: n(0)?,
-            lost: n(1)?,
-        };
         if report.released > 0 {
             self.wake_local();
         }

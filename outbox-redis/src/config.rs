@@ -27,6 +27,12 @@ pub struct RedisConfig {
     /// check and loading the scripts) before it fails with `Unavailable`, so that an
     /// unreachable Redis is reported instead of waited for. Default 5 s.
     pub setup_timeout: Duration,
+    /// How many hash slots (shards) the outbox is spread over (1–64, default 1). Shard 0's
+    /// keys start with `prefix` itself; shard `i > 0`'s with the prefix whose hash tag has
+    /// `:i` appended (`{outbox}` → `{outbox:1}`), so each shard is one Redis Cluster slot.
+    /// A message's shard comes from its ordering key (or idempotency key, or id); see the
+    /// crate docs for what that means for `enqueue_in` and ordering.
+    pub shards: u16,
 }
 
 impl Default for RedisConfig {
@@ -38,6 +44,7 @@ impl Default for RedisConfig {
             response_timeout: Duration::from_secs(10),
             connection_timeout: Duration::from_secs(5),
             setup_timeout: Duration::from_secs(5),
+            shards: 1,
         }
     }
 }
@@ -60,6 +67,9 @@ impl RedisConfig {
                 "must be from 1 to 10000",
             ));
         }
+        if !(1..=64).contains(&self.shards) {
+            return Err(Error::misconfigured("shards", "must be from 1 to 64"));
+        }
         if self.response_timeout.is_zero()
             || self.connection_timeout.is_zero()
             || self.setup_timeout.is_zero()
@@ -70,6 +80,24 @@ impl RedisConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl RedisConfig {
+    /// The key prefix of shard `i`: the prefix itself for shard 0, else the prefix with
+    /// `:i` added inside its hash tag (`app:{outbox}:` → `app:{outbox:2}:`).
+    pub fn shard_prefix(&self, i: u16) -> String {
+        if i == 0 {
+            return self.prefix.clone();
+        }
+        let close = self
+            .prefix
+            .find('{')
+            .and_then(|open| self.prefix[open..].find('}').map(|c| open + c));
+        match close {
+            Some(c) => format!("{}:{i}{}", &self.prefix[..c], &self.prefix[c..]),
+            None => format!("{}:{i}", self.prefix),
+        }
     }
 }
 
@@ -123,6 +151,22 @@ mod tests {
                 assert_eq!(e.field(), Some("prefix"));
             }
         }
+    }
+
+    #[test]
+    fn shards_have_their_own_hash_tags() {
+        let mut c = RedisConfig::with_prefix("app:{outbox}:x");
+        c.shards = 3;
+        assert!(c.validate().is_ok());
+        let got: Vec<String> = (0..3).map(|i| c.shard_prefix(i)).collect();
+        assert_eq!(
+            got,
+            ["app:{outbox}:x", "app:{outbox:1}:x", "app:{outbox:2}:x"]
+        );
+        c.shards = 0;
+        assert_eq!(c.validate().unwrap_err().field(), Some("shards"));
+        c.shards = 65;
+        assert_eq!(c.validate().unwrap_err().field(), Some("shards"));
     }
 
     #[test]

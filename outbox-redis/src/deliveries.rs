@@ -13,7 +13,17 @@ impl RedisStore {
     pub(crate) async fn operator(&self, op: &str, tenant: &TenantId, id: String) -> Result<Value> {
         let mut a = Args::new();
         a.s(op).s(tenant.as_str()).s(id).t(self.now());
-        let v = self.run(&self.inner.scripts.operator, &a).await?;
+        let v = if op == "release_held" {
+            // Held deliveries of one endpoint may sit in every shard: the sum.
+            let all: Vec<Value> = self.run_all(&self.inner.scripts.operator, &a).await?;
+            let n = all
+                .iter()
+                .map(|v| int(v).ok_or_else(|| corrupt("reply")))
+                .sum::<Result<i64>>()?;
+            Value::Int(n)
+        } else {
+            self.run_find(&self.inner.scripts.operator, &a).await?
+        };
         self.wake_local();
         Ok(v)
     }
@@ -35,22 +45,25 @@ impl RedisStore {
         let now = self.now();
         let mut a = Args::new();
         a.t(now);
-        let reply: Value = self.run(&self.inner.scripts.stats, &a).await?;
-        let v = items(reply)?;
-        let [counts, oldest] = v.as_slice() else {
-            return Err(corrupt("reply"));
-        };
-        stats_from(counts, oldest, now)
+        let mut stats = Stats::default();
+        for reply in self.run_all::<Value>(&self.inner.scripts.stats, &a).await? {
+            let v = items(reply)?;
+            let [counts, oldest] = v.as_slice() else {
+                return Err(corrupt("reply"));
+            };
+            add_stats(&mut stats, counts, oldest, now)?;
+        }
+        Ok(stats)
     }
 }
 
-/// Stats from a flat status/count list and the oldest due time (or nil).
-pub(crate) fn stats_from(
+/// Add a shard's flat status/count list and oldest due time (or nil) to `stats`.
+pub(crate) fn add_stats(
+    stats: &mut Stats,
     counts: &Value,
     oldest: &Value,
     now: outboxkit_core::Timestamp,
-) -> Result<Stats> {
-    let mut stats = Stats::default();
+) -> Result<()> {
     for pair in items(counts.clone())?.chunks(2) {
         let (Some(name), Some(n)) = (pair.first().and_then(text), pair.get(1).and_then(int)) else {
             return Err(corrupt("reply"));
@@ -61,8 +74,10 @@ pub(crate) fn stats_from(
     }
     if let Some(ms) = int(oldest) {
         let at = outboxkit_core::Timestamp::from_unix_millis(ms).map_err(|_| corrupt("reply"))?;
-        stats.oldest_due_at = Some(at);
-        stats.oldest_due_age = Some(now.duration_since(at));
+        if stats.oldest_due_at.is_none_or(|o| at < o) {
+            stats.oldest_due_at = Some(at);
+            stats.oldest_due_age = Some(now.duration_since(at));
+        }
     }
-    Ok(stats)
+    Ok(())
 }

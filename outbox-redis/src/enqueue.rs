@@ -3,7 +3,8 @@
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    fanout, DeliveryId, Enqueued, Error, MessageStore, NewMessage, Result, Timestamp, ValidMessage,
+    fanout, DeliveryId, Enqueued, Error, Message, MessageStore, NewMessage, Result, Timestamp,
+    ValidMessage,
 };
 
 use crate::error::corrupt;
@@ -11,29 +12,95 @@ use crate::rows::{enqueued, items, pack_message, Args};
 use crate::scripts::ENQUEUE;
 use crate::store::RedisStore;
 
+/// One message ready to be written.
+struct Row {
+    message: Message,
+    base: DeliveryId,
+    emails: String,
+}
+
+/// FNV-1a (64 bits) over the parts, each followed by a unit separator: stable across
+/// processes and versions, which the shard choice must be.
+fn fnv(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0x1f]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The hash tag of a shard prefix, braces included (`app:{outbox:2}:` → `{outbox:2}`).
+pub(crate) fn hash_tag(prefix: &str) -> &str {
+    let open = prefix.find('{').unwrap_or(0);
+    let close = prefix[open..]
+        .find('}')
+        .map_or(prefix.len(), |c| open + c + 1);
+    &prefix[open..close]
+}
+
 impl RedisStore {
-    fn enqueue_args(&self, now: Timestamp, messages: &[ValidMessage]) -> Result<Args> {
+    /// The rows of `messages` (ids drawn here) with the shard each goes to.
+    fn rows(&self, now: Timestamp, messages: &[ValidMessage]) -> Vec<(usize, Row)> {
         let entropy = self.inner.entropy.as_ref();
+        messages
+            .iter()
+            .map(|valid| {
+                let m = fanout::message_row(valid, now, entropy);
+                // The script derives each delivery id from this random base (same time part).
+                let base = DeliveryId::generate(now, entropy);
+                let emails: Vec<&str> = valid.emails.iter().map(|r| r.as_str()).collect();
+                let row = Row {
+                    emails: emails.join("\n"),
+                    base,
+                    message: m,
+                };
+                (self.shard_of(&row.message), row)
+            })
+            .collect()
+    }
+
+    /// A message's shard: from its tenant and ordering key, so one key's deliveries share
+    /// a slot and its FIFO barrier; without one from its idempotency key, so a duplicate
+    /// meets the original; else from its id, spreading the load.
+    pub(crate) fn shard_of(&self, m: &Message) -> usize {
+        let n = self.shard_count();
+        if n == 1 {
+            return 0;
+        }
+        let h = match (&m.ordering_key, &m.idempotency_key) {
+            (Some(k), _) => fnv(&[m.tenant.as_str(), k.as_str()]),
+            (None, Some(k)) => fnv(&[m.tenant.as_str(), m.topic.as_str(), k.as_str()]),
+            (None, None) => fnv(&[&m.id.to_string()]),
+        };
+        usize::try_from(h % n as u64).unwrap_or(0)
+    }
+
+    fn enqueue_args<'a>(
+        &self,
+        now: Timestamp,
+        rows: impl Iterator<Item = &'a Row>,
+    ) -> Result<Args> {
         let mut a = Args::new();
-        a.t(now)
-            .n(i64::try_from(messages.len()).unwrap_or(i64::MAX));
-        for valid in messages {
-            let m = fanout::message_row(valid, now, entropy);
-            // The script derives each delivery id from this random base (same time part).
-            let base = DeliveryId::generate(now, entropy);
-            let packed = pack_message(&m)?;
-            let emails: Vec<&str> = valid.emails.iter().map(|r| r.as_str()).collect();
+        let mut count = 0i64;
+        a.t(now).n(0);
+        for row in rows {
+            let m = &row.message;
+            count += 1;
             a.s(m.id.to_string())
                 .s(m.tenant.as_str())
                 .s(m.topic.as_str())
                 .opt(m.ordering_key.as_ref())
                 .opt(m.idempotency_key.as_ref())
                 .t(m.available_at)
-                .s(packed)
-                .b(m.payload)
-                .s(base.to_string())
-                .s(emails.join("\n"));
+                .s(pack_message(m)?)
+                .b(m.payload.clone())
+                .s(row.base.to_string())
+                .s(&row.emails);
         }
+        a.0[1] = count.to_string().into_bytes();
         Ok(a)
     }
 
@@ -63,7 +130,7 @@ impl RedisStore {
     /// println!("message {}", reply.0.message_id);
     /// # Ok(()) }
     /// ```
-    pub fn enqueue_in(&self, pipe: &mut redis::Pipeline, message: NewMessage) -> Result<()> {
+    pub fn enqueue_in(&self, pipe: &mut redis::Pipeline, message: NewMessage) -> Result<String> {
         if !pipe.is_transaction() {
             return Err(Error::invalid_input(
                 "pipeline",
@@ -72,23 +139,41 @@ impl RedisStore {
         }
         let now = self.now();
         let valid = message.validate(&self.inner.config.limits, now)?;
-        let args = self.enqueue_args(now, std::slice::from_ref(&valid))?;
-        pipe.cmd("EVAL")
-            .arg(ENQUEUE)
-            .arg(1)
-            .arg(self.inner.config.prefix.as_str());
+        let rows = self.rows(now, std::slice::from_ref(&valid));
+        let shard = rows.first().map_or(0, |r| r.0);
+        let args = self.enqueue_args(now, rows.iter().map(|r| &r.1))?;
+        let prefix = &self.inner.shards[shard];
+        pipe.cmd("EVAL").arg(ENQUEUE).arg(1).arg(prefix.as_str());
         for a in &args.0 {
             pipe.arg(a.as_slice());
         }
-        Ok(())
+        Ok(hash_tag(prefix).to_owned())
     }
 
     async fn write(&self, now: Timestamp, valid: &[ValidMessage]) -> Result<Vec<Enqueued>> {
-        let args = self.enqueue_args(now, valid)?;
-        let reply: redis::Value = self.run(&self.inner.scripts.enqueue, &args).await?;
-        let out = items(reply)?
-            .iter()
-            .map(|v| enqueued(v).ok_or_else(|| corrupt("reply")))
+        let rows = self.rows(now, valid);
+        let mut out: Vec<Option<Enqueued>> = vec![None; rows.len()];
+        // One script run per shard the batch touches, each atomic on its own.
+        for shard in 0..self.shard_count() {
+            let mine: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].0 == shard).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let args = self.enqueue_args(now, mine.iter().map(|&i| &rows[i].1))?;
+            let reply: redis::Value = self
+                .run_on(shard, &self.inner.scripts.enqueue, &args)
+                .await?;
+            let got = items(reply)?;
+            if got.len() != mine.len() {
+                return Err(corrupt("reply"));
+            }
+            for (i, v) in mine.into_iter().zip(&got) {
+                out[i] = Some(enqueued(v).ok_or_else(|| corrupt("reply"))?);
+            }
+        }
+        let out = out
+            .into_iter()
+            .map(|e| e.ok_or_else(|| corrupt("reply")))
             .collect::<Result<Vec<_>>>()?;
         if out.iter().any(|e| e.deliveries > 0) {
             self.wake_local();

@@ -20,8 +20,25 @@ const DELIVERY_FIELDS: [&str; 5] = ["h", "s", "v", "l", "r"];
 const MESSAGE_FIELDS: [&str; 2] = ["p", "x"];
 
 impl RedisStore {
-    pub(crate) fn key(&self, kind: &str, id: impl std::fmt::Display) -> String {
-        format!("{}:{kind}:{id}", self.inner.config.prefix)
+    /// The key `<shard's prefix>:<kind>:<id>`.
+    pub(crate) fn key(&self, shard: usize, kind: &str, id: impl std::fmt::Display) -> String {
+        format!("{}:{kind}:{id}", self.inner.shards[shard])
+    }
+
+    /// The first shard holding hash `kind:id` with its fields, or `None`.
+    async fn find_row(
+        &self,
+        kind: &str,
+        id: impl std::fmt::Display,
+        fields: &[&str],
+    ) -> Result<Option<(usize, Vec<Value>)>> {
+        for shard in 0..self.shard_count() {
+            let v = self.hmget(self.key(shard, kind, &id), fields).await?;
+            if exists(&v) {
+                return Ok(Some((shard, v)));
+            }
+        }
+        Ok(None)
     }
 
     async fn hmget(&self, key: String, fields: &[&str]) -> Result<Vec<Value>> {
@@ -78,11 +95,14 @@ impl Ledger for RedisStore {
             .opt(filter.topic.as_ref())
             .opt(filter.ordering_key.as_ref())
             .opt(filter.text.as_ref().map(|t| t.to_ascii_lowercase()));
-        let reply: Value = self.run(&self.inner.scripts.list, &a).await?;
-        let mut out = items(reply)?
-            .into_iter()
-            .map(|v| delivery(&items(v)?))
-            .collect::<Result<Vec<_>>>()?;
+        let mut out = Vec::new();
+        for reply in self.run_all::<Value>(&self.inner.scripts.list, &a).await? {
+            for v in items(reply)? {
+                out.push(delivery(&items(v)?)?);
+            }
+        }
+        // Each shard's page is newest first; so is their merge.
+        out.sort_by(|x, y| (y.created_at, y.id).cmp(&(x.created_at, x.id)));
         let next = if out.len() > limit {
             out.truncate(limit);
             out.last().map(Cursor::after)
@@ -93,10 +113,9 @@ impl Ledger for RedisStore {
     }
 
     async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
-        let v = self.hmget(self.key("d", id), &DELIVERY_FIELDS).await?;
-        if !exists(&v) {
+        let Some((_, v)) = self.find_row("d", id, &DELIVERY_FIELDS).await? else {
             return Err(Error::not_found("delivery"));
-        }
+        };
         let d = delivery(&v)?;
         if &d.tenant != tenant {
             return Err(Error::not_found("delivery"));
@@ -105,10 +124,9 @@ impl Ledger for RedisStore {
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        let v = self.hmget(self.key("m", id), &MESSAGE_FIELDS).await?;
-        if !exists(&v) {
+        let Some((_, v)) = self.find_row("m", id, &MESSAGE_FIELDS).await? else {
             return Err(Error::not_found("message"));
-        }
+        };
         let m = message(&v[0], &v[1])?;
         if &m.tenant != tenant {
             return Err(Error::not_found("message"));
@@ -117,11 +135,14 @@ impl Ledger for RedisStore {
     }
 
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
+        let Some((shard, _)) = self.find_row("d", delivery, &["s"]).await? else {
+            return Err(Error::not_found("delivery"));
+        };
         let mut conn = self.inner.conn.clone();
         let (row, list): (Vec<Value>, Vec<Value>) = redis::pipe()
             .atomic()
-            .hmget(self.key("d", delivery), &["s", "tr"])
-            .lrange(self.key("a", delivery), 0, -1)
+            .hmget(self.key(shard, "d", delivery), &["s", "tr"])
+            .lrange(self.key(shard, "a", delivery), 0, -1)
             .query_async(&mut conn)
             .await
             .map_err(redis_err)?;
@@ -133,7 +154,7 @@ impl Ledger for RedisStore {
         }
         // The message's payload is immutable: every attempt carried these bytes.
         let payload: Option<Vec<u8>> = redis::cmd("HGET")
-            .arg(self.key("m", mid.unwrap_or_default()))
+            .arg(self.key(shard, "m", mid.unwrap_or_default()))
             .arg("p")
             .query_async(&mut conn)
             .await
@@ -179,23 +200,39 @@ impl Ledger for RedisStore {
 }
 
 impl RedisStore {
+    /// One retention step on each shard in turn (each rotates over its own tenants) while
+    /// the limit lasts, the counts summed; the tenant named is the first one named.
     async fn purge(&self, a: &Args) -> Result<PurgeReport> {
-        let reply: Value = self.run(&self.inner.scripts.purge, a).await?;
-        let v = items(reply)?;
-        let [tenant, nd, nm] = v.as_slice() else {
-            return Err(corrupt("reply"));
-        };
-        let n = |v: &Value| {
-            int(v)
-                .and_then(|n| u64::try_from(n).ok())
-                .ok_or_else(|| corrupt("reply"))
-        };
-        Ok(PurgeReport {
-            deliveries: n(nd)?,
-            messages: n(nm)?,
-            tenant: text(tenant)
-                .map(|t| TenantId::new(t).map_err(|_| corrupt("reply")))
-                .transpose()?,
-        })
+        let mut a = Args(a.0.clone());
+        let limit: u64 = std::str::from_utf8(&a.0[1])
+            .ok()
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(|| corrupt("limit"))?;
+        let mut report = PurgeReport::default();
+        for shard in 0..self.shard_count() {
+            let left = limit.saturating_sub(report.deliveries);
+            if left == 0 {
+                break;
+            }
+            a.0[1] = left.to_string().into_bytes();
+            let reply: Value = self.run_on(shard, &self.inner.scripts.purge, &a).await?;
+            let v = items(reply)?;
+            let [tenant, nd, nm] = v.as_slice() else {
+                return Err(corrupt("reply"));
+            };
+            let n = |v: &Value| {
+                int(v)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .ok_or_else(|| corrupt("reply"))
+            };
+            report.deliveries += n(nd)?;
+            report.messages += n(nm)?;
+            if report.tenant.is_none() {
+                report.tenant = text(tenant)
+                    .map(|t| TenantId::new(t).map_err(|_| corrupt("reply")))
+                    .transpose()?;
+            }
+        }
+        Ok(report)
     }
 }

@@ -19,4 +19,4 @@ pub use config::RedisConfig;
 /// version.
 pub use redis;
 pub use rows::EnqueueReply;
-pub use store::RedisStore;
+pub use store::{RedisConnection, RedisStore};

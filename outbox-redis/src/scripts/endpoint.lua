@@ -40,8 +40,9 @@ if op == 'delete' then
   if n > 0 then wake() end
   return 1 + n
 end
--- update: compare-and-set on the version read by the caller.
-if redis.call('HGET', ek, 'ver') ~= ARGV[4] then return { 0, 0 } end
+-- update: compare-and-set on the version read by the caller ('' when shard 0 already took
+-- the change and this shard's copy follows it).
+if ARGV[4] ~= '' and redis.call('HGET', ek, 'ver') ~= ARGV[4] then return { 0, 0 } end
 local releases, now, hold = ARGV[5], ARGV[6], ARGV[7]
 local nset = tonumber(ARGV[8])
 local args = {}
