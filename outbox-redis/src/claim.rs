@@ -128,18 +128,54 @@ impl RedisStore {
         if n == 1 {
             return self.claim_on(0, request, batch).await;
         }
-        // Several shards: each gets an equal share of the batch first, starting with a
-        // different shard every call; shards that filled their share then fill the rest.
+        // Several shards: read each shard's due heads (read-only), merge them in
+        // (due, sequence) order as one store would, and claim from each shard as many as
+        // it has among the first `batch`; shards that filled their count then fill the rest.
+        let now = self.now();
+        let mut heads: Vec<(i64, String, usize)> = Vec::new();
+        let mut conn = self.inner.conn.clone();
+        for shard in 0..n {
+            let mut pipe = redis::pipe();
+            for (kind, target, _) in sources(request) {
+                let key = match kind {
+                    "handler" => format!("{}:q:h:{target}", self.inner.shards[shard]),
+                    "webhook" => format!("{}:q:w", self.inner.shards[shard]),
+                    _ => format!("{}:q:e", self.inner.shards[shard]),
+                };
+                pipe.cmd("ZRANGEBYSCORE")
+                    .arg(key)
+                    .arg("-inf")
+                    .arg(now.as_unix_millis())
+                    .arg("WITHSCORES")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(batch);
+            }
+            let got: Vec<Vec<(String, i64)>> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(crate::error::redis_err)?;
+            heads.extend(got.into_iter().flatten().map(|(m, s)| (s, m, shard)));
+        }
+        heads.sort();
+        let mut want = vec![0usize; n];
+        let mut order = Vec::new();
+        for (_, _, shard) in heads.iter().take(batch) {
+            if want[*shard] == 0 {
+                order.push(*shard);
+            }
+            want[*shard] += 1;
+        }
         let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
-        let order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
-        let share = batch.div_ceil(n);
+        order.extend((0..n).map(|k| (start + k) % n).filter(|s| want[*s] == 0));
         let mut out = Vec::new();
         let mut full = Vec::new();
         let mut failed = None;
         for &shard in &order {
-            let want = share.min(batch - out.len());
+            let want = want[shard];
             if want == 0 {
-                break;
+                full.push(shard);
+                continue;
             }
             match self.claim_on(shard, request, want).await {
                 Ok(rows) => {
@@ -161,6 +197,17 @@ impl RedisStore {
                 Err(e) => failed = Some(e),
             }
         }
+        // Hand the rows out in the merged order (rows found beyond the peek last).
+        let rank: std::collections::HashMap<&str, usize> = heads
+            .iter()
+            .enumerate()
+            .map(|(i, (_, m, _))| (m.get(15..).unwrap_or_default(), i))
+            .collect();
+        out.sort_by_cached_key(|c| {
+            rank.get(c.delivery.id.to_string().as_str())
+                .copied()
+                .unwrap_or(usize::MAX)
+        });
         match failed {
             // Rows already claimed are leased: hand them out rather than strand them.
             Some(e) if out.is_empty() => Err(e),
@@ -217,9 +264,37 @@ impl RedisStore {
             if got.len() != mine.len() {
                 return Err(corrupt("reply"));
             }
+            let mut mirror = Args::new();
+            mirror.s("mirror").t(self.now());
+            let mut mirrored = false;
             for (i, v) in mine.into_iter().zip(&got) {
-                if int(v) == Some(1) {
-                    out[i] = Ok(());
+                if int(v) == Some(0) {
+                    continue;
+                }
+                out[i] = Ok(());
+                if let (Some(endpoint), true) = (text(v), self.shard_count() > 1) {
+                    let (lease, c) = &items_in[i];
+                    let record = match &c.attempt {
+                        Some(r) => pack_attempt(r, lease.is_probe())?.split_off(2),
+                        None => Vec::new(),
+                    };
+                    let gone = lease.settle(&c.verdict, c.attempt.as_ref(), self.now());
+                    if record.is_empty() && !gone.disable_endpoint {
+                        continue;
+                    }
+                    mirror
+                        .s(endpoint)
+                        .s(lease.tenant.as_str())
+                        .b(record)
+                        .s(if gone.disable_endpoint { "1" } else { "0" });
+                    mirrored = true;
+                }
+            }
+            if mirrored {
+                for other in (0..self.shard_count()).filter(|&s| s != shard) {
+                    let _: i64 = self
+                        .run_on(other, &self.inner.scripts.endpoint, &mirror)
+                        .await?;
                 }
             }
         }

@@ -12,6 +12,10 @@ use crate::rows::{enqueued, items, pack_message, Args};
 use crate::scripts::ENQUEUE;
 use crate::store::RedisStore;
 
+/// Sequence numbers reserved per message when the outbox has several shards (the most
+/// destinations one message may fan out to there); `scripts/enqueue.lua` agrees.
+const SEQ_BLOCK: i64 = 4096;
+
 /// One message ready to be written.
 struct Row {
     message: Message,
@@ -81,11 +85,13 @@ impl RedisStore {
     fn enqueue_args<'a>(
         &self,
         now: Timestamp,
+        seq_bases: &[i64],
         rows: impl Iterator<Item = &'a Row>,
     ) -> Result<Args> {
         let mut a = Args::new();
         let mut count = 0i64;
-        a.t(now).n(0);
+        let bases: Vec<String> = seq_bases.iter().map(i64::to_string).collect();
+        a.t(now).n(0).s(bases.join(","));
         for row in rows {
             let m = &row.message;
             count += 1;
@@ -141,7 +147,7 @@ impl RedisStore {
         let valid = message.validate(&self.inner.config.limits, now)?;
         let rows = self.rows(now, std::slice::from_ref(&valid));
         let shard = rows.first().map_or(0, |r| r.0);
-        let args = self.enqueue_args(now, rows.iter().map(|r| &r.1))?;
+        let args = self.enqueue_args(now, &[], rows.iter().map(|r| &r.1))?;
         let prefix = &self.inner.shards[shard];
         pipe.cmd("EVAL").arg(ENQUEUE).arg(1).arg(prefix.as_str());
         for a in &args.0 {
@@ -153,13 +159,35 @@ impl RedisStore {
     async fn write(&self, now: Timestamp, valid: &[ValidMessage]) -> Result<Vec<Enqueued>> {
         let rows = self.rows(now, valid);
         let mut out: Vec<Option<Enqueued>> = vec![None; rows.len()];
+        // With several shards the sequence numbers (the order of equal due times) come
+        // from shard 0, a block per message, so that one order holds across shards.
+        let mut seq_next = None;
+        if self.shard_count() > 1 {
+            let want = SEQ_BLOCK * i64::try_from(rows.len()).unwrap_or(i64::MAX / SEQ_BLOCK);
+            let mut conn = self.inner.conn.clone();
+            let end: i64 = redis::cmd("INCRBY")
+                .arg(format!("{}:seq", self.inner.shards[0]))
+                .arg(want)
+                .query_async(&mut conn)
+                .await
+                .map_err(crate::error::redis_err)?;
+            seq_next = Some(end - want);
+        }
         // One script run per shard the batch touches, each atomic on its own.
         for shard in 0..self.shard_count() {
             let mine: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].0 == shard).collect();
             if mine.is_empty() {
                 continue;
             }
-            let args = self.enqueue_args(now, mine.iter().map(|&i| &rows[i].1))?;
+            // Message i of the batch gets block i, whichever shard it goes to.
+            let bases: Vec<i64> = match seq_next {
+                Some(b) => mine
+                    .iter()
+                    .map(|&i| b + SEQ_BLOCK * i64::try_from(i).unwrap_or(0))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let args = self.enqueue_args(now, &bases, mine.iter().map(|&i| &rows[i].1))?;
             let reply: redis::Value = self
                 .run_on(shard, &self.inner.scripts.enqueue, &args)
                 .await?;

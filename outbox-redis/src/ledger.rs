@@ -102,7 +102,7 @@ impl Ledger for RedisStore {
             }
         }
         // Each shard's page is newest first; so is their merge.
-        out.sort_by(|x, y| (y.created_at, y.id).cmp(&(x.created_at, x.id)));
+        out.sort_by_key(|d| std::cmp::Reverse((d.created_at, d.id)));
         let next = if out.len() > limit {
             out.truncate(limit);
             out.last().map(Cursor::after)
@@ -209,6 +209,41 @@ impl RedisStore {
             .and_then(|l| l.parse().ok())
             .ok_or_else(|| corrupt("limit"))?;
         let mut report = PurgeReport::default();
+        let rotating = a.0[2].is_empty();
+        let cursor_key = format!("{}:purge", self.inner.shards[0]);
+        if rotating && self.shard_count() > 1 {
+            // One rotation over the tenants of every shard: the cursor lives in shard 0,
+            // each shard names its next tenant with work after it, the first in turn wins.
+            let mut conn = self.inner.conn.clone();
+            let cursor: Option<String> = redis::cmd("GET")
+                .arg(&cursor_key)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+            let cursor = cursor.unwrap_or_default();
+            a.0[2] = format!(">{cursor}").into_bytes();
+            let mut next: Option<String> = None;
+            for reply in self.run_all::<Value>(&self.inner.scripts.purge, &a).await? {
+                let Some(t) = items(reply)?.first().and_then(text) else {
+                    continue;
+                };
+                // Tenants after the cursor come first, then the wrapped ones, each by name.
+                let key = |t: &str| (cursor.is_empty() || t <= cursor.as_str(), t.to_owned());
+                if next.as_deref().is_none_or(|n| key(&t) < key(n)) {
+                    next = Some(t);
+                }
+            }
+            let Some(tenant) = next else {
+                return Ok(report);
+            };
+            let _: () = redis::cmd("SET")
+                .arg(&cursor_key)
+                .arg(&tenant)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+            a.0[2] = tenant.into_bytes();
+        }
         for shard in 0..self.shard_count() {
             let left = limit.saturating_sub(report.deliveries);
             if left == 0 {

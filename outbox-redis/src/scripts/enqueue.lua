@@ -1,10 +1,16 @@
 -- Enqueue messages with their fan-out, atomically.
--- ARGV: now, count, then per message 10 fields:
+-- ARGV: now, count, sequence bases ('' = draw from this shard's `seq`; with several shards
+--   the caller reserves SEQ_BLOCK numbers per message from shard 0's `seq`, so that one
+--   order holds across shards, and passes each message's first one, comma-separated), then
+--   per message 10 fields:
 --   id, tenant, topic, okey, ikey, available_at, packed fields (`x`), payload,
 --   id base (a UUIDv7 from the injected entropy), recipients (newline-separated)
 -- Returns one {message id, deliveries, duplicate (0/1)} per message.
 local now = ARGV[1]
 local count = tonumber(ARGV[2])
+local seqbases = {}
+for b in string.gmatch(ARGV[3], '%d+') do seqbases[#seqbases + 1] = tonumber(b) end
+local SEQ_BLOCK = 4096
 
 -- Delivery ids: the base's time part, the rest from SHA-1 of the random base and the index.
 local VARIANT = { '8', '9', 'a', 'b' }
@@ -45,8 +51,8 @@ end
 local out = {}
 local woke = false
 local registered = {}
-local a = 3
-for _ = 1, count do
+local a = 4
+for msg_i = 1, count do
   local mid, tenant, topic, okey, ikey = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local avail, meta, payload = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local base, emails = ARGV[a + 8], ARGV[a + 9]
@@ -78,7 +84,15 @@ for _ = 1, count do
       redis.call('ZADD', k_tm(tenant), now, mid)
       purgeable[tenant] = true
     else
-      local last = redis.call('INCRBY', K_SEQ, n)
+      local last
+      if seqbases[msg_i] then
+        if n > SEQ_BLOCK then
+          return redis.error_reply('OUTBOX_INVALID a message fans out to more than 4096 destinations')
+        end
+        last = seqbases[msg_i] + n
+      else
+        last = redis.call('INCRBY', K_SEQ, n)
+      end
       counts.pending = (counts.pending or 0) + n
       local h = make_h('pending', '0', avail, '', now)
       local tail = '\31' .. mid .. '\31' .. tenant .. '\31' .. topic .. '\31'
