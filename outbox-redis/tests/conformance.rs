@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use outboxkit_core::NewMessage;
 use outboxkit_core::{EntropyExt, OsEntropy, Store};
 use outboxkit_redis::{RedisConfig, RedisStore};
+use outboxkit_testing::conformance::txn::{TxnFixture, TxnHarness};
 use outboxkit_testing::conformance::{backend_unavailable, Fixture};
 use outboxkit_testing::ManualClock;
 
@@ -142,8 +144,15 @@ mod cluster {
     outboxkit_testing::conformance_tests!(setup_cluster);
 }
 
+fn new_prefix() -> String {
+    format!("{{outbox-test-{:016x}}}", OsEntropy.next_u64())
+}
+
 async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
-    let prefix = format!("{{outbox-test-{:016x}}}", OsEntropy.next_u64());
+    fixture(new_prefix(), clock).await
+}
+
+async fn fixture(prefix: String, clock: Arc<ManualClock>) -> Option<Fixture> {
     let store = match open(prefix.clone(), clock.clone()).await {
         Ok(s) => s,
         Err(e) => return backend_unavailable("redis", e),
@@ -165,3 +174,68 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
 }
 
 outboxkit_testing::conformance_tests!(setup);
+
+/// The transaction harness: the caller's write is a `SET` of a marker key (in the
+/// outbox's hash slot, as a `MULTI` on a cluster needs), the transaction an atomic
+/// pipeline that `EXEC`s on commit and is never sent on roll-back.
+#[derive(Debug)]
+struct Multi {
+    store: RedisStore,
+}
+
+#[async_trait::async_trait]
+impl TxnHarness for Multi {
+    async fn write_and_enqueue(
+        &self,
+        marker: &str,
+        messages: Vec<NewMessage>,
+        commit: bool,
+    ) -> outboxkit_core::Result<()> {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .set(format!("{}:marker:{marker}", self.store.prefix()), 1)
+            .ignore();
+        for m in messages {
+            self.store.enqueue_in(&mut pipe, m)?;
+        }
+        if commit {
+            let _: redis::Value = pipe
+                .query_async(&mut self.store.connection())
+                .await
+                .map_err(|e| {
+                    outboxkit_core::Error::new(
+                        outboxkit_core::ErrorKind::Unavailable,
+                        "exec failed",
+                    )
+                    .with_source(e)
+                })?;
+        }
+        Ok(())
+    }
+
+    async fn marker_exists(&self, marker: &str) -> outboxkit_core::Result<bool> {
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(format!("{}:marker:{marker}", self.store.prefix()))
+            .query_async(&mut self.store.connection())
+            .await
+            .map_err(|e| {
+                outboxkit_core::Error::new(outboxkit_core::ErrorKind::Unavailable, "exists failed")
+                    .with_source(e)
+            })?;
+        Ok(n == 1)
+    }
+}
+
+async fn setup_txn(clock: Arc<ManualClock>) -> Option<TxnFixture> {
+    let prefix = new_prefix();
+    let fx = fixture(prefix.clone(), clock.clone()).await?;
+    let store = open(prefix, clock)
+        .await
+        .expect("a second store on the same prefix");
+    Some(TxnFixture {
+        fx,
+        harness: Arc::new(Multi { store }),
+    })
+}
+
+outboxkit_testing::transaction_tests!(setup_txn);
