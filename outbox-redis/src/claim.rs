@@ -128,19 +128,29 @@ impl RedisStore {
         if n == 1 {
             return self.claim_on(0, request, batch).await;
         }
-        // Several shards: read each shard's due heads (read-only), merge them in
-        // (due, sequence) order as one store would, and claim from each shard as many as
-        // it has among the first `batch`; shards that filled their count then fill the rest.
+        // Several shards: read each shard's groups with due work (read-only) and how many
+        // due rows each has, play the rounds of a fair claim over all of them as one store
+        // would, and claim from each shard as many as it got; shards that filled their count
+        // then fill the rest. A group whose rows sit in several shards (ordering keys spread
+        // a tenant's rows) counts as one group per shard.
         let now = self.now();
-        let mut heads: Vec<(i64, String, usize)> = Vec::new();
+        let excluded: std::collections::BTreeSet<String> = request
+            .excluded_endpoints()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        // (head score, group name without the shard's prefix, shard, due rows)
+        let mut groups: Vec<(i64, String, usize, usize)> = Vec::new();
         let mut conn = self.inner.conn.clone();
+        let glimit = batch + 16 + excluded.len();
         for shard in 0..n {
+            let prefix = &self.inner.shards[shard];
             let mut pipe = redis::pipe();
             for (kind, target, _) in sources(request) {
                 let key = match kind {
-                    "handler" => format!("{}:q:h:{target}", self.inner.shards[shard]),
-                    "webhook" => format!("{}:q:w", self.inner.shards[shard]),
-                    _ => format!("{}:q:e", self.inner.shards[shard]),
+                    "handler" => format!("{prefix}:G:h:{target}"),
+                    "webhook" => format!("{prefix}:G:w"),
+                    _ => format!("{prefix}:G:e"),
                 };
                 pipe.cmd("ZRANGEBYSCORE")
                     .arg(key)
@@ -149,32 +159,61 @@ impl RedisStore {
                     .arg("WITHSCORES")
                     .arg("LIMIT")
                     .arg(0)
-                    .arg(batch);
+                    .arg(glimit);
             }
             let got: Vec<Vec<(String, i64)>> = pipe
                 .query_async(&mut conn)
                 .await
                 .map_err(crate::error::redis_err)?;
-            heads.extend(got.into_iter().flatten().map(|(m, s)| (s, m, shard)));
-        }
-        heads.sort();
-        let mut want = vec![0usize; n];
-        let mut order = Vec::new();
-        for (_, _, shard) in heads.iter().take(batch) {
-            if want[*shard] == 0 {
-                order.push(*shard);
+            let mine: Vec<(String, i64)> = got
+                .into_iter()
+                .flatten()
+                .filter(|(g, _)| {
+                    let (kind, _, target) = parse_group(&g[prefix.len()..]);
+                    !(kind == "webhook" && excluded.contains(target))
+                })
+                .collect();
+            if mine.is_empty() {
+                continue;
             }
-            want[*shard] += 1;
+            let mut count = redis::pipe();
+            for (g, _) in &mine {
+                count
+                    .cmd("ZCOUNT")
+                    .arg(g)
+                    .arg("-inf")
+                    .arg(now.as_unix_millis());
+            }
+            let due: Vec<usize> = count
+                .query_async(&mut conn)
+                .await
+                .map_err(crate::error::redis_err)?;
+            for ((g, score), due) in mine.into_iter().zip(due) {
+                groups.push((score, g[prefix.len()..].to_owned(), shard, due));
+            }
+        }
+        groups.sort();
+        let mut want = vec![0usize; n];
+        let mut taken = 0;
+        let mut round = 0;
+        while taken < batch && groups.iter().any(|g| g.3 > round) {
+            for g in groups.iter().filter(|g| g.3 > round) {
+                if taken == batch {
+                    break;
+                }
+                want[g.2] += 1;
+                taken += 1;
+            }
+            round += 1;
         }
         let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
-        order.extend((0..n).map(|k| (start + k) % n).filter(|s| want[*s] == 0));
+        let order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
         let mut out = Vec::new();
         let mut full = Vec::new();
         let mut failed = None;
         for &shard in &order {
             let want = want[shard];
             if want == 0 {
-                full.push(shard);
                 continue;
             }
             match self.claim_on(shard, request, want).await {
@@ -197,17 +236,29 @@ impl RedisStore {
                 Err(e) => failed = Some(e),
             }
         }
-        // Hand the rows out in the merged order (rows found beyond the peek last).
-        let rank: std::collections::HashMap<&str, usize> = heads
+        // Hand the rows out in the order of the rounds: (round within its group, group).
+        let rank: std::collections::HashMap<(usize, &str), usize> = groups
             .iter()
             .enumerate()
-            .map(|(i, (_, m, _))| (m.get(15..).unwrap_or_default(), i))
+            .map(|(i, g)| ((g.2, g.1.as_str()), i))
             .collect();
-        out.sort_by_cached_key(|c| {
-            rank.get(c.delivery.id.to_string().as_str())
-                .copied()
-                .unwrap_or(usize::MAX)
-        });
+        let mut seen: std::collections::HashMap<(usize, String), usize> = Default::default();
+        let mut keyed: Vec<((usize, usize), Claimed)> = out
+            .into_iter()
+            .map(|c| {
+                let shard = self.lease_shard(&c.lease).unwrap_or(0);
+                let name = group_name(&c);
+                let r = seen.entry((shard, name.clone())).or_default();
+                *r += 1;
+                let g = rank
+                    .get(&(shard, name.as_str()))
+                    .copied()
+                    .unwrap_or(usize::MAX);
+                ((*r, g), c)
+            })
+            .collect();
+        keyed.sort_by_key(|(k, _)| *k);
+        let out: Vec<Claimed> = keyed.into_iter().map(|(_, c)| c).collect();
         match failed {
             // Rows already claimed are leased: hand them out rather than strand them.
             Some(e) if out.is_empty() => Err(e),
@@ -240,6 +291,10 @@ impl RedisStore {
         a.n(request.excluded_topics().len() as i64);
         for t in request.excluded_topics() {
             a.s(t.as_str());
+        }
+        a.n(request.excluded_endpoints().len() as i64);
+        for e in request.excluded_endpoints() {
+            a.s(e.to_string());
         }
         a.n(request.dormant().len() as i64);
         for t in request.dormant() {
@@ -372,6 +427,35 @@ impl RedisStore {
     pub(crate) async fn mark_lease_sending(&self, lease: &Lease) -> Result<()> {
         self.lease_op("sending", lease, None).await
     }
+}
+
+/// A group key's `:g:<kind, tenant>target` part (after the shard's prefix) as (kind, tenant,
+/// target); `lp` is `len:text` as in `scripts/common.lua`.
+fn parse_group(g: &str) -> (&str, &str, &str) {
+    let mut rest = g.strip_prefix(":g:").unwrap_or(g);
+    let mut part = || {
+        let (n, tail) = rest.split_once(':')?;
+        let n: usize = n.parse().ok()?;
+        let (p, tail) = (tail.get(..n)?, tail.get(n..)?);
+        rest = tail;
+        Some(p)
+    };
+    match (part(), part()) {
+        (Some(kind), Some(tenant)) => (kind, tenant, rest),
+        _ => ("", "", rest),
+    }
+}
+
+/// The group of a claimed row, spelt as `parse_group` reads it.
+fn group_name(c: &Claimed) -> String {
+    let kind = c.delivery.destination.kind().as_str();
+    let tenant = c.delivery.tenant.as_str();
+    format!(
+        ":g:{}:{kind}{}:{tenant}{}",
+        kind.len(),
+        tenant.len(),
+        c.delivery.destination.target()
+    )
 }
 
 /// The served sources as (kind, target, budget), first occurrence of each destination

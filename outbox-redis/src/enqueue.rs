@@ -67,17 +67,17 @@ impl RedisStore {
     }
 
     /// A message's shard: from its tenant and ordering key, so one key's deliveries share
-    /// a slot and its FIFO barrier; without one from its idempotency key, so a duplicate
-    /// meets the original; else from its id, spreading the load.
+    /// a slot and its FIFO barrier; without one from its tenant alone, so a duplicate
+    /// (same tenant, topic and idempotency key) meets the original and each of the tenant's
+    /// groups (tenant, destination) sits in one shard, where a claim can be fair to it.
     pub(crate) fn shard_of(&self, m: &Message) -> usize {
         let n = self.shard_count();
         if n == 1 {
             return 0;
         }
-        let h = match (&m.ordering_key, &m.idempotency_key) {
-            (Some(k), _) => fnv(&[m.tenant.as_str(), k.as_str()]),
-            (None, Some(k)) => fnv(&[m.tenant.as_str(), m.topic.as_str(), k.as_str()]),
-            (None, None) => fnv(&[&m.id.to_string()]),
+        let h = match &m.ordering_key {
+            Some(k) => fnv(&[m.tenant.as_str(), k.as_str()]),
+            None => fnv(&[m.tenant.as_str()]),
         };
         usize::try_from(h % n as u64).unwrap_or(0)
     }

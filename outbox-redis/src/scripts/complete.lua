@@ -59,7 +59,8 @@ while a <= #ARGV do
     end
     if finished(status) then
       -- `place` for the common case, inline.
-      redis.call('ZREM', k_q(kind, target), m)
+      redis.call('ZREM', k_g(kind, target, tenant), m)
+      touch(kind, target, tenant)
       if okey ~= '' then redis.call('ZREM', k_o(tenant, kind, target, okey), m) end
       redis.call('ZADD', k_tf(tenant), ARGV[a + 6], m)
       purgeable[tenant] = true

@@ -51,6 +51,8 @@ end
 local out = {}
 local woke = false
 local registered = {}
+-- Groups written to: each gets its head's score once, at the end.
+local touched = {}
 local a = 4
 for msg_i = 1, count do
   local mid, tenant, topic, okey, ikey = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
@@ -85,10 +87,9 @@ for msg_i = 1, count do
       purgeable[tenant] = true
     else
       local last
-      if seqbases[msg_i] then
-        if n > SEQ_BLOCK then
-          return redis.error_reply('OUTBOX_INVALID a message fans out to more than 4096 destinations')
-        end
+      -- A message with more destinations than its reserved block takes this shard's own
+      -- numbers (its order against other shards is then only by due time).
+      if seqbases[msg_i] and n <= SEQ_BLOCK then
         last = seqbases[msg_i] + n
       else
         last = redis.call('INCRBY', K_SEQ, n)
@@ -111,11 +112,13 @@ for msg_i = 1, count do
         end
         redis.call('HSET', k_d(id), 'h', row_h, 'v', '0||',
           's', m .. tail .. kind .. '\31' .. target .. '\31' .. now .. '\31' .. okey)
-        local q = k_q(kind, target)
-        redis.call('ZADD', q, due, m)
-        if not registered[q] then
-          redis.call('SADD', K_QS, q)
-          registered[q] = true
+        local g = k_g(kind, target, tenant)
+        redis.call('ZADD', g, due, m)
+        local G = k_G(kind, target)
+        touched[g] = G
+        if not registered[G] then
+          redis.call('SADD', K_QS, G)
+          registered[G] = true
         end
         redis.call('ZADD', k_td(tenant), now, id)
         if okey ~= '' then redis.call('ZADD', k_o(tenant, kind, target, okey), S(seq), m) end
@@ -125,6 +128,7 @@ for msg_i = 1, count do
     out[#out + 1] = { mid, n, 0 }
   end
 end
+for g, G in pairs(touched) do touch_g(g, G) end
 flush()
 if woke then wake() end
 return out
