@@ -219,7 +219,7 @@ impl RedisStore {
         })
         .await?;
         let shards = (0..config.shards).map(|i| config.shard_prefix(i)).collect();
-        Ok(RedisStore {
+        let store = RedisStore {
             inner: Arc::new(Inner {
                 pubsub,
                 conn,
@@ -232,7 +232,24 @@ impl RedisStore {
                 listener: Mutex::new(None),
                 turn: AtomicUsize::new(0),
             }),
-        })
+        };
+        store.upgrade().await?;
+        Ok(store)
+    }
+
+    /// Upgrade an outbox written by an earlier version in place (`scripts/migrate.lua`):
+    /// a few thousand rows per script call until nothing is left; a no-op once done.
+    async fn upgrade(&self) -> Result<()> {
+        let mut a = Args::new();
+        a.n(5_000);
+        for shard in 0..self.shard_count() {
+            while self
+                .run_on::<i64>(shard, &self.inner.scripts.migrate, &a)
+                .await?
+                > 0
+            {}
+        }
+        Ok(())
     }
 
     /// A store on `url` with the default [`RedisConfig`], the system clock and the OS

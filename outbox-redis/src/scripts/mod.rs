@@ -37,6 +37,7 @@ pub(crate) struct Scripts {
     pub(crate) stats: Script,
     pub(crate) endpoint: Script,
     pub(crate) tenancy: Script,
+    pub(crate) migrate: Script,
 }
 
 impl Scripts {
@@ -53,10 +54,11 @@ impl Scripts {
             stats: Script::new(source!("stats.lua", read_only)),
             endpoint: Script::new(source!("endpoint.lua")),
             tenancy: Script::new(source!("tenancy.lua", read_only)),
+            migrate: Script::new(source!("migrate.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 11] {
+    pub(crate) fn all(&self) -> [&Script; 12] {
         [
             &self.enqueue,
             &self.claim,
@@ -69,6 +71,7 @@ impl Scripts {
             &self.stats,
             &self.endpoint,
             &self.tenancy,
+            &self.migrate,
         ]
     }
 }

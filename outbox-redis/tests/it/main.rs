@@ -9,4 +9,5 @@ mod config;
 mod faults;
 mod pipeline;
 mod retention;
+mod upgrade;
 mod wake;
