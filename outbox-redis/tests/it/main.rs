@@ -3,8 +3,11 @@
 //! Each test runs under its own random key prefix and deletes its keys afterwards.
 
 mod common;
+#[path = "../support/cluster.rs"]
+mod support;
 
 mod claim;
+mod cluster;
 mod config;
 mod faults;
 mod pipeline;
