@@ -126,21 +126,22 @@ impl RedisStore {
         let batch = request.batch_size() as usize;
         let n = self.shard_count();
         if n == 1 {
-            return self.claim_on(0, request, batch).await;
+            return self.claim_on(0, request, batch, &[]).await;
         }
-        // Several shards: read each shard's groups with due work (read-only) and how many
-        // due rows each has, play the rounds of a fair claim over all of them as one store
-        // would, and claim from each shard as many as it got; shards that filled their count
-        // then fill the rest. A group whose rows sit in several shards (ordering keys spread
-        // a tenant's rows) counts as one group per shard.
+        // Several shards: read each shard's groups with due work and their first due rows
+        // (read-only), play the rounds of a fair claim over all of them as one store would
+        // (a group's rows in several shards merged in (due, sequence) order), and claim from
+        // each shard exactly the rows of each group the rounds gave it; shards that filled
+        // their count then fill what is left of the batch.
         let now = self.now();
         let excluded: std::collections::BTreeSet<String> = request
             .excluded_endpoints()
             .iter()
             .map(|e| e.to_string())
             .collect();
-        // (head score, group name without the shard's prefix, shard, due rows)
-        let mut groups: Vec<(i64, String, usize, usize)> = Vec::new();
+        // group name (after the shard's prefix) → its due rows as (score, member, shard)
+        let mut rows: std::collections::HashMap<String, Vec<(i64, String, usize)>> =
+            Default::default();
         let mut conn = self.inner.conn.clone();
         let glimit = batch + 16 + excluded.len();
         for shard in 0..n {
@@ -156,19 +157,18 @@ impl RedisStore {
                     .arg(key)
                     .arg("-inf")
                     .arg(now.as_unix_millis())
-                    .arg("WITHSCORES")
                     .arg("LIMIT")
                     .arg(0)
                     .arg(glimit);
             }
-            let got: Vec<Vec<(String, i64)>> = pipe
+            let got: Vec<Vec<String>> = pipe
                 .query_async(&mut conn)
                 .await
                 .map_err(crate::error::redis_err)?;
-            let mine: Vec<(String, i64)> = got
+            let mine: Vec<String> = got
                 .into_iter()
                 .flatten()
-                .filter(|(g, _)| {
+                .filter(|g| {
                     let (kind, _, target) = parse_group(&g[prefix.len()..]);
                     !(kind == "webhook" && excluded.contains(target))
                 })
@@ -176,36 +176,57 @@ impl RedisStore {
             if mine.is_empty() {
                 continue;
             }
-            let mut count = redis::pipe();
-            for (g, _) in &mine {
-                count
-                    .cmd("ZCOUNT")
+            let mut heads = redis::pipe();
+            for g in &mine {
+                heads
+                    .cmd("ZRANGEBYSCORE")
                     .arg(g)
                     .arg("-inf")
-                    .arg(now.as_unix_millis());
+                    .arg(now.as_unix_millis())
+                    .arg("WITHSCORES")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(batch);
             }
-            let due: Vec<usize> = count
+            let due: Vec<Vec<(String, i64)>> = heads
                 .query_async(&mut conn)
                 .await
                 .map_err(crate::error::redis_err)?;
-            for ((g, score), due) in mine.into_iter().zip(due) {
-                groups.push((score, g[prefix.len()..].to_owned(), shard, due));
+            for (g, due) in mine.into_iter().zip(due) {
+                rows.entry(g[prefix.len()..].to_owned())
+                    .or_default()
+                    .extend(due.into_iter().map(|(m, s)| (s, m, shard)));
             }
         }
-        groups.sort();
-        let mut want = vec![0usize; n];
-        let mut taken = 0;
+        let mut groups: Vec<(String, Vec<(i64, String, usize)>)> = rows
+            .into_iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(g, mut r)| {
+                r.sort();
+                (g, r)
+            })
+            .collect();
+        groups.sort_by(|x, y| (&x.1[0].0, &x.1[0].1).cmp(&(&y.1[0].0, &y.1[0].1)));
+        // quotas[shard] = (group, how many) in group order; picks = the rows, in order.
+        let mut quotas: Vec<Vec<(String, usize)>> = vec![Vec::new(); n];
+        let mut picks: Vec<String> = Vec::new();
         let mut round = 0;
-        while taken < batch && groups.iter().any(|g| g.3 > round) {
-            for g in groups.iter().filter(|g| g.3 > round) {
-                if taken == batch {
+        while picks.len() < batch && groups.iter().any(|g| g.1.len() > round) {
+            for (g, r) in groups.iter().filter(|g| g.1.len() > round) {
+                if picks.len() == batch {
                     break;
                 }
-                want[g.2] += 1;
-                taken += 1;
+                let (_, m, shard) = &r[round];
+                let q = &mut quotas[*shard];
+                match q.iter_mut().find(|(name, _)| name == g) {
+                    Some(e) => e.1 += 1,
+                    None => q.push((g.clone(), 1)),
+                }
+                picks.push(m.get(15..).unwrap_or_default().to_owned());
             }
             round += 1;
         }
+        let want: Vec<usize> = quotas.iter().map(|q| q.iter().map(|e| e.1).sum()).collect();
         let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
         let order: Vec<usize> = (0..n).map(|k| (start + k) % n).collect();
         let mut out = Vec::new();
@@ -216,7 +237,7 @@ impl RedisStore {
             if want == 0 {
                 continue;
             }
-            match self.claim_on(shard, request, want).await {
+            match self.claim_on(shard, request, want, &quotas[shard]).await {
                 Ok(rows) => {
                     if rows.len() == want {
                         full.push(shard);
@@ -231,34 +252,22 @@ impl RedisStore {
             if want == 0 {
                 break;
             }
-            match self.claim_on(shard, request, want).await {
+            match self.claim_on(shard, request, want, &[]).await {
                 Ok(rows) => out.extend(rows),
                 Err(e) => failed = Some(e),
             }
         }
-        // Hand the rows out in the order of the rounds: (round within its group, group).
-        let rank: std::collections::HashMap<(usize, &str), usize> = groups
+        // Hand the rows out in the order of the rounds (rows beyond them last).
+        let rank: std::collections::HashMap<&str, usize> = picks
             .iter()
             .enumerate()
-            .map(|(i, g)| ((g.2, g.1.as_str()), i))
+            .map(|(i, id)| (id.as_str(), i))
             .collect();
-        let mut seen: std::collections::HashMap<(usize, String), usize> = Default::default();
-        let mut keyed: Vec<((usize, usize), Claimed)> = out
-            .into_iter()
-            .map(|c| {
-                let shard = self.lease_shard(&c.lease).unwrap_or(0);
-                let name = group_name(&c);
-                let r = seen.entry((shard, name.clone())).or_default();
-                *r += 1;
-                let g = rank
-                    .get(&(shard, name.as_str()))
-                    .copied()
-                    .unwrap_or(usize::MAX);
-                ((*r, g), c)
-            })
-            .collect();
-        keyed.sort_by_key(|(k, _)| *k);
-        let out: Vec<Claimed> = keyed.into_iter().map(|(_, c)| c).collect();
+        out.sort_by_cached_key(|c| {
+            rank.get(c.delivery.id.to_string().as_str())
+                .copied()
+                .unwrap_or(usize::MAX)
+        });
         match failed {
             // Rows already claimed are leased: hand them out rather than strand them.
             Some(e) if out.is_empty() => Err(e),
@@ -276,6 +285,7 @@ impl RedisStore {
         shard: usize,
         request: &ClaimRequest,
         batch: usize,
+        quotas: &[(String, usize)],
     ) -> Result<Vec<Claimed>> {
         let now = self.now();
         let until = now.saturating_add(request.lease());
@@ -299,6 +309,10 @@ impl RedisStore {
         a.n(request.dormant().len() as i64);
         for t in request.dormant() {
             a.s(t.as_str());
+        }
+        a.n(quotas.len() as i64);
+        for (g, q) in quotas {
+            a.s(g).n(i64::try_from(*q).unwrap_or(i64::MAX));
         }
         for t in self.tokens(shard, batch) {
             a.s(token_arg(&t));
@@ -444,18 +458,6 @@ fn parse_group(g: &str) -> (&str, &str, &str) {
         (Some(kind), Some(tenant)) => (kind, tenant, rest),
         _ => ("", "", rest),
     }
-}
-
-/// The group of a claimed row, spelt as `parse_group` reads it.
-fn group_name(c: &Claimed) -> String {
-    let kind = c.delivery.destination.kind().as_str();
-    let tenant = c.delivery.tenant.as_str();
-    format!(
-        ":g:{}:{kind}{}:{tenant}{}",
-        kind.len(),
-        tenant.len(),
-        c.delivery.destination.target()
-    )
 }
 
 /// The served sources as (kind, target, budget), first occurrence of each destination

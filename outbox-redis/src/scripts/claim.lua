@@ -6,7 +6,10 @@
 -- ordering barrier. Groups of excluded endpoints are left untouched.
 -- ARGV: now, lease_until, batch, nsrc, (kind, target, budget) x nsrc,
 --       nexcl, excluded topics..., nexe, excluded endpoints..., ndorm, dormant topics...,
---       tokens (batch of them)
+--       nquota, (group, quota) x nquota, tokens (batch of them)
+-- With quotas (a claim over several shards, whose rounds the caller played across all of
+-- them) only the groups named are read, in the order given, each up to its quota; a group
+-- is named by its key after the prefix (`:g:...`).
 -- Returns {claimed_from, h, s, v, l, message payload, message fields} per claimed delivery.
 local now_s, until_s = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
@@ -41,6 +44,13 @@ for _ = 1, ndorm do
   dormant[ARGV[a]] = true
   a = a + 1
 end
+local quotas = {}
+local nquota = tonumber(ARGV[a])
+a = a + 1
+for _ = 1, nquota do
+  quotas[#quotas + 1] = { key = P .. ARGV[a], quota = tonumber(ARGV[a + 1]) }
+  a = a + 2
+end
 local tok_base = a
 
 -- The groups with due work, oldest head first, across the sources. A claim looks at the
@@ -48,7 +58,17 @@ local tok_base = a
 -- down has its turn once those have nothing claimable left.
 local GLIMIT = math.min(batch + 16 + nexe, 2000)
 local groups = {}
-for _, src in ipairs(sources) do
+for _, q in ipairs(quotas) do
+  local kind, _, target = parse_g(q.key)
+  for _, src in ipairs(sources) do
+    if src.kind == kind and (kind ~= 'handler' or src.G == k_G(kind, target)) then
+      groups[#groups + 1] = { key = q.key, score = 0, src = src, buf = {}, pos = 1,
+        done = false, quota = q.quota }
+      break
+    end
+  end
+end
+for _, src in ipairs(nquota > 0 and {} or sources) do
   local r = redis.call('ZRANGEBYSCORE', src.G, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, GLIMIT)
   for j = 1, #r, 2 do
     local skip = false
@@ -62,7 +82,7 @@ for _, src in ipairs(sources) do
     end
   end
 end
-if #sources > 1 then
+if #sources > 1 and nquota == 0 then
   table.sort(groups, function(x, y)
     if x.score ~= y.score then return x.score < y.score end
     return lt(x.key, y.key)
@@ -197,7 +217,14 @@ while #claimed < batch and #active > 0 do
   local still = {}
   for _, g in ipairs(active) do
     if #claimed >= batch then break end
-    if take(g) then still[#still + 1] = g end
+    if g.quota then
+      if g.quota > 0 and take(g) then
+        g.quota = g.quota - 1
+        if g.quota > 0 then still[#still + 1] = g end
+      end
+    elseif take(g) then
+      still[#still + 1] = g
+    end
   end
   active = still
 end
