@@ -140,8 +140,7 @@ impl RedisStore {
             .map(|e| e.to_string())
             .collect();
         // group name (after the shard's prefix) → its due rows as (score, member, shard)
-        let mut rows: std::collections::HashMap<String, Vec<(i64, String, usize)>> =
-            Default::default();
+        let mut rows: std::collections::HashMap<String, Vec<DueRow>> = Default::default();
         let mut conn = self.inner.conn.clone();
         let glimit = batch + 16 + excluded.len();
         for shard in 0..n {
@@ -198,7 +197,7 @@ impl RedisStore {
                     .extend(due.into_iter().map(|(m, s)| (s, m, shard)));
             }
         }
-        let mut groups: Vec<(String, Vec<(i64, String, usize)>)> = rows
+        let mut groups: Vec<(String, Vec<DueRow>)> = rows
             .into_iter()
             .filter(|(_, r)| !r.is_empty())
             .map(|(g, mut r)| {
@@ -235,6 +234,8 @@ impl RedisStore {
         for &shard in &order {
             let want = want[shard];
             if want == 0 {
+                // The rounds gave it nothing, but its rows may fill what others cannot.
+                full.push(shard);
                 continue;
             }
             match self.claim_on(shard, request, want, &quotas[shard]).await {
@@ -442,6 +443,9 @@ impl RedisStore {
         self.lease_op("sending", lease, None).await
     }
 }
+
+/// A due row seen by a multi-shard claim: (score, member, shard).
+type DueRow = (i64, String, usize);
 
 /// A group key's `:g:<kind, tenant>target` part (after the shard's prefix) as (kind, tenant,
 /// target); `lp` is `len:text` as in `scripts/common.lua`.
