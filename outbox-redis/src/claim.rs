@@ -134,67 +134,24 @@ impl RedisStore {
         // each shard exactly the rows of each group the rounds gave it; shards that filled
         // their count then fill what is left of the batch.
         let now = self.now();
-        let excluded: std::collections::BTreeSet<String> = request
-            .excluded_endpoints()
-            .iter()
-            .map(|e| e.to_string())
-            .collect();
-        // group name (after the shard's prefix) → its due rows as (score, member, shard)
+        // group name (after the shard's prefix) → its claimable rows as (score, member,
+        // shard), from each shard's dry run of the claim (which knows the barrier).
         let mut rows: std::collections::HashMap<String, Vec<DueRow>> = Default::default();
-        let mut conn = self.inner.conn.clone();
-        let glimit = batch + 16 + excluded.len();
         for shard in 0..n {
-            let prefix = &self.inner.shards[shard];
-            let mut pipe = redis::pipe();
-            for (kind, target, _) in sources(request) {
-                let key = match kind {
-                    "handler" => format!("{prefix}:G:h:{target}"),
-                    "webhook" => format!("{prefix}:G:w"),
-                    _ => format!("{prefix}:G:e"),
+            let a = self.claim_args(request, now, batch, -1, &[]);
+            let reply: Value = self.run_on(shard, &self.inner.scripts.claim, &a).await?;
+            for row in items(reply)? {
+                let row = items(row)?;
+                let (Some(m), Some(g), Some(score)) = (
+                    row.first().and_then(text),
+                    row.get(1).and_then(text),
+                    row.get(2)
+                        .and_then(text)
+                        .and_then(|s| s.parse::<i64>().ok()),
+                ) else {
+                    return Err(corrupt("reply"));
                 };
-                pipe.cmd("ZRANGEBYSCORE")
-                    .arg(key)
-                    .arg("-inf")
-                    .arg(now.as_unix_millis())
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(glimit);
-            }
-            let got: Vec<Vec<String>> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(crate::error::redis_err)?;
-            let mine: Vec<String> = got
-                .into_iter()
-                .flatten()
-                .filter(|g| {
-                    let (kind, _, target) = parse_group(&g[prefix.len()..]);
-                    !(kind == "webhook" && excluded.contains(target))
-                })
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let mut heads = redis::pipe();
-            for g in &mine {
-                heads
-                    .cmd("ZRANGEBYSCORE")
-                    .arg(g)
-                    .arg("-inf")
-                    .arg(now.as_unix_millis())
-                    .arg("WITHSCORES")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(batch);
-            }
-            let due: Vec<Vec<(String, i64)>> = heads
-                .query_async(&mut conn)
-                .await
-                .map_err(crate::error::redis_err)?;
-            for (g, due) in mine.into_iter().zip(due) {
-                rows.entry(g[prefix.len()..].to_owned())
-                    .or_default()
-                    .extend(due.into_iter().map(|(m, s)| (s, m, shard)));
+                rows.entry(g).or_default().push((score, m, shard));
             }
         }
         let mut groups: Vec<(String, Vec<DueRow>)> = rows
@@ -280,15 +237,15 @@ impl RedisStore {
         }
     }
 
-    /// Claim up to `batch` rows of one shard.
-    async fn claim_on(
+    /// The claim script's arguments before the tokens (`nquota` -1 = a dry run).
+    fn claim_args(
         &self,
-        shard: usize,
         request: &ClaimRequest,
+        now: outboxkit_core::Timestamp,
         batch: usize,
+        nquota: i64,
         quotas: &[(String, usize)],
-    ) -> Result<Vec<Claimed>> {
-        let now = self.now();
+    ) -> Args {
         let until = now.saturating_add(request.lease());
         let mut a = Args::new();
         a.t(now)
@@ -311,10 +268,23 @@ impl RedisStore {
         for t in request.dormant() {
             a.s(t.as_str());
         }
-        a.n(quotas.len() as i64);
+        a.n(nquota);
         for (g, q) in quotas {
             a.s(g).n(i64::try_from(*q).unwrap_or(i64::MAX));
         }
+        a
+    }
+
+    /// Claim up to `batch` rows of one shard.
+    async fn claim_on(
+        &self,
+        shard: usize,
+        request: &ClaimRequest,
+        batch: usize,
+        quotas: &[(String, usize)],
+    ) -> Result<Vec<Claimed>> {
+        let a = self.claim_args(request, self.now(), batch, quotas.len() as i64, quotas);
+        let mut a = a;
         for t in self.tokens(shard, batch) {
             a.s(token_arg(&t));
         }
@@ -446,23 +416,6 @@ impl RedisStore {
 
 /// A due row seen by a multi-shard claim: (score, member, shard).
 type DueRow = (i64, String, usize);
-
-/// A group key's `:g:<kind, tenant>target` part (after the shard's prefix) as (kind, tenant,
-/// target); `lp` is `len:text` as in `scripts/common.lua`.
-fn parse_group(g: &str) -> (&str, &str, &str) {
-    let mut rest = g.strip_prefix(":g:").unwrap_or(g);
-    let mut part = || {
-        let (n, tail) = rest.split_once(':')?;
-        let n: usize = n.parse().ok()?;
-        let (p, tail) = (tail.get(..n)?, tail.get(n..)?);
-        rest = tail;
-        Some(p)
-    };
-    match (part(), part()) {
-        (Some(kind), Some(tenant)) => (kind, tenant, rest),
-        _ => ("", "", rest),
-    }
-}
 
 /// The served sources as (kind, target, budget), first occurrence of each destination
 /// winning as in [`ClaimRequest::budget_for`].

@@ -47,6 +47,10 @@ end
 local quotas = {}
 local nquota = tonumber(ARGV[a])
 a = a + 1
+-- nquota = -1: a dry run for a claim over several shards. Nothing is claimed or killed;
+-- the answer is {member, group, score} for each row the claim would take, in order.
+local peek = nquota < 0
+if peek then nquota = 0 end
 for _ = 1, nquota do
   quotas[#quotas + 1] = { key = P .. ARGV[a], quota = tonumber(ARGV[a + 1]) }
   a = a + 2
@@ -125,7 +129,7 @@ end
 -- entries per source, so a claim stays bounded however many rows are exhausted at once;
 -- rows beyond it die in a later claim, or in step 3 when the claim meets them in due order.
 local EXHAUSTED_STEP = 256
-for _, src in ipairs(sources) do
+for _, src in ipairs(peek and {} or sources) do
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf', 'LIMIT', 0, EXHAUSTED_STEP)) do
     local d = load(member_id(m))
     if not d or finished(d.status) then
@@ -173,13 +177,16 @@ local function take(g)
     local dk = k_d(id)
     local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l', 'r')
     if not r[1] then
-      redis.call('ZREM', g.key, m)
+      if not peek then redis.call('ZREM', g.key, m) end
     else
       local st, at, nx = parse_h(r[1])
       -- mid, tenant, topic, kind, target and okey (the member is known, created is not needed).
       local mid, tenant, topic, kind, target, okey = string.match(r[2],
         '^[^\31]*\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
-      if finished(st) then
+      if peek and (finished(st) or tonumber(nx) > now
+          or (st ~= 'held' and tonumber(at) >= src.budget)) then
+        -- A dry run leaves rows that would be cleaned up or killed as they are.
+      elseif finished(st) then
         redis.call('ZREM', g.key, m)
       elseif tonumber(nx) > now then
         redis.call('ZADD', g.key, nx, m)
@@ -190,6 +197,9 @@ local function take(g)
           target = target, okey = okey ~= '' and okey, status = st, attempts = at, next = nx })
       elseif okey ~= '' and blocked(k_o(tenant, kind, target, okey), m) then
         g.anchor = m
+      elseif peek then
+        claimed[#claimed + 1] = { m, string.sub(g.key, #P + 1), nx }
+        return true
       else
         if st ~= 'held' then at = S(tonumber(at) + 1) end
         moved(id, kind, target, st, 'processing')
@@ -228,6 +238,7 @@ while #claimed < batch and #active > 0 do
   end
   active = still
 end
+if peek then return claimed end
 -- Every group read gets its new head's score in its source's group index.
 for _, g in ipairs(groups) do
   if g.pos > 1 then touch_g(g.key, g.src.G) end
