@@ -124,6 +124,11 @@ impl RedisStore {
     /// The command's reply decodes into [`crate::EnqueueReply`]; do not `.ignore()` it if
     /// you want to know whether the message was a duplicate.
     ///
+    /// Returns the hash tag of the slot the message goes to (the prefix's with one shard).
+    /// On a Redis Cluster a `MULTI` runs in one slot: every key of yours in `pipe` must carry
+    /// this tag, and several messages in one `pipe` must share a shard (same tenant and
+    /// ordering key); see the crate docs on shards.
+    ///
     /// ```no_run
     /// # async fn f(store: outboxkit_redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
     /// use outboxkit_core::NewMessage;
