@@ -1,4 +1,4 @@
-//! The claim protocol's values (DESIGN §6): what a claim asks for, what it hands out, and
+//! The claim protocol's values: what a claim asks for, what it hands out, and
 //! how a verdict or a release turns into the new state of a delivery row. Stores write the
 //! [`DeliveryUpdate`]s computed here, so every backend changes rows the same way.
 
@@ -310,7 +310,7 @@ impl Lease {
         }
     }
 
-    /// The row after `verdict` (DESIGN §4), recorded at `now`.
+    /// The row after `verdict` (see [`crate::verdict`]), recorded at `now`.
     pub fn settle(
         &self,
         verdict: &Verdict,

@@ -1,4 +1,4 @@
-//! The store traits (DESIGN §5) and the values they exchange. Each `# Contract` line names
+//! The store traits and the values they exchange. Each `# Contract` line names
 //! the conformance case in `outboxkit_testing::conformance` that checks it.
 
 use std::fmt;
@@ -331,7 +331,7 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// Extend a lease to `now + by` (a heartbeat); returns the lease with its new end.
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease>;
 
-    /// Mark an e-mail delivery `sending` just before the send (DESIGN §8.3).
+    /// Mark an e-mail delivery `sending` just before the send (so a crash mid-send is never retried blind).
     async fn mark_sending(&self, lease: &Lease) -> Result<()>;
 
     /// Make every `held` delivery of the endpoint `pending` and due now; returns how many.

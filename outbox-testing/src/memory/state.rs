@@ -218,7 +218,7 @@ impl State {
         })
     }
 
-    /// DESIGN §6.1–6.5: kill exhausted candidates, then take the oldest unblocked ones.
+    /// The claim protocol: kill exhausted candidates, then take the oldest unblocked ones.
     pub(super) fn claim(
         &mut self,
         req: &ClaimRequest,
