@@ -88,6 +88,10 @@ const SCENARIOS: &[(&str, &str)] = &[
     ("redis-enqueue", "redis enqueue, 8 writers"),
     ("redis-dispatch", "redis dispatch burn-down, no-op handler"),
     (
+        "redis-cluster",
+        "redis dispatch burn-down: 3-node cluster, 3 shards vs one server",
+    ),
+    (
         "memory-dispatch",
         "in-memory dispatch burn-down (library overhead)",
     ),
@@ -274,6 +278,12 @@ const BACKEND_ROWS: &[(&str, &str, &str, Target)] = &[
         "redis dispatch burn-down",
         Target::MinRatio(0.5),
     ),
+    (
+        "redis-cluster",
+        "redis-cluster",
+        "redis dispatch burn-down: 3-node cluster, 3 shards vs one server",
+        Target::None,
+    ),
 ];
 
 fn skipped_rows(key: &str, why: &str) -> Vec<Row> {
@@ -347,6 +357,7 @@ async fn run(args: Args) -> ExitCode {
             ("sqlite-dispatch", _) => vec![sqlite::dispatch(&ctx).await],
             ("redis-enqueue", _) => vec![redis_bench::enqueue(&ctx).await],
             ("redis-dispatch", _) => vec![redis_bench::dispatch(&ctx).await],
+            ("redis-cluster", _) => vec![redis_bench::cluster(&ctx).await],
             ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
             ("webhook", _) => webhook::run(&ctx).await,
             _ => Vec::new(),

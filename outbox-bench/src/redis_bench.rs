@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use outboxkit_core::{
     Clock, Consumer, ConsumerName, DeliveryId, DeliveryStore, EndpointStore, Entropy, MessageId,
-    OsEntropy, Stopwatch, SystemClock, TopicFilter,
+    MessageStore, OsEntropy, Stopwatch, SystemClock, TopicFilter,
 };
 use outboxkit_redis::{RedisConfig, RedisStore};
 use redis::aio::MultiplexedConnection;
@@ -376,6 +376,117 @@ pub async fn dispatch(ctx: &Ctx) -> Row {
             ),
         ),
         Err(e) => Row::not_run("redis-dispatch", scenario, target, Status::Error(e)),
+    }
+}
+
+/// The cluster's seed URLs from `OUTBOX_BENCH_REDIS_CLUSTER` (comma-separated
+/// `redis://host:port`, or one `redis+cluster://h1:p1,h2:p2`).
+fn cluster_seeds() -> Option<Vec<String>> {
+    let v = std::env::var("OUTBOX_BENCH_REDIS_CLUSTER").ok()?;
+    let v = v.trim();
+    if let Some(hosts) = v.strip_prefix("redis+cluster://") {
+        return Some(hosts.split(',').map(|h| format!("redis://{h}")).collect());
+    }
+    Some(v.split(',').map(str::to_owned).collect())
+}
+
+/// One burn-down of ours with `shards` shards: on one server when `seeds` is `None`, else
+/// on the cluster. Messages carry one of 64 ordering keys, so they spread over the shards.
+async fn sharded_once(
+    ctx: &Ctx,
+    seeds: Option<&[String]>,
+    shards: u16,
+    n: usize,
+) -> BenchResult<BurnDown> {
+    let prefix = format!("{{bench-{}}}", unique());
+    let mut config = RedisConfig::with_prefix(&prefix);
+    config.shards = shards;
+    let store = match seeds {
+        None => {
+            let client = redis::Client::open(ctx.redis_url.as_str())
+                .map_err(|e| format!("redis url: {e}"))?;
+            RedisStore::new(client, config, Arc::new(SystemClock), Arc::new(OsEntropy)).await
+        }
+        Some(seeds) => {
+            let nodes: Vec<&str> = seeds.iter().map(String::as_str).collect();
+            RedisStore::new_cluster(&nodes, config, Arc::new(SystemClock), Arc::new(OsEntropy))
+                .await
+        }
+    }
+    .map_err(err("redis store"))?;
+    let consumer = Consumer {
+        name: ConsumerName::new(CONSUMER).map_err(err("consumer"))?,
+        filter: TopicFilter::all(),
+        created_at: SystemClock.now(),
+    };
+    store
+        .put_consumer(&consumer)
+        .await
+        .map_err(err("consumer"))?;
+    let r = async {
+        for c in chunks(n, 1000) {
+            let batch = c
+                .map(|i| message(i).ordering_key(format!("k{}", i % 64).as_str()))
+                .collect();
+            store.enqueue_batch(batch).await.map_err(err("load"))?;
+        }
+        let progress = Progress::new(n as u64);
+        let d = noop_dispatcher(Arc::new(store.clone()), &progress, burn_config())?;
+        let b = burn_down(&d, &progress, n as u64, None).await?;
+        let stats = store.stats().await.map_err(err("stats"))?;
+        if stats.succeeded != n as u64 {
+            return Err(format!("{} of {n} deliveries succeeded", stats.succeeded));
+        }
+        Ok(b)
+    }
+    .await;
+    match seeds {
+        None => cleanup(&ctx.redis_url, &prefix).await,
+        Some(seeds) => {
+            let stem = prefix.trim_end_matches('}');
+            for url in seeds {
+                cleanup(url, stem).await;
+            }
+        }
+    }
+    r
+}
+
+/// The burn-down on one server (one shard) beside a Redis Cluster with three shards, same
+/// messages (64 ordering keys). On a small machine the point is that it scales out
+/// correctly, not a speed-up: the figure is reported, with no target.
+pub async fn cluster(ctx: &Ctx) -> Row {
+    let n = ctx.scale.n(20_000);
+    let scenario = "redis dispatch burn-down: 3-node cluster, 3 shards vs one server";
+    let Some(seeds) = cluster_seeds() else {
+        return Row::not_run(
+            "redis-cluster",
+            scenario,
+            Target::None,
+            Status::Skipped("set OUTBOX_BENCH_REDIS_CLUSTER to the cluster's seed urls".into()),
+        );
+    };
+    let r = async {
+        let single = sharded_once(ctx, None, 1, n).await?;
+        let sharded = sharded_once(ctx, Some(&seeds), 3, n).await?;
+        Ok::<_, String>((single, sharded))
+    }
+    .await;
+    match r {
+        Ok((single, sharded)) => Row::measured(
+            "redis-cluster",
+            scenario,
+            ctx.scale.label(n),
+            Figure::rate(sharded.rate),
+            Some(Figure::rate(single.rate)),
+            Target::None,
+            format!(
+                "batch {BATCH}, concurrency {CONCURRENCY}; 64 ordering keys; baseline: one \
+                 server, one shard (mean claim {:.0}); cluster mean claim {:.0}",
+                single.mean_batch, sharded.mean_batch
+            ),
+        ),
+        Err(e) => Row::not_run("redis-cluster", scenario, Target::None, Status::Error(e)),
     }
 }
 

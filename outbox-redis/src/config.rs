@@ -34,6 +34,12 @@ pub struct RedisConfig {
     /// roots: a private CA, or a server's self-signed certificate. Default `None` (the
     /// system's roots). Used by [`RedisConfig::client`].
     pub tls_root_cert: Option<Vec<u8>>,
+    /// How many hash slots (shards) the outbox is spread over (1–64, default 1). Shard 0's
+    /// keys start with `prefix` itself; shard `i > 0`'s with the prefix whose hash tag has
+    /// `:i` appended (`{outbox}` → `{outbox:1}`), so each shard is one Redis Cluster slot.
+    /// A message's shard comes from its ordering key (or idempotency key, or id); see the
+    /// crate docs for what that means for `enqueue_in` and ordering.
+    pub shards: u16,
 }
 
 impl Default for RedisConfig {
@@ -46,6 +52,7 @@ impl Default for RedisConfig {
             connection_timeout: Duration::from_secs(5),
             setup_timeout: Duration::from_secs(5),
             tls_root_cert: None,
+            shards: 1,
         }
     }
 }
@@ -67,6 +74,9 @@ impl RedisConfig {
                 "attempts_cap",
                 "must be from 1 to 10000",
             ));
+        }
+        if !(1..=64).contains(&self.shards) {
+            return Err(Error::misconfigured("shards", "must be from 1 to 64"));
         }
         if self.response_timeout.is_zero()
             || self.connection_timeout.is_zero()
@@ -142,6 +152,24 @@ impl RedisConfig {
     }
 }
 
+impl RedisConfig {
+    /// The key prefix of shard `i`: the prefix itself for shard 0, else the prefix with
+    /// `:i` added inside its hash tag (`app:{outbox}:` → `app:{outbox:2}:`).
+    pub fn shard_prefix(&self, i: u16) -> String {
+        if i == 0 {
+            return self.prefix.clone();
+        }
+        let close = self
+            .prefix
+            .find('{')
+            .and_then(|open| self.prefix[open..].find('}').map(|c| open + c));
+        match close {
+            Some(c) => format!("{}:{i}{}", &self.prefix[..c], &self.prefix[c..]),
+            None => format!("{}:{i}", self.prefix),
+        }
+    }
+}
+
 /// A prefix is valid when it is at most 200 bytes of visible ASCII and contains a hash tag:
 /// a `{` followed later by a `}` with at least one character between the first `{` and the
 /// first `}` after it (the part Redis Cluster hashes).
@@ -192,6 +220,22 @@ mod tests {
                 assert_eq!(e.field(), Some("prefix"));
             }
         }
+    }
+
+    #[test]
+    fn shards_have_their_own_hash_tags() {
+        let mut c = RedisConfig::with_prefix("app:{outbox}:x");
+        c.shards = 3;
+        assert!(c.validate().is_ok());
+        let got: Vec<String> = (0..3).map(|i| c.shard_prefix(i)).collect();
+        assert_eq!(
+            got,
+            ["app:{outbox}:x", "app:{outbox:1}:x", "app:{outbox:2}:x"]
+        );
+        c.shards = 0;
+        assert_eq!(c.validate().unwrap_err().field(), Some("shards"));
+        c.shards = 65;
+        assert_eq!(c.validate().unwrap_err().field(), Some("shards"));
     }
 
     #[test]

@@ -9,24 +9,41 @@ use outboxkit_core::{
 };
 use redis::Value;
 
-use crate::codec::{
+use crate::error::redis_err;
+use crate::rows::{
     consumer, consumer_value, endpoint, endpoint_fields, int, items, text, Args, ENDPOINT_OPTIONAL,
 };
-use crate::error::redis_err;
 use crate::store::RedisStore;
 
 /// How often an update retries when another writer changed the endpoint in between.
 const UPDATE_TRIES: usize = 32;
 
 impl RedisStore {
-    fn consumers_key(&self) -> String {
-        format!("{}:consumers", self.inner.config.prefix)
+    fn consumers_key(&self, shard: usize) -> String {
+        format!("{}:consumers", self.inner.shards[shard])
+    }
+
+    /// Run an endpoint write on shard 0 (which decides its answer), then on every other
+    /// shard: each shard keeps a copy of every endpoint, since an enqueue fans out inside
+    /// its own shard. A copy a shard lacks is not an error there.
+    async fn endpoint_everywhere<T: redis::FromRedisValue>(&self, a: &Args) -> Result<T> {
+        let first: T = self.run_on(0, &self.inner.scripts.endpoint, a).await?;
+        for shard in 1..self.shard_count() {
+            match self
+                .run_on::<Value>(shard, &self.inner.scripts.endpoint, a)
+                .await
+            {
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Conflict) => {}
+                r => drop(r?),
+            }
+        }
+        Ok(first)
     }
 
     async fn read_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<(Endpoint, String)> {
         let mut conn = self.inner.conn.clone();
         let v: Value = redis::cmd("HGETALL")
-            .arg(self.key("e", id))
+            .arg(self.key(0, "e", id))
             .query_async(&mut conn)
             .await
             .map_err(redis_err)?;
@@ -58,7 +75,7 @@ impl EndpointStore for RedisStore {
         for (k, v) in endpoint_fields(e) {
             a.s(k).b(v);
         }
-        let _: i64 = self.run(&self.inner.scripts.endpoint, &a).await?;
+        let _: i64 = self.endpoint_everywhere(&a).await?;
         Ok(())
     }
 
@@ -108,10 +125,23 @@ impl EndpointStore for RedisStore {
                     a.s(k);
                 }
             }
-            let reply: Value = self.run(&self.inner.scripts.endpoint, &a).await?;
+            let reply: Value = self.run_on(0, &self.inner.scripts.endpoint, &a).await?;
             let v = items(reply)?;
             if v.first().and_then(int) == Some(1) {
-                if v.get(1).and_then(int).unwrap_or(0) > 0 {
+                // Shard 0 took the change: the other shards' copies follow it without the
+                // version check (the empty version).
+                a.0[3] = Vec::new();
+                let mut released = v.get(1).and_then(int).unwrap_or(0);
+                for shard in 1..self.shard_count() {
+                    match self
+                        .run_on::<Value>(shard, &self.inner.scripts.endpoint, &a)
+                        .await
+                    {
+                        Err(e) if e.kind() == ErrorKind::NotFound => {}
+                        r => released += items(r?)?.get(1).and_then(int).unwrap_or(0),
+                    }
+                }
+                if released > 0 {
                     self.wake_local();
                 }
                 return Ok(e);
@@ -129,8 +159,8 @@ impl EndpointStore for RedisStore {
             .s(id.to_string())
             .s(tenant.as_str())
             .t(self.now());
-        let n: i64 = self.run(&self.inner.scripts.endpoint, &a).await?;
-        if n > 1 {
+        let n: i64 = self.endpoint_everywhere(&a).await?;
+        if n > 1 || self.shard_count() > 1 {
             self.wake_local();
         }
         Ok(())
@@ -138,20 +168,22 @@ impl EndpointStore for RedisStore {
 
     async fn put_consumer(&self, c: &Consumer) -> Result<()> {
         let mut conn = self.inner.conn.clone();
-        let _: i64 = redis::cmd("HSET")
-            .arg(self.consumers_key())
-            .arg(c.name.as_str())
-            .arg(consumer_value(c))
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
+        for shard in 0..self.shard_count() {
+            let _: i64 = redis::cmd("HSET")
+                .arg(self.consumers_key(shard))
+                .arg(c.name.as_str())
+                .arg(consumer_value(c))
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+        }
         Ok(())
     }
 
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
         let mut conn = self.inner.conn.clone();
         let v: Value = redis::cmd("HGETALL")
-            .arg(self.consumers_key())
+            .arg(self.consumers_key(0))
             .query_async(&mut conn)
             .await
             .map_err(redis_err)?;
@@ -174,12 +206,15 @@ impl EndpointStore for RedisStore {
 
     async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
         let mut conn = self.inner.conn.clone();
-        let removed: i64 = redis::cmd("HDEL")
-            .arg(self.consumers_key())
-            .arg(name.as_str())
-            .query_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
+        let mut removed = 0;
+        for shard in (0..self.shard_count()).rev() {
+            removed = redis::cmd("HDEL")
+                .arg(self.consumers_key(shard))
+                .arg(name.as_str())
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+        }
         if removed == 0 {
             return Err(Error::not_found("consumer"));
         }

@@ -64,6 +64,7 @@ pub(crate) fn kind_of(e: &RedisError) -> ErrorKind {
             Some("OUTBOX_NOT_FOUND") => ErrorKind::NotFound,
             Some("OUTBOX_CONFLICT") => ErrorKind::Conflict,
             Some("OUTBOX_LEASE_LOST") => ErrorKind::LeaseLost,
+            Some("OUTBOX_INVALID") => ErrorKind::InvalidInput,
             Some("OOM") => ErrorKind::Unavailable,
             Some("NOAUTH" | "NOPERM" | "WRONGPASS") => ErrorKind::Misconfigured,
             _ => ErrorKind::Unexpected,

@@ -9,8 +9,8 @@ use outboxkit_core::{
 };
 use redis::Value;
 
-use crate::codec::{attempt, delivery, exists, int, items, message, text, Args};
 use crate::error::{corrupt, redis_err};
+use crate::rows::{attempt, delivery, exists, int, items, message, text, Args};
 use crate::store::RedisStore;
 
 /// The fields a delivery is read from (see `scripts/common.lua`).
@@ -20,8 +20,25 @@ const DELIVERY_FIELDS: [&str; 5] = ["h", "s", "v", "l", "r"];
 const MESSAGE_FIELDS: [&str; 2] = ["p", "x"];
 
 impl RedisStore {
-    pub(crate) fn key(&self, kind: &str, id: impl std::fmt::Display) -> String {
-        format!("{}:{kind}:{id}", self.inner.config.prefix)
+    /// The key `<shard's prefix>:<kind>:<id>`.
+    pub(crate) fn key(&self, shard: usize, kind: &str, id: impl std::fmt::Display) -> String {
+        format!("{}:{kind}:{id}", self.inner.shards[shard])
+    }
+
+    /// The first shard holding hash `kind:id` with its fields, or `None`.
+    async fn find_row(
+        &self,
+        kind: &str,
+        id: impl std::fmt::Display,
+        fields: &[&str],
+    ) -> Result<Option<(usize, Vec<Value>)>> {
+        for shard in 0..self.shard_count() {
+            let v = self.hmget(self.key(shard, kind, &id), fields).await?;
+            if exists(&v) {
+                return Ok(Some((shard, v)));
+            }
+        }
+        Ok(None)
     }
 
     async fn hmget(&self, key: String, fields: &[&str]) -> Result<Vec<Value>> {
@@ -78,11 +95,14 @@ impl Ledger for RedisStore {
             .opt(filter.topic.as_ref())
             .opt(filter.ordering_key.as_ref())
             .opt(filter.text.as_ref().map(|t| t.to_ascii_lowercase()));
-        let reply: Value = self.run(&self.inner.scripts.list, &a).await?;
-        let mut out = items(reply)?
-            .into_iter()
-            .map(|v| delivery(&items(v)?))
-            .collect::<Result<Vec<_>>>()?;
+        let mut out = Vec::new();
+        for reply in self.run_all::<Value>(&self.inner.scripts.list, &a).await? {
+            for v in items(reply)? {
+                out.push(delivery(&items(v)?)?);
+            }
+        }
+        // Each shard's page is newest first; so is their merge.
+        out.sort_by_key(|d| std::cmp::Reverse((d.created_at, d.id)));
         let next = if out.len() > limit {
             out.truncate(limit);
             out.last().map(Cursor::after)
@@ -93,10 +113,9 @@ impl Ledger for RedisStore {
     }
 
     async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
-        let v = self.hmget(self.key("d", id), &DELIVERY_FIELDS).await?;
-        if !exists(&v) {
+        let Some((_, v)) = self.find_row("d", id, &DELIVERY_FIELDS).await? else {
             return Err(Error::not_found("delivery"));
-        }
+        };
         let d = delivery(&v)?;
         if &d.tenant != tenant {
             return Err(Error::not_found("delivery"));
@@ -105,10 +124,9 @@ impl Ledger for RedisStore {
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        let v = self.hmget(self.key("m", id), &MESSAGE_FIELDS).await?;
-        if !exists(&v) {
+        let Some((_, v)) = self.find_row("m", id, &MESSAGE_FIELDS).await? else {
             return Err(Error::not_found("message"));
-        }
+        };
         let m = message(&v[0], &v[1])?;
         if &m.tenant != tenant {
             return Err(Error::not_found("message"));
@@ -117,23 +135,26 @@ impl Ledger for RedisStore {
     }
 
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
+        let Some((shard, _)) = self.find_row("d", delivery, &["s"]).await? else {
+            return Err(Error::not_found("delivery"));
+        };
         let mut conn = self.inner.conn.clone();
         let (row, list): (Vec<Value>, Vec<Value>) = redis::pipe()
             .atomic()
-            .hmget(self.key("d", delivery), &["s", "tr"])
-            .lrange(self.key("a", delivery), 0, -1)
+            .hmget(self.key(shard, "d", delivery), &["s", "tr"])
+            .lrange(self.key(shard, "a", delivery), 0, -1)
             .query_async(&mut conn)
             .await
             .map_err(redis_err)?;
         let s = row.first().and_then(text).unwrap_or_default();
-        let mut parts = s.split(crate::codec::SEP);
+        let mut parts = s.split(crate::rows::SEP);
         let (mid, owner) = (parts.nth(1), parts.next());
         if owner != Some(tenant.as_str()) {
             return Err(Error::not_found("delivery"));
         }
         // The message's payload is immutable: every attempt carried these bytes.
         let payload: Option<Vec<u8>> = redis::cmd("HGET")
-            .arg(self.key("m", mid.unwrap_or_default()))
+            .arg(self.key(shard, "m", mid.unwrap_or_default()))
             .arg("p")
             .query_async(&mut conn)
             .await
@@ -174,28 +195,79 @@ impl Ledger for RedisStore {
     }
 
     async fn tenants(&self) -> Result<Vec<TenantStats>> {
-        crate::delivery::tenants(self).await
+        crate::tenancy::tenants(self).await
     }
 }
 
 impl RedisStore {
+    /// One retention step on each shard in turn (each rotates over its own tenants) while
+    /// the limit lasts, the counts summed; the tenant named is the first one named.
     async fn purge(&self, a: &Args) -> Result<PurgeReport> {
-        let reply: Value = self.run(&self.inner.scripts.purge, a).await?;
-        let v = items(reply)?;
-        let [tenant, nd, nm] = v.as_slice() else {
-            return Err(corrupt("reply"));
-        };
-        let n = |v: &Value| {
-            int(v)
-                .and_then(|n| u64::try_from(n).ok())
-                .ok_or_else(|| corrupt("reply"))
-        };
-        Ok(PurgeReport {
-            deliveries: n(nd)?,
-            messages: n(nm)?,
-            tenant: text(tenant)
-                .map(|t| TenantId::new(t).map_err(|_| corrupt("reply")))
-                .transpose()?,
-        })
+        let mut a = Args(a.0.clone());
+        let limit: u64 = std::str::from_utf8(&a.0[1])
+            .ok()
+            .and_then(|l| l.parse().ok())
+            .ok_or_else(|| corrupt("limit"))?;
+        let mut report = PurgeReport::default();
+        let rotating = a.0[2].is_empty();
+        let cursor_key = format!("{}:purge", self.inner.shards[0]);
+        if rotating && self.shard_count() > 1 {
+            // One rotation over the tenants of every shard: the cursor lives in shard 0,
+            // each shard names its next tenant with work after it, the first in turn wins.
+            let mut conn = self.inner.conn.clone();
+            let cursor: Option<String> = redis::cmd("GET")
+                .arg(&cursor_key)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+            let cursor = cursor.unwrap_or_default();
+            a.0[2] = format!(">{cursor}").into_bytes();
+            let mut next: Option<String> = None;
+            for reply in self.run_all::<Value>(&self.inner.scripts.purge, &a).await? {
+                let Some(t) = items(reply)?.first().and_then(text) else {
+                    continue;
+                };
+                // Tenants after the cursor come first, then the wrapped ones, each by name.
+                let key = |t: &str| (cursor.is_empty() || t <= cursor.as_str(), t.to_owned());
+                if next.as_deref().is_none_or(|n| key(&t) < key(n)) {
+                    next = Some(t);
+                }
+            }
+            let Some(tenant) = next else {
+                return Ok(report);
+            };
+            let _: () = redis::cmd("SET")
+                .arg(&cursor_key)
+                .arg(&tenant)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
+            a.0[2] = tenant.into_bytes();
+        }
+        for shard in 0..self.shard_count() {
+            let left = limit.saturating_sub(report.deliveries);
+            if left == 0 {
+                break;
+            }
+            a.0[1] = left.to_string().into_bytes();
+            let reply: Value = self.run_on(shard, &self.inner.scripts.purge, &a).await?;
+            let v = items(reply)?;
+            let [tenant, nd, nm] = v.as_slice() else {
+                return Err(corrupt("reply"));
+            };
+            let n = |v: &Value| {
+                int(v)
+                    .and_then(|n| u64::try_from(n).ok())
+                    .ok_or_else(|| corrupt("reply"))
+            };
+            report.deliveries += n(nd)?;
+            report.messages += n(nm)?;
+            if report.tenant.is_none() {
+                report.tenant = text(tenant)
+                    .map(|t| TenantId::new(t).map_err(|_| corrupt("reply")))
+                    .transpose()?;
+            }
+        }
+        Ok(report)
     }
 }

@@ -1,40 +1,55 @@
-//! [`RedisStore`]: construction, the shared call path, and enqueueing.
+//! [`RedisStore`]: construction (one server or a Redis Cluster), the shared call path, and
+//! the [`DeliveryStore`] glue that forwards to `claim.rs`, `deliveries.rs` and `tenancy.rs`.
 
 use std::fmt;
+use std::future::Future;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use outboxkit_core::{
-    fanout, Clock, DeliveryId, Enqueued, Entropy, Error, ErrorKind, MessageStore, NewMessage,
-    OsEntropy, Result, SystemClock, Timestamp, ValidMessage, Wakeups,
-};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, Script};
 
-use crate::codec::{enqueued, items, pack_message, Args};
+use outboxkit_core::{
+    ClaimRequest, Claimed, Clock, Completion, DeliveryId, DeliveryStore, EndpointId, Entropy,
+    Error, ErrorKind, Lease, OsEntropy, ReleaseReport, Result, Stats, SystemClock, TenantId,
+    Timestamp, WakeListener, Wakeups,
+};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{FromRedisValue, RedisFuture, Script, Value};
+
 use crate::config::RedisConfig;
 use crate::error::{corrupt, redis_err};
-use crate::scripts::{Scripts, ENQUEUE};
+use crate::rows::Args;
+use crate::scripts::Scripts;
 
 /// The outbox store on Redis. Cheap to clone: clones share one connection (a
-/// [`ConnectionManager`] that reconnects on its own) and one wake-up listener.
+/// [`ConnectionManager`] that reconnects on its own, or a Redis Cluster connection that
+/// follows the cluster's slots) and one wake-up listener.
 ///
 /// Every multi-key step is one Lua script, so each call is atomic; see the crate docs for
-/// the key layout, cluster safety and durability.
+/// the key layout, shards and Redis Cluster, durability and cancel safety.
 #[derive(Clone)]
 pub struct RedisStore {
     pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {
-    pub(crate) client: redis::Client,
-    pub(crate) conn: ConnectionManager,
+    /// Where the wake-up listener subscribes: the server, or each cluster seed in turn
+    /// (a `PUBLISH` reaches every node of a cluster).
+    pub(crate) pubsub: Vec<redis::Client>,
+    pub(crate) conn: RedisConnection,
     pub(crate) config: RedisConfig,
+    /// Each shard's key prefix (`RedisConfig::shard_prefix`), index = shard.
+    pub(crate) shards: Vec<String>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) entropy: Arc<dyn Entropy>,
     pub(crate) scripts: Scripts,
     pub(crate) wakeups: Wakeups,
     pub(crate) listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Rotates the shard a multi-shard claim starts with.
+    pub(crate) turn: AtomicUsize,
 }
 
 impl Drop for Inner {
@@ -55,8 +70,72 @@ impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.inner.config.prefix)
+            .field("shards", &self.inner.shards.len())
             .finish_non_exhaustive()
     }
+}
+
+/// The store's connection: to one server, or to a Redis Cluster. Cheap to clone (clones
+/// share the multiplexed connection); it runs commands and pipelines like any
+/// [`redis::aio::ConnectionLike`], e.g. the `MULTI` pipeline [`RedisStore::enqueue_in`]
+/// added to.
+#[derive(Clone)]
+pub struct RedisConnection(Conn);
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for RedisConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Conn::Single(_) => "RedisConnection(single)",
+            Conn::Cluster(_) => "RedisConnection(cluster)",
+        })
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        match &mut self.0 {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match &mut self.0 {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.0 {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Bound a store's whole setup (connecting with retries, the version check, loading the
+/// scripts) by `RedisConfig::setup_timeout`, so an unreachable server fails fast.
+async fn bounded<T>(config: &RedisConfig, setup: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(config.setup_timeout, setup)
+        .await
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "redis did not answer within the setup timeout",
+            )
+        })?
 }
 
 impl RedisStore {
@@ -75,53 +154,119 @@ impl RedisStore {
             .set_response_timeout(config.response_timeout)
             .set_connection_timeout(config.connection_timeout)
             .set_max_delay(2_000);
-        let scripts = Scripts::new();
-        let setup = async {
-            let mut conn = client
+        let conn = bounded(&config, async {
+            let conn = client
                 .get_connection_manager_with_config(cm)
                 .await
                 .map_err(redis_err)?;
-            check_version(&mut conn).await?;
+            Ok(RedisConnection(Conn::Single(conn)))
+        })
+        .await?;
+        Self::open(conn, vec![client], config, clock, entropy).await
+    }
+
+    /// A store on a Redis Cluster reached through `nodes` (seed URLs such as
+    /// `redis://10.0.0.1:7000`; any reachable primary is enough), with `config` (whose
+    /// [`RedisConfig::shards`] spreads the outbox over that many hash slots), reading time
+    /// from `clock` and randomness from `entropy`. Uses the redis crate's cluster client,
+    /// which follows slot moves and fail-overs. Fails as [`RedisStore::new`] does.
+    pub async fn new_cluster(
+        nodes: &[&str],
+        config: RedisConfig,
+        clock: Arc<dyn Clock>,
+        entropy: Arc<dyn Entropy>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let bad = |e| Error::misconfigured("url", "is not a valid redis url").with_source(e);
+        if nodes.is_empty() {
+            return Err(Error::misconfigured("url", "names no cluster node"));
+        }
+        let pubsub = nodes
+            .iter()
+            .map(|n| redis::Client::open(*n).map_err(bad))
+            .collect::<Result<Vec<_>>>()?;
+        let client = ClusterClientBuilder::new(nodes.to_vec())
+            .connection_timeout(config.connection_timeout)
+            .response_timeout(config.response_timeout)
+            .build()
+            .map_err(bad)?;
+        let conn = bounded(&config, async {
+            let conn = client.get_async_connection().await.map_err(redis_err)?;
+            Ok(RedisConnection(Conn::Cluster(conn)))
+        })
+        .await?;
+        Self::open(conn, pubsub, config, clock, entropy).await
+    }
+
+    async fn open(
+        conn: RedisConnection,
+        pubsub: Vec<redis::Client>,
+        config: RedisConfig,
+        clock: Arc<dyn Clock>,
+        entropy: Arc<dyn Entropy>,
+    ) -> Result<Self> {
+        let scripts = Scripts::new();
+        bounded(&config, async {
+            let mut c = conn.clone();
+            check_version(&mut c).await?;
             for s in scripts.all() {
                 s.prepare_invoke()
-                    .load_async(&mut conn)
+                    .load_async(&mut c)
                     .await
                     .map_err(redis_err)?;
             }
-            Ok::<_, Error>(conn)
-        };
-        // The connection manager retries a refused connection with back-off; bound the
-        // whole setup so an unreachable server fails fast (`RedisConfig::setup_timeout`).
-        let conn = tokio::time::timeout(config.setup_timeout, setup)
-            .await
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::Unavailable,
-                    "redis did not answer within the setup timeout",
-                )
-            })??;
-        Ok(RedisStore {
+            Ok(())
+        })
+        .await?;
+        let shards = (0..config.shards).map(|i| config.shard_prefix(i)).collect();
+        let store = RedisStore {
             inner: Arc::new(Inner {
-                client,
+                pubsub,
                 conn,
                 config,
+                shards,
                 clock,
                 entropy,
                 scripts,
                 wakeups: Wakeups::new(),
                 listener: Mutex::new(None),
+                turn: AtomicUsize::new(0),
             }),
-        })
+        };
+        store.upgrade().await?;
+        Ok(store)
     }
 
-    /// A store on `url` (`redis://host:port/db`, `rediss://…` is not compiled in) with the
-    /// default [`RedisConfig`], the system clock and the OS random source.
+    /// Upgrade an outbox written by an earlier version in place (`scripts/migrate.lua`):
+    /// a few thousand rows per script call until nothing is left; a no-op once done.
+    async fn upgrade(&self) -> Result<()> {
+        let mut a = Args::new();
+        a.n(5_000);
+        for shard in 0..self.shard_count() {
+            while self
+                .run_on::<i64>(shard, &self.inner.scripts.migrate, &a)
+                .await?
+                > 0
+            {}
+        }
+        Ok(())
+    }
+
+    /// A store on `url` with the default [`RedisConfig`], the system clock and the OS
+    /// random source. `redis://host:port/db` is one server; `redis+cluster://h1:p1,h2:p2`
+    /// is a Redis Cluster reached through those seed nodes (see
+    /// [`RedisStore::new_cluster`]); `rediss://…` is not compiled in.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, RedisConfig::default()).await
     }
 
     /// [`RedisStore::connect`] with a configuration of your own.
     pub async fn connect_with(url: &str, config: RedisConfig) -> Result<Self> {
+        if let Some(nodes) = cluster_nodes(url)? {
+            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            return Self::new_cluster(&nodes, config, Arc::new(SystemClock), Arc::new(OsEntropy))
+                .await;
+        }
         let client = redis::Client::open(url)
             .map_err(|e| Error::misconfigured("url", "is not a valid redis url").with_source(e))?;
         Self::new(client, config, Arc::new(SystemClock), Arc::new(OsEntropy)).await
@@ -139,13 +284,19 @@ impl RedisStore {
 
     /// A handle to the store's connection (shared, multiplexed), e.g. to run the `MULTI`
     /// pipeline that [`RedisStore::enqueue_in`] added to.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> RedisConnection {
         self.inner.conn.clone()
     }
 
-    /// The pub/sub channel the scripts publish to when work may have arrived.
+    /// The pub/sub channel the scripts of shard 0 publish to when work may have arrived;
+    /// shard `i` publishes on `<shard i's prefix>:wake`.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.inner.config.prefix)
+    }
+
+    /// How many shards (hash slots) the outbox is spread over.
+    pub(crate) fn shard_count(&self) -> usize {
+        self.inner.shards.len()
     }
 
     pub(crate) fn now(&self) -> Timestamp {
@@ -156,8 +307,49 @@ impl RedisStore {
     /// by loading the script and trying once more; another `SCRIPT FLUSH` can land in
     /// between, so a few more rounds are allowed (a `NOSCRIPT` means nothing ran).
     pub(crate) async fn run<T: FromRedisValue>(&self, script: &Script, args: &Args) -> Result<T> {
+        self.run_on(0, script, args).await
+    }
+
+    /// [`RedisStore::run`] on every shard in turn, the replies in shard order.
+    pub(crate) async fn run_all<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        args: &Args,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(self.shard_count());
+        for shard in 0..self.shard_count() {
+            out.push(self.run_on(shard, script, args).await?);
+        }
+        Ok(out)
+    }
+
+    /// [`RedisStore::run`] on the shard that holds the row a call names by id: the first
+    /// shard that does not answer `NotFound`.
+    pub(crate) async fn run_find<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        args: &Args,
+    ) -> Result<T> {
+        let last = self.shard_count() - 1;
+        for shard in 0..last {
+            match self.run_on(shard, script, args).await {
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                r => return r,
+            }
+        }
+        self.run_on(last, script, args).await
+    }
+
+    /// [`RedisStore::run`] on shard `shard`: its prefix is the script's only key, so the
+    /// call goes to the node serving that shard's slot.
+    pub(crate) async fn run_on<T: FromRedisValue>(
+        &self,
+        shard: usize,
+        script: &Script,
+        args: &Args,
+    ) -> Result<T> {
         let mut inv = script.prepare_invoke();
-        inv.key(self.inner.config.prefix.as_str());
+        inv.key(self.inner.shards[shard].as_str());
         for a in &args.0 {
             inv.arg(a.as_slice());
         }
@@ -175,104 +367,24 @@ impl RedisStore {
     pub(crate) fn wake_local(&self) {
         self.inner.wakeups.wake();
     }
-
-    fn enqueue_args(&self, now: Timestamp, messages: &[ValidMessage]) -> Result<Args> {
-        let entropy = self.inner.entropy.as_ref();
-        let mut a = Args::new();
-        a.t(now)
-            .n(i64::try_from(messages.len()).unwrap_or(i64::MAX));
-        for valid in messages {
-            let m = fanout::message_row(valid, now, entropy);
-            // The script derives each delivery id from this random base (same time part).
-            let base = DeliveryId::generate(now, entropy);
-            let packed = pack_message(&m)?;
-            let emails: Vec<&str> = valid.emails.iter().map(|r| r.as_str()).collect();
-            a.s(m.id.to_string())
-                .s(m.tenant.as_str())
-                .s(m.topic.as_str())
-                .opt(m.ordering_key.as_ref())
-                .opt(m.idempotency_key.as_ref())
-                .t(m.available_at)
-                .s(packed)
-                .b(m.payload)
-                .s(base.to_string())
-                .s(emails.join("\n"));
-        }
-        Ok(a)
-    }
-
-    /// Add the enqueue of `message` to `pipe`, a `MULTI` pipeline you execute yourself
-    /// together with your own writes: the message and its fan-out are written if and only
-    /// if the transaction runs.
-    ///
-    /// The pipeline MUST be atomic (`redis::pipe().atomic()`); anything else is refused
-    /// with `InvalidInput`. Validation happens here, so an invalid message adds nothing.
-    /// The fan-out (consumers, the tenant's endpoints) and the idempotency check happen
-    /// inside the script at `EXEC`, so a duplicate key still writes nothing. The command is
-    /// an `EVAL` of the script's text, not an `EVALSHA`: inside `MULTI` a `NOSCRIPT` error
-    /// could not be retried, and `EXEC` would apply your writes without the message.
-    ///
-    /// The command's reply decodes into [`crate::EnqueueReply`]; do not `.ignore()` it if
-    /// you want to know whether the message was a duplicate.
-    ///
-    /// ```no_run
-    /// # async fn f(store: outboxkit_redis::RedisStore) -> Result<(), Box<dyn std::error::Error>> {
-    /// use outboxkit_core::NewMessage;
-    /// use outboxkit_redis::EnqueueReply;
-    ///
-    /// let mut pipe = redis::pipe();
-    /// pipe.atomic().set("order:42", "paid").ignore();
-    /// store.enqueue_in(&mut pipe, NewMessage::new("order.paid", serde_json::json!({"id": 42})))?;
-    /// let (reply,): (EnqueueReply,) = pipe.query_async(&mut store.connection()).await?;
-    /// println!("message {}", reply.0.message_id);
-    /// # Ok(()) }
-    /// ```
-    pub fn enqueue_in(&self, pipe: &mut redis::Pipeline, message: NewMessage) -> Result<()> {
-        if !pipe.is_transaction() {
-            return Err(Error::invalid_input(
-                "pipeline",
-                "must be atomic: call `.atomic()` on it first",
-            ));
-        }
-        let now = self.now();
-        let valid = message.validate(&self.inner.config.limits, now)?;
-        let args = self.enqueue_args(now, std::slice::from_ref(&valid))?;
-        pipe.cmd("EVAL")
-            .arg(ENQUEUE)
-            .arg(1)
-            .arg(self.inner.config.prefix.as_str());
-        for a in &args.0 {
-            pipe.arg(a.as_slice());
-        }
-        Ok(())
-    }
-
-    async fn write(&self, now: Timestamp, valid: &[ValidMessage]) -> Result<Vec<Enqueued>> {
-        let args = self.enqueue_args(now, valid)?;
-        let reply: redis::Value = self.run(&self.inner.scripts.enqueue, &args).await?;
-        let out = items(reply)?
-            .iter()
-            .map(|v| enqueued(v).ok_or_else(|| corrupt("reply")))
-            .collect::<Result<Vec<_>>>()?;
-        if out.iter().any(|e| e.deliveries > 0) {
-            self.wake_local();
-        }
-        Ok(out)
-    }
 }
 
 /// The scripts use Redis 7 features (shebang flags): refuse older servers clearly.
-async fn check_version(conn: &mut ConnectionManager) -> Result<()> {
-    let info: String = redis::cmd("INFO")
+/// On a cluster `INFO` answers per node; the oldest node counts.
+async fn check_version(conn: &mut RedisConnection) -> Result<()> {
+    let info: Value = redis::cmd("INFO")
         .arg("server")
         .query_async(conn)
         .await
         .map_err(redis_err)?;
-    let major = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .and_then(|v| v.trim().split('.').next())
-        .and_then(|m| m.parse::<u32>().ok());
+    let mut texts = Vec::new();
+    collect_text(&info, &mut texts);
+    let major = texts
+        .iter()
+        .flat_map(|t| t.lines())
+        .filter_map(|l| l.strip_prefix("redis_version:"))
+        .filter_map(|v| v.trim().split('.').next()?.parse::<u32>().ok())
+        .min();
     match major {
         Some(m) if m < 7 => Err(Error::misconfigured(
             "redis",
@@ -282,26 +394,98 @@ async fn check_version(conn: &mut ConnectionManager) -> Result<()> {
     }
 }
 
+fn collect_text(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Map(pairs) => pairs.iter().for_each(|(_, v)| collect_text(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| collect_text(v, out)),
+        other => out.extend(crate::rows::text(other)),
+    }
+}
+
+/// The seed nodes of a `redis+cluster://h1:p1,h2:p2` URL as `redis://` URLs (user and
+/// password, when given, go to every node), or `None` for any other URL.
+fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
+    let Some(rest) = url.strip_prefix("redis+cluster://") else {
+        return Ok(None);
+    };
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), rest),
+    };
+    let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{auth}{h}"))
+        .collect();
+    if nodes.is_empty() {
+        return Err(Error::misconfigured("url", "names no cluster node"));
+    }
+    Ok(Some(nodes))
+}
+
 #[async_trait]
-impl MessageStore for RedisStore {
-    async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
-        let now = self.now();
-        let valid = message.validate(&self.inner.config.limits, now)?;
-        self.write(now, std::slice::from_ref(&valid))
-            .await?
-            .pop()
-            .ok_or_else(|| corrupt("reply"))
+impl DeliveryStore for RedisStore {
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
+        self.claim_rows(request).await
     }
 
-    async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
-        if messages.is_empty() {
-            return Ok(Vec::new());
-        }
-        let now = self.now();
-        let valid = messages
-            .into_iter()
-            .map(|m| m.validate(&self.inner.config.limits, now))
-            .collect::<Result<Vec<_>>>()?;
-        self.write(now, &valid).await
+    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
+        let items = [(lease.clone(), completion.clone())];
+        self.complete_rows(&items)
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(corrupt("reply")))
+    }
+
+    async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
+        self.complete_rows(items).await
+    }
+
+    async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport> {
+        self.release_rows(leases, delay).await
+    }
+
+    async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease> {
+        self.extend_lease(lease, by).await
+    }
+
+    async fn mark_sending(&self, lease: &Lease) -> Result<()> {
+        self.mark_lease_sending(lease).await
+    }
+
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
+        self.release_held_rows(tenant, endpoint).await
+    }
+
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("replay", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("retry", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("reset", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.store_stats().await
+    }
+
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        self.tenant_counts(tenant, endpoint).await
+    }
+
+    fn wake_listener(&self) -> Option<WakeListener> {
+        self.start_listener();
+        Some(self.inner.wakeups.listener())
     }
 }

@@ -27,21 +27,28 @@ impl RedisStore {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let client = self.inner.client.clone();
-        let channel = self.wake_channel();
+        let clients = self.inner.pubsub.clone();
+        let channels = self
+            .inner
+            .shards
+            .iter()
+            .map(|p| format!("{p}:wake"))
+            .collect();
         let wakeups = self.inner.wakeups.clone();
-        *slot = Some(rt.spawn(listen(client, channel, wakeups)));
+        *slot = Some(rt.spawn(listen(clients, channels, wakeups)));
     }
 }
 
-/// Subscribe, forward every message as a wake-up, and on any failure reconnect with
-/// exponential backoff. Each (re)subscription fires one wake-up: messages published while
-/// the connection was down are lost, so listeners should look for work once.
-async fn listen(client: redis::Client, channel: String, wakeups: Wakeups) {
+/// Subscribe to every shard's channel, forward every message as a wake-up, and on any
+/// failure reconnect with exponential backoff, to the next client (a cluster's seed nodes
+/// in turn: a `PUBLISH` on any node reaches subscribers on every node). Each
+/// (re)subscription fires one wake-up: messages published while the connection was down
+/// are lost, so listeners should look for work once.
+async fn listen(clients: Vec<redis::Client>, channels: Vec<String>, wakeups: Wakeups) {
     let mut backoff = FIRST_BACKOFF;
-    loop {
+    for client in clients.iter().cycle() {
         match client.get_async_pubsub().await {
-            Ok(mut pubsub) => match pubsub.subscribe(&channel).await {
+            Ok(mut pubsub) => match pubsub.subscribe(&channels).await {
                 Ok(()) => {
                     backoff = FIRST_BACKOFF;
                     wakeups.wake();

@@ -1,8 +1,15 @@
--- Claim up to `batch` due deliveries: kill the exhausted candidates, then take the rest in
--- (next_attempt_at, sequence) order across the due sets of the served sources, skipping
--- excluded topics and rows held back by the ordering barrier.
+-- Claim up to `batch` due deliveries: kill the exhausted candidates, then fill the batch in
+-- rounds over the groups (tenant, destination) of the served sources that have due work:
+-- round 1 takes the first claimable delivery of every group, round 2 the second, and so on;
+-- groups go in the order of their oldest due delivery, and within a group deliveries go in
+-- (next_attempt_at, sequence) order, skipping excluded topics and rows held back by the
+-- ordering barrier. Groups of excluded endpoints are left untouched.
 -- ARGV: now, lease_until, batch, nsrc, (kind, target, budget) x nsrc,
---       nexcl, excluded topics..., ndorm, dormant topics..., tokens (batch of them)
+--       nexcl, excluded topics..., nexe, excluded endpoints..., ndorm, dormant topics...,
+--       nquota, (group, quota) x nquota, tokens (batch of them)
+-- With quotas (a claim over several shards, whose rounds the caller played across all of
+-- them) only the groups named are read, in the order given, each up to its quota; a group
+-- is named by its key after the prefix (`:g:...`).
 -- Returns {claimed_from, h, s, v, l, message payload, message fields} per claimed delivery.
 local now_s, until_s = ARGV[1], ARGV[2]
 local now = tonumber(now_s)
@@ -12,8 +19,8 @@ local sources = {}
 local nsrc = tonumber(ARGV[a])
 a = a + 1
 for _ = 1, nsrc do
-  sources[#sources + 1] = { key = k_q(ARGV[a], ARGV[a + 1]), x = k_x(ARGV[a], ARGV[a + 1]),
-    budget = tonumber(ARGV[a + 2]), buf = {}, pos = 1, done = false }
+  sources[#sources + 1] = { G = k_G(ARGV[a], ARGV[a + 1]), x = k_x(ARGV[a], ARGV[a + 1]),
+    kind = ARGV[a], budget = tonumber(ARGV[a + 2]) }
   a = a + 3
 end
 local excluded = {}
@@ -23,6 +30,13 @@ for _ = 1, nexcl do
   excluded[ARGV[a]] = true
   a = a + 1
 end
+local excluded_ep = {}
+local nexe = tonumber(ARGV[a])
+a = a + 1
+for _ = 1, nexe do
+  excluded_ep[ARGV[a]] = true
+  a = a + 1
+end
 local dormant = {}
 local ndorm = tonumber(ARGV[a])
 a = a + 1
@@ -30,34 +44,72 @@ for _ = 1, ndorm do
   dormant[ARGV[a]] = true
   a = a + 1
 end
+local quotas = {}
+local nquota = tonumber(ARGV[a])
+a = a + 1
+-- nquota = -1: a dry run for a claim over several shards. Nothing is claimed or killed;
+-- the answer is {member, group, score} for each row the claim would take, in order.
+local peek = nquota < 0
+if peek then nquota = 0 end
+for _ = 1, nquota do
+  quotas[#quotas + 1] = { key = P .. ARGV[a], quota = tonumber(ARGV[a + 1]) }
+  a = a + 2
+end
 local tok_base = a
 
-local CHUNK = math.min(batch + 16, 1000)
--- Scores are needed only to merge several sources.
-local merge = #sources > 1
+-- The groups with due work, oldest head first, across the sources. A claim looks at the
+-- first `batch + 16` of each source (plus the excluded ones, which it skips); a group further
+-- down has its turn once those have nothing claimable left.
+local GLIMIT = math.min(batch + 16 + nexe, 2000)
+local groups = {}
+for _, q in ipairs(quotas) do
+  local kind, _, target = parse_g(q.key)
+  for _, src in ipairs(sources) do
+    if src.kind == kind and (kind ~= 'handler' or src.G == k_G(kind, target)) then
+      groups[#groups + 1] = { key = q.key, score = 0, src = src, buf = {}, pos = 1,
+        done = false, quota = q.quota }
+      break
+    end
+  end
+end
+for _, src in ipairs(nquota > 0 and {} or sources) do
+  local r = redis.call('ZRANGEBYSCORE', src.G, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, GLIMIT)
+  for j = 1, #r, 2 do
+    local skip = false
+    if src.kind == 'webhook' then
+      local _, _, target = parse_g(r[j])
+      skip = excluded_ep[target]
+    end
+    if not skip then
+      groups[#groups + 1] = { key = r[j], score = tonumber(r[j + 1]), src = src, buf = {},
+        pos = 1, done = false }
+    end
+  end
+end
+if #sources > 1 and nquota == 0 then
+  table.sort(groups, function(x, y)
+    if x.score ~= y.score then return x.score < y.score end
+    return lt(x.key, y.key)
+  end)
+end
+local CHUNK = math.min(math.floor(batch / math.max(#groups, 1)) + 8, 1000)
 
--- The next unexamined entry of a source. Rows examined and left in place (skipped) are
+-- The next unexamined entry of a group. Rows examined and left in place (skipped) are
 -- remembered as the anchor; the next chunk starts right after it. Claimed rows move past
 -- `now` and killed rows leave, so neither shifts the ranks of what is still to come.
-local function head(src)
+local function head(g)
   while true do
-    if src.pos <= #src.buf then return src.buf[src.pos] end
-    if src.done then return nil end
+    if g.pos <= #g.buf then return g.buf[g.pos] end
+    if g.done then return nil end
     local start = 0
-    if src.anchor then
-      local r = redis.call('ZRANK', src.key, src.anchor)
+    if g.anchor then
+      local r = redis.call('ZRANK', g.key, g.anchor)
       if r then start = r + 1 end
     end
-    src.pos = 1
-    if merge then
-      local r = redis.call('ZRANGEBYSCORE', src.key, '-inf', now_s, 'WITHSCORES', 'LIMIT', start, CHUNK)
-      src.buf = {}
-      for j = 1, #r, 2 do src.buf[#src.buf + 1] = { r[j], tonumber(r[j + 1]) } end
-    else
-      src.buf = redis.call('ZRANGEBYSCORE', src.key, '-inf', now_s, 'LIMIT', start, CHUNK)
-    end
-    if #src.buf < CHUNK then src.done = true end
-    if #src.buf == 0 then return nil end
+    g.pos = 1
+    g.buf = redis.call('ZRANGEBYSCORE', g.key, '-inf', now_s, 'LIMIT', start, CHUNK)
+    if #g.buf < CHUNK then g.done = true end
+    if #g.buf == 0 then return nil end
   end
 end
 
@@ -73,13 +125,17 @@ end
 -- Step 1: every candidate that is not held and has spent its source's budget dies. The
 -- attempts index holds every queued (not claimed), unfinished, non-held row that spent
 -- attempts, and every claimed row whose claim spent its claimer's last attempt (and
--- finished rows not yet cleaned up, removed here).
-for _, src in ipairs(sources) do
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf')) do
+-- finished rows not yet cleaned up, removed here). The step reads at most EXHAUSTED_STEP
+-- entries per source, so a claim stays bounded however many rows are exhausted at once;
+-- rows beyond it die in a later claim, or in step 3 when the claim meets them in due order.
+local EXHAUSTED_STEP = 256
+for _, src in ipairs(peek and {} or sources) do
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf', 'LIMIT', 0, EXHAUSTED_STEP)) do
     local d = load(member_id(m))
     if not d or finished(d.status) then
       redis.call('ZREM', src.x, m)
-    elseif d.status ~= 'held' and tonumber(d.next) <= now and not excluded[d.topic] then
+    elseif d.status ~= 'held' and tonumber(d.next) <= now and not excluded[d.topic]
+        and not (d.kind == 'webhook' and excluded_ep[d.target]) then
       kill(d)
     end
   end
@@ -107,65 +163,85 @@ local function blocked(ok, m)
   end
 end
 
--- Step 3: take the rest in order.
+-- Step 3: rounds over the groups. `take` claims the next claimable row of a group and
+-- answers whether it found one (a group with none left drops out of the rounds).
 local claimed = {}
 local msgs = {}
-while #claimed < batch do
-  local m, bs = nil, nil
-  if merge then
-    local best
-    for _, src in ipairs(sources) do
-      local hd = head(src)
-      if hd and (not best or hd[2] < best[2] or (hd[2] == best[2] and lt(hd[1], best[1]))) then
-        best, bs = hd, src
-      end
-    end
-    if best then m = best[1] end
-  else
-    bs = sources[1]
-    m = head(bs)
-  end
-  if not m then break end
-  bs.pos = bs.pos + 1
-  local id = member_id(m)
-  local dk = k_d(id)
-  local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l', 'r')
-  if not r[1] then
-    redis.call('ZREM', bs.key, m)
-  else
-    local st, at, nx = parse_h(r[1])
-    -- mid, tenant, topic, kind, target and okey (the member is known, created is not needed).
-    local mid, tenant, topic, kind, target, okey = string.match(r[2],
-      '^[^\31]*\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
-    if finished(st) then
-      redis.call('ZREM', bs.key, m)
-    elseif tonumber(nx) > now then
-      redis.call('ZADD', bs.key, nx, m)
-    elseif excluded[topic] then
-      bs.anchor = m
-    elseif st ~= 'held' and tonumber(at) >= bs.budget then
-      kill({ id = id, m = m, v = r[3], mid = mid, tenant = tenant, topic = topic, kind = kind,
-        target = target, okey = okey ~= '' and okey, status = st, attempts = at, next = nx })
-    elseif okey ~= '' and blocked(k_o(tenant, kind, target, okey), m) then
-      bs.anchor = m
+local function take(g)
+  local src = g.src
+  while true do
+    local m = head(g)
+    if not m then return false end
+    g.pos = g.pos + 1
+    local id = member_id(m)
+    local dk = k_d(id)
+    local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l', 'r')
+    if not r[1] then
+      if not peek then redis.call('ZREM', g.key, m) end
     else
-      if st ~= 'held' then at = S(tonumber(at) + 1) end
-      moved(id, kind, target, st, 'processing')
-      local h = make_h('processing', at, until_s, ARGV[tok_base + #claimed], now_s)
-      -- `du`: when this attempt was due (the ledger's scheduled time).
-      redis.call('HSET', dk, 'h', h, 'du', nx)
-      redis.call('ZADD', bs.key, until_s, m)
-      -- A claimed row is stale-able: index it when this claim spent the last attempt of
-      -- the claimer's budget (other rows are not exhausted when their lease ends).
-      if tonumber(at) >= bs.budget then redis.call('ZADD', bs.x, at, m) end
-      local msg = msgs[mid]
-      if not msg then
-        msg = redis.call('HMGET', k_m(mid), 'p', 'x')
-        msgs[mid] = msg
+      local st, at, nx = parse_h(r[1])
+      -- mid, tenant, topic, kind, target and okey (the member is known, created is not needed).
+      local mid, tenant, topic, kind, target, okey = string.match(r[2],
+        '^[^\31]*\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
+      if peek and (finished(st) or tonumber(nx) > now
+          or (st ~= 'held' and tonumber(at) >= src.budget)) then
+        -- A dry run leaves rows that would be cleaned up or killed as they are.
+      elseif finished(st) then
+        redis.call('ZREM', g.key, m)
+      elseif tonumber(nx) > now then
+        redis.call('ZADD', g.key, nx, m)
+      elseif excluded[topic] then
+        g.anchor = m
+      elseif st ~= 'held' and tonumber(at) >= src.budget then
+        kill({ id = id, m = m, v = r[3], mid = mid, tenant = tenant, topic = topic, kind = kind,
+          target = target, okey = okey ~= '' and okey, status = st, attempts = at, next = nx })
+      elseif okey ~= '' and blocked(k_o(tenant, kind, target, okey), m) then
+        g.anchor = m
+      elseif peek then
+        claimed[#claimed + 1] = { m, string.sub(g.key, #P + 1), nx }
+        return true
+      else
+        if st ~= 'held' then at = S(tonumber(at) + 1) end
+        moved(id, kind, target, st, 'processing')
+        local h = make_h('processing', at, until_s, ARGV[tok_base + #claimed], now_s)
+        -- `du`: when this attempt was due (the ledger's scheduled time).
+        redis.call('HSET', dk, 'h', h, 'du', nx)
+        redis.call('ZADD', g.key, until_s, m)
+        -- A claimed row is stale-able: index it when this claim spent the last attempt of
+        -- the claimer's budget (other rows are not exhausted when their lease ends).
+        if tonumber(at) >= src.budget then redis.call('ZADD', src.x, at, m) end
+        local msg = msgs[mid]
+        if not msg then
+          msg = redis.call('HMGET', k_m(mid), 'p', 'x')
+          msgs[mid] = msg
+        end
+        claimed[#claimed + 1] = { st, h, r[2], r[3], r[4], r[5], msg[1], msg[2] }
+        return true
       end
-      claimed[#claimed + 1] = { st, h, r[2], r[3], r[4], r[5], msg[1], msg[2] }
     end
   end
+end
+
+local active = groups
+while #claimed < batch and #active > 0 do
+  local still = {}
+  for _, g in ipairs(active) do
+    if #claimed >= batch then break end
+    if g.quota then
+      if g.quota > 0 and take(g) then
+        g.quota = g.quota - 1
+        if g.quota > 0 then still[#still + 1] = g end
+      end
+    elseif take(g) then
+      still[#still + 1] = g
+    end
+  end
+  active = still
+end
+if peek then return claimed end
+-- Every group read gets its new head's score in its source's group index.
+for _, g in ipairs(groups) do
+  if g.pos > 1 then touch_g(g.key, g.src.G) end
 end
 flush()
 return claimed

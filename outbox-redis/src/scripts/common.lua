@@ -33,10 +33,40 @@ local function k_i(t, topic, key) return P .. ':i:' .. lp(t) .. lp(topic) .. key
 local function k_o(t, kind, target, okey)
   return P .. ':o:' .. lp(t) .. lp(kind) .. lp(target) .. okey
 end
-local function k_q(kind, target)
-  if kind == 'handler' then return P .. ':q:h:' .. target end
-  if kind == 'webhook' then return P .. ':q:w' end
-  return P .. ':q:e'
+-- Fair claiming works on groups: one tenant and one destination (endpoint, consumer or
+-- e-mail recipient). `g:<kind, tenant>target` holds the group's unfinished deliveries by
+-- `next_attempt_at` (a claimed row's is its lease end, so an expired lease is simply due);
+-- `G:h:<consumer>`, `G:w`, `G:e` index a source's groups by the score of their head, so a
+-- claim finds the groups with due work, oldest first, without reading any backlog.
+local function k_g(kind, target, tenant) return P .. ':g:' .. lp(kind) .. lp(tenant) .. target end
+local function k_G(kind, target)
+  if kind == 'handler' then return P .. ':G:h:' .. target end
+  if kind == 'webhook' then return P .. ':G:w' end
+  return P .. ':G:e'
+end
+-- The kind, tenant and target of a group key.
+local function parse_g(g)
+  local pos = #P + 4
+  local parts = {}
+  for _ = 1, 2 do
+    local colon = string.find(g, ':', pos, true)
+    local n = tonumber(string.sub(g, pos, colon - 1))
+    parts[#parts + 1] = string.sub(g, colon + 1, colon + n)
+    pos = colon + n + 1
+  end
+  return parts[1], parts[2], string.sub(g, pos)
+end
+-- Give group `g` of source key `G` its head's score in `G` (or take it out when empty).
+local function touch_g(g, G)
+  local r = redis.call('ZRANGE', g, 0, 0, 'WITHSCORES')
+  if #r == 0 then
+    redis.call('ZREM', G, g)
+  else
+    redis.call('ZADD', G, r[2], g)
+  end
+end
+local function touch(kind, target, tenant)
+  touch_g(k_g(kind, target, tenant), k_G(kind, target))
 end
 -- Unfinished, non-held deliveries that have spent attempts, by attempts: the claim finds
 -- exhausted rows (attempts >= budget) with one range query instead of a scan.
@@ -142,17 +172,19 @@ end
 -- entry is left behind and removed lazily (by the next claim that meets it, or at purge).
 local function place(d, was_finished)
   local m = d.m
-  local q = k_q(d.kind, d.target)
+  local q = k_g(d.kind, d.target, d.tenant)
   local okey = d.okey
   if finished(d.status) then
     if not was_finished then
       redis.call('ZREM', q, m)
+      touch(d.kind, d.target, d.tenant)
       if okey then redis.call('ZREM', k_o(d.tenant, d.kind, d.target, okey), m) end
     end
     redis.call('ZADD', k_tf(d.tenant), d.completed, m)
     purgeable[d.tenant] = true
   else
     redis.call('ZADD', q, d.next, m)
+    touch(d.kind, d.target, d.tenant)
     local x = k_x(d.kind, d.target)
     if d.status == 'held' or tonumber(d.attempts) == 0 then
       redis.call('ZREM', x, m)
@@ -160,7 +192,7 @@ local function place(d, was_finished)
       redis.call('ZADD', x, d.attempts, m)
     end
     if was_finished then
-      redis.call('SADD', K_QS, q)
+      redis.call('SADD', K_QS, k_G(d.kind, d.target))
       if okey then redis.call('ZADD', k_o(d.tenant, d.kind, d.target, okey), string.sub(m, 1, 15), m) end
       redis.call('ZREM', k_tf(d.tenant), m)
     end
@@ -201,10 +233,10 @@ local function release_held(tenant, endpoint, now)
 end
 
 -- Every pending or held webhook delivery of `endpoint` that belongs to `tenant` waits for
--- it: held, due at `due_at`. Scans the webhook due set (a pause is a rare operator action).
+-- it: held, due at `due_at`. Reads the endpoint's group (a pause is a rare operator action).
 local function hold_for_endpoint(tenant, endpoint, due_at, now)
   local n = 0
-  for _, m in ipairs(redis.call('ZRANGE', k_q('webhook', endpoint), 0, -1)) do
+  for _, m in ipairs(redis.call('ZRANGE', k_g('webhook', endpoint, tenant), 0, -1)) do
     local d = load(member_id(m))
     if d and d.target == endpoint and d.tenant == tenant
         and (d.status == 'pending' or d.status == 'held') then

@@ -5,7 +5,7 @@
 --   last outcome json ('' keeps the old one), ledger entry ('' when nothing was tried),
 --   disable the endpoint (1 for a 410), or w when the delivery waits for its endpoint
 --   (written as pending, due now, when the endpoint is active again or gone), else 0
--- Returns 1 (written) or 0 (lease lost) per item.
+-- Returns per item 0 (lease lost), or 1 (written), or for a written webhook row its endpoint.
 local now, cap = ARGV[1], tonumber(ARGV[2])
 local out = {}
 local a = 3
@@ -59,7 +59,8 @@ while a <= #ARGV do
     end
     if finished(status) then
       -- `place` for the common case, inline.
-      redis.call('ZREM', k_q(kind, target), m)
+      redis.call('ZREM', k_g(kind, target, tenant), m)
+      touch(kind, target, tenant)
       if okey ~= '' then redis.call('ZREM', k_o(tenant, kind, target, okey), m) end
       redis.call('ZADD', k_tf(tenant), ARGV[a + 6], m)
       purgeable[tenant] = true
@@ -75,7 +76,9 @@ while a <= #ARGV do
         redis.call('HINCRBY', ek, 'ver', 1)
       end
     end
-    out[#out + 1] = 1
+    -- A webhook row answers its endpoint, so that with several shards the caller can copy
+    -- the endpoint's new last status (and a 410's disable) to the other shards' copies.
+    out[#out + 1] = kind == 'webhook' and target or 1
   end
   a = a + 12
 end

@@ -5,6 +5,7 @@
 --           pairs..., fields to delete...
 --   delete: id, tenant, now
 --   list:   tenant
+--   mirror: now, (id, tenant, last record, disable) per endpoint
 local op = ARGV[1]
 if op == 'list' then
   local out = {}
@@ -13,6 +14,22 @@ if op == 'list' then
     if #r > 0 then out[#out + 1] = r end
   end
   return out
+end
+if op == 'mirror' then
+  -- Copy completions' endpoint writes made in another shard: ARGV: now, then (id, tenant,
+  -- last record or '', disable 0/1) per endpoint.
+  local now = ARGV[2]
+  for j = 3, #ARGV, 4 do
+    local ek = k_e(ARGV[j])
+    if redis.call('HGET', ek, 'tenant') == ARGV[j + 1] then
+      if ARGV[j + 2] ~= '' then redis.call('HSET', ek, 'last', ARGV[j + 2]) end
+      if ARGV[j + 3] == '1' then
+        redis.call('HSET', ek, 'status', 'disabled', 'reason', 'gone', 'updated', now)
+        redis.call('HINCRBY', ek, 'ver', 1)
+      end
+    end
+  end
+  return 1
 end
 local id, tenant = ARGV[2], ARGV[3]
 local ek = k_e(id)
@@ -40,8 +57,9 @@ if op == 'delete' then
   if n > 0 then wake() end
   return 1 + n
 end
--- update: compare-and-set on the version read by the caller.
-if redis.call('HGET', ek, 'ver') ~= ARGV[4] then return { 0, 0 } end
+-- update: compare-and-set on the version read by the caller ('' when shard 0 already took
+-- the change and this shard's copy follows it).
+if ARGV[4] ~= '' and redis.call('HGET', ek, 'ver') ~= ARGV[4] then return { 0, 0 } end
 local releases, now, hold = ARGV[5], ARGV[6], ARGV[7]
 local nset = tonumber(ARGV[8])
 local args = {}

@@ -1,10 +1,16 @@
 -- Enqueue messages with their fan-out, atomically.
--- ARGV: now, count, then per message 10 fields:
+-- ARGV: now, count, sequence bases ('' = draw from this shard's `seq`; with several shards
+--   the caller reserves SEQ_BLOCK numbers per message from shard 0's `seq`, so that one
+--   order holds across shards, and passes each message's first one, comma-separated), then
+--   per message 10 fields:
 --   id, tenant, topic, okey, ikey, available_at, packed fields (`x`), payload,
 --   id base (a UUIDv7 from the injected entropy), recipients (newline-separated)
 -- Returns one {message id, deliveries, duplicate (0/1)} per message.
 local now = ARGV[1]
 local count = tonumber(ARGV[2])
+local seqbases = {}
+for b in string.gmatch(ARGV[3], '%d+') do seqbases[#seqbases + 1] = tonumber(b) end
+local SEQ_BLOCK = 4096
 
 -- Delivery ids: the base's time part, the rest from SHA-1 of the random base and the index.
 local VARIANT = { '8', '9', 'a', 'b' }
@@ -45,8 +51,10 @@ end
 local out = {}
 local woke = false
 local registered = {}
-local a = 3
-for _ = 1, count do
+-- Groups written to: each gets its head's score once, at the end.
+local touched = {}
+local a = 4
+for msg_i = 1, count do
   local mid, tenant, topic, okey, ikey = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local avail, meta, payload = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
   local base, emails = ARGV[a + 8], ARGV[a + 9]
@@ -78,7 +86,14 @@ for _ = 1, count do
       redis.call('ZADD', k_tm(tenant), now, mid)
       purgeable[tenant] = true
     else
-      local last = redis.call('INCRBY', K_SEQ, n)
+      local last
+      -- A message with more destinations than its reserved block takes this shard's own
+      -- numbers (its order against other shards is then only by due time).
+      if seqbases[msg_i] and n <= SEQ_BLOCK then
+        last = seqbases[msg_i] + n
+      else
+        last = redis.call('INCRBY', K_SEQ, n)
+      end
       counts.pending = (counts.pending or 0) + n
       local h = make_h('pending', '0', avail, '', now)
       local tail = '\31' .. mid .. '\31' .. tenant .. '\31' .. topic .. '\31'
@@ -97,11 +112,13 @@ for _ = 1, count do
         end
         redis.call('HSET', k_d(id), 'h', row_h, 'v', '0||',
           's', m .. tail .. kind .. '\31' .. target .. '\31' .. now .. '\31' .. okey)
-        local q = k_q(kind, target)
-        redis.call('ZADD', q, due, m)
-        if not registered[q] then
-          redis.call('SADD', K_QS, q)
-          registered[q] = true
+        local g = k_g(kind, target, tenant)
+        redis.call('ZADD', g, due, m)
+        local G = k_G(kind, target)
+        touched[g] = G
+        if not registered[G] then
+          redis.call('SADD', K_QS, G)
+          registered[G] = true
         end
         redis.call('ZADD', k_td(tenant), now, id)
         if okey ~= '' then redis.call('ZADD', k_o(tenant, kind, target, okey), S(seq), m) end
@@ -111,6 +128,7 @@ for _ = 1, count do
     out[#out + 1] = { mid, n, 0 }
   end
 end
+for g, G in pairs(touched) do touch_g(g, G) end
 flush()
 if woke then wake() end
 return out

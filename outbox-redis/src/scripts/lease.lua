@@ -9,7 +9,8 @@ end
 if op == 'extend' then
   local u = ARGV[6]
   redis.call('HSET', k_d(id), 'h', make_h(d.status, d.attempts, u, d.token, d.updated))
-  redis.call('ZADD', k_q(d.kind, d.target), u, d.m)
+  redis.call('ZADD', k_g(d.kind, d.target, d.tenant), u, d.m)
+  touch(d.kind, d.target, d.tenant)
 else
   set_status(d, 'sending')
   redis.call('HSET', k_d(id), 'h', make_h('sending', d.attempts, d.next, d.token, now))

@@ -1,6 +1,7 @@
 -- Retention for one tenant per call, rotating over tenants by name, each tenant with its
 -- own cutoff; or for one named tenant outside the rotation.
--- ARGV: default cutoff, limit, tenant ('' = the next in rotation), then (tenant, cutoff)
+-- ARGV: default cutoff, limit, tenant ('' = the next in rotation, '>cursor' = only find
+--       the next after cursor), then (tenant, cutoff)
 --       override pairs
 -- Returns {tenant or false, deliveries removed, messages removed}.
 local default, limit, only = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -31,6 +32,18 @@ end
 
 local cursor = redis.call('GET', K_PURGE)
 local tenant
+if string.sub(only, 1, 1) == '>' then
+  -- With several shards the caller keeps one rotation: `>cursor` only names this shard's
+  -- next tenant with work after `cursor` ('>' = from the start), wrapping, and purges nothing.
+  local c = string.sub(only, 2)
+  if c ~= '' then
+    tenant = scan('(' .. c, '+') or scan('-', '[' .. c)
+  else
+    tenant = scan('-', '+')
+  end
+  for _, t in ipairs(stale) do redis.call('ZREM', K_PT, t) end
+  return { tenant or false, 0, 0 }
+end
 if only ~= '' then
   tenant = only
 elseif cursor then

@@ -3,11 +3,15 @@
 //! Each test runs under its own random key prefix and deletes its keys afterwards.
 
 mod common;
+#[path = "../support/cluster.rs"]
+mod support;
 
 mod claim;
+mod cluster;
 mod config;
 mod faults;
 mod pipeline;
 mod retention;
 mod tls;
+mod upgrade;
 mod wake;

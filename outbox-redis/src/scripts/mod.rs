@@ -10,16 +10,12 @@ use redis::Script;
 
 macro_rules! source {
     ($file:literal) => {
-        concat!(
-            "#!lua\n",
-            include_str!("scripts/common.lua"),
-            include_str!($file)
-        )
+        concat!("#!lua\n", include_str!("common.lua"), include_str!($file))
     };
     ($file:literal, read_only) => {
         concat!(
             "#!lua flags=no-writes\n",
-            include_str!("scripts/common.lua"),
+            include_str!("common.lua"),
             include_str!($file)
         )
     };
@@ -27,7 +23,7 @@ macro_rules! source {
 
 /// The enqueue script's full text: sent with `EVAL` inside a caller's `MULTI`, where an
 /// `EVALSHA` that meets `NOSCRIPT` could not be retried.
-pub(crate) const ENQUEUE: &str = source!("scripts/enqueue.lua");
+pub(crate) const ENQUEUE: &str = source!("enqueue.lua");
 
 pub(crate) struct Scripts {
     pub(crate) enqueue: Script,
@@ -41,26 +37,28 @@ pub(crate) struct Scripts {
     pub(crate) stats: Script,
     pub(crate) endpoint: Script,
     pub(crate) tenancy: Script,
+    pub(crate) migrate: Script,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
             enqueue: Script::new(ENQUEUE),
-            claim: Script::new(source!("scripts/claim.lua")),
-            complete: Script::new(source!("scripts/complete.lua")),
-            release: Script::new(source!("scripts/release.lua")),
-            lease: Script::new(source!("scripts/lease.lua")),
-            operator: Script::new(source!("scripts/operator.lua")),
-            list: Script::new(source!("scripts/list.lua", read_only)),
-            purge: Script::new(source!("scripts/purge.lua")),
-            stats: Script::new(source!("scripts/stats.lua", read_only)),
-            endpoint: Script::new(source!("scripts/endpoint.lua")),
-            tenancy: Script::new(source!("scripts/tenancy.lua", read_only)),
+            claim: Script::new(source!("claim.lua")),
+            complete: Script::new(source!("complete.lua")),
+            release: Script::new(source!("release.lua")),
+            lease: Script::new(source!("lease.lua")),
+            operator: Script::new(source!("operator.lua")),
+            list: Script::new(source!("list.lua", read_only)),
+            purge: Script::new(source!("purge.lua")),
+            stats: Script::new(source!("stats.lua", read_only)),
+            endpoint: Script::new(source!("endpoint.lua")),
+            tenancy: Script::new(source!("tenancy.lua", read_only)),
+            migrate: Script::new(source!("migrate.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 11] {
+    pub(crate) fn all(&self) -> [&Script; 12] {
         [
             &self.enqueue,
             &self.claim,
@@ -73,6 +71,7 @@ impl Scripts {
             &self.stats,
             &self.endpoint,
             &self.tenancy,
+            &self.migrate,
         ]
     }
 }
@@ -82,7 +81,7 @@ mod tests {
     /// The hold times written by the scripts are the ones outboxkit-core defines.
     #[test]
     fn hold_constants_match_core() {
-        let common = include_str!("scripts/common.lua");
+        let common = include_str!("common.lua");
         let never = format!(
             "local HOLD_NEVER = '{}'",
             outboxkit_core::Timestamp::MAX.as_unix_millis()
