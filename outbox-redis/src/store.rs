@@ -255,7 +255,8 @@ impl RedisStore {
     /// A store on `url` with the default [`RedisConfig`], the system clock and the OS
     /// random source. `redis://host:port/db` is one server; `redis+cluster://h1:p1,h2:p2`
     /// is a Redis Cluster reached through those seed nodes (see
-    /// [`RedisStore::new_cluster`]); `rediss://…` is not compiled in.
+    /// [`RedisStore::new_cluster`]); `rediss://host:port/db` is one server over TLS
+    /// (rustls, trusting [`RedisConfig::tls_root_cert`] when set, else the system's roots).
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, RedisConfig::default()).await
     }
@@ -267,8 +268,10 @@ impl RedisStore {
             return Self::new_cluster(&nodes, config, Arc::new(SystemClock), Arc::new(OsEntropy))
                 .await;
         }
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::misconfigured("url", "is not a valid redis url").with_source(e))?;
+        let client = config.client(url)?;
+        // One quick connection first, so an unreachable server, a failed TLS handshake or
+        // refused credentials is reported at once and by name.
+        config.probe(&client).await?;
         Self::new(client, config, Arc::new(SystemClock), Arc::new(OsEntropy)).await
     }
 
