@@ -23,6 +23,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod broker;
 pub mod claim;
 pub mod endpoint;
 pub mod error;
@@ -47,6 +48,10 @@ pub mod wake;
 /// dependency on `async-trait`).
 pub use async_trait::async_trait;
 
+pub use broker::{
+    broker_headers, BrokerFailure, BrokerMessage, BrokerResponse, BrokerTransport,
+    DynBrokerTransport, SubjectTemplate,
+};
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
 };

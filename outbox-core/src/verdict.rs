@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::broker::BrokerFailure;
 use crate::mail::{may_retry, MailError, MailErrorCode, MailOutcome};
 use crate::model::{AttemptOutcome, DeadReason, ErrorClass};
 use crate::retry::RetryPolicy;
@@ -43,6 +44,8 @@ pub enum Outcome {
     Transport(ErrorClass),
     /// The mailer's answer.
     Mail(Result<(), MailError>),
+    /// The broker's answer: acknowledged, or why not.
+    Broker(Result<(), BrokerFailure>),
     /// The webhook endpoint no longer exists.
     EndpointMissing,
     /// The webhook endpoint is paused.
@@ -81,6 +84,8 @@ impl Outcome {
                 (_, MailOutcome::NotSent) => ErrorClass::MailNotSent,
                 (_, MailOutcome::Unknown) => ErrorClass::MailUnknown,
             }),
+            Outcome::Broker(Ok(())) => Succeeded,
+            Outcome::Broker(Err(f)) => Failed(f.class()),
             Outcome::Unrenderable => Failed(ErrorClass::Unrenderable),
             Outcome::EndpointMissing | Outcome::EndpointPaused | Outcome::EndpointDisabled => {
                 return None
@@ -326,6 +331,23 @@ pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy)
                 }
             }
         }
+        // The broker channel: only an acknowledgement succeeds; what may pass by itself is
+        // retried on the schedule; a refusal of the sink's configuration (no stream, no
+        // route, no permission) is held and probed, like a webhook's 401/403, because the
+        // fix is on the broker or in the sink, not in the message; a refusal of the message
+        // itself is permanent.
+        Outcome::Broker(Ok(())) => Verdict::Succeeded,
+        Outcome::Broker(Err(f)) => match f {
+            BrokerFailure::Timeout | BrokerFailure::Connection | BrokerFailure::Unavailable => {
+                retry(None)
+            }
+            BrokerFailure::NoRoute | BrokerFailure::PermissionDenied => {
+                held(policy.held_probe_interval)
+            }
+            BrokerFailure::Rejected => Verdict::Dead {
+                reason: DeadReason::Permanent,
+            },
+        },
         Outcome::EndpointMissing => Verdict::Dead {
             reason: DeadReason::EndpointRemoved,
         },
@@ -342,6 +364,7 @@ pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::BrokerFailure as B;
     use crate::mail::MailErrorCode as C;
     use crate::mail::MailOutcome as O;
 
@@ -372,6 +395,10 @@ mod tests {
             status,
             retry_after: None,
         }
+    }
+
+    fn broker(f: B) -> Outcome {
+        Outcome::Broker(Err(f))
     }
 
     fn mail(code: C, outcome: O) -> Outcome {
@@ -536,6 +563,24 @@ mod tests {
                 1,
                 dead(DeadReason::Unrenderable),
             ),
+            ("broker ack", Outcome::Broker(Ok(())), 1, Verdict::Succeeded),
+            ("broker timeout retried", broker(B::Timeout), 1, retry(60)),
+            ("broker connection retried", broker(B::Connection), 2, retry(300)),
+            ("broker unavailable retried", broker(B::Unavailable), 3, retry(1800)),
+            ("broker no route held", broker(B::NoRoute), 1, held.clone()),
+            ("broker denied held", broker(B::PermissionDenied), 1, held.clone()),
+            (
+                "broker rejected dead",
+                broker(B::Rejected),
+                1,
+                dead(DeadReason::Permanent),
+            ),
+            (
+                "budget spent broker timeout",
+                broker(B::Timeout),
+                6,
+                dead(DeadReason::MaxAttempts),
+            ),
         ];
         for (name, outcome, attempt, want) in rows {
             assert_eq!(classify(&outcome, &ctx(attempt), &policy()), want, "{name}");
@@ -682,6 +727,18 @@ mod tests {
         for (o, want) in rows {
             assert_eq!(classify(&o, &c, &policy()), want, "{o:?}");
         }
+        // Broker probes: an ack releases, a refusal of the configuration stays held, an
+        // outage returns to the schedule.
+        let rows = [
+            (Outcome::Broker(Ok(())), Verdict::Succeeded),
+            (broker(B::NoRoute), Verdict::Held { probe_at: at(3600) }),
+            (broker(B::PermissionDenied), Verdict::Held { probe_at: at(3600) }),
+            (broker(B::Timeout), retry(30 * 60)),
+            (broker(B::Rejected), dead(DeadReason::Permanent)),
+        ];
+        for (o, want) in rows {
+            assert_eq!(classify(&o, &c, &policy()), want, "{o:?}");
+        }
         // A probe that meets a 5xx with the budget spent is dead like any retry.
         let mut last = ctx(6);
         last.probe = true;
@@ -740,6 +797,12 @@ mod tests {
                 Some(Failed(ErrorClass::Discarded)),
             ),
             (Outcome::EndpointPaused, None),
+            (Outcome::Broker(Ok(())), Some(Succeeded)),
+            (
+                broker(B::NoRoute),
+                Some(Failed(ErrorClass::BrokerNoRoute)),
+            ),
+            (broker(B::Connection), Some(Failed(ErrorClass::Network))),
         ];
         for (o, want) in rows {
             assert_eq!(o.attempt_outcome(), want, "{o:?}");
