@@ -184,14 +184,13 @@ fn failure_of(e: &lapin::Error) -> BrokerFailure {
 impl BrokerTransport for AmqpTransport {
     async fn publish(&self, message: BrokerMessage) -> BrokerResponse {
         match tokio::time::timeout(message.timeout, self.send(&message)).await {
-            Err(_) => BrokerResponse::failed(BrokerFailure::Timeout, "no confirm within the deadline"),
+            Err(_) => {
+                BrokerResponse::failed(BrokerFailure::Timeout, "no confirm within the deadline")
+            }
             Ok(Ok(Confirmation::Ack(None))) => BrokerResponse::Acknowledged { duplicate: false },
             Ok(Ok(Confirmation::Ack(Some(returned)))) => BrokerResponse::failed(
                 BrokerFailure::NoRoute,
-                format!(
-                    "returned unroutable: {}",
-                    returned.reply_text.as_str()
-                ),
+                format!("returned unroutable: {}", returned.reply_text.as_str()),
             ),
             Ok(Ok(Confirmation::Nack(_))) => {
                 BrokerResponse::failed(BrokerFailure::Unavailable, "the broker nacked the message")

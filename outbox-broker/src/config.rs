@@ -27,8 +27,8 @@ impl std::fmt::Debug for BrokerUrl {
 impl BrokerUrl {
     /// Parse by scheme.
     pub fn parse(text: &str) -> Result<Self> {
-        let url = url::Url::parse(text)
-            .map_err(|_| Error::invalid_input("broker", "is not a URL"))?;
+        let url =
+            url::Url::parse(text).map_err(|_| Error::invalid_input("broker", "is not a URL"))?;
         if url.host_str().is_none_or(str::is_empty) {
             return Err(Error::invalid_input("broker", "needs a host"));
         }
@@ -88,8 +88,14 @@ mod tests {
             ("127.0.0.1:4222", None),
         ];
         for (text, want) in rows {
-            assert_eq!(BrokerUrl::parse(text).ok().map(|u| u.kind()), want, "{text}");
+            assert_eq!(
+                BrokerUrl::parse(text).ok().map(|u| u.kind()),
+                want,
+                "{text}"
+            );
         }
-        assert!(!format!("{:?}", BrokerUrl::parse("amqp://u:secret@h/").unwrap()).contains("secret"));
+        assert!(
+            !format!("{:?}", BrokerUrl::parse("amqp://u:secret@h/").unwrap()).contains("secret")
+        );
     }
 }

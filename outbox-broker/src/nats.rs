@@ -64,7 +64,8 @@ impl NatsTransport {
             Error::new(
                 ErrorKind::Unavailable,
                 format!("cannot connect to nats: {}", e.kind()),
-            ).with_source(e)
+            )
+            .with_source(e)
         })?;
         let jetstream = async_nats::jetstream::new(client.clone());
         Ok(NatsTransport {
@@ -150,7 +151,10 @@ fn violated_subject(text: &str) -> Option<String> {
 impl BrokerTransport for NatsTransport {
     async fn publish(&self, message: BrokerMessage) -> BrokerResponse {
         let mut headers = HeaderMap::new();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, message.dedup_id.as_str());
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            message.dedup_id.as_str(),
+        );
         for (k, v) in &message.headers {
             headers.insert(k.as_str(), v.as_str());
         }
@@ -196,10 +200,7 @@ mod tests {
                 "Permissions Violation for Publish to \"orders.created\"",
                 Some("orders.created"),
             ),
-            (
-                "permissions violation for publish to 'a.b'",
-                Some("a.b"),
-            ),
+            ("permissions violation for publish to 'a.b'", Some("a.b")),
             ("Permissions Violation for Subscription to \"x\"", None),
             ("Authorization Violation", None),
         ];
