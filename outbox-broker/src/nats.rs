@@ -60,7 +60,19 @@ impl NatsTransport {
                     tracing::debug!(%event, "nats connection event");
                 }
             });
-        let client = options.connect(url).await.map_err(|e| {
+        // async-nats does not read credentials from the URL: pass them on, and connect to
+        // the URL without them.
+        let (options, url) = match url::Url::parse(url) {
+            Ok(mut u) if !u.username().is_empty() => {
+                let user = percent_decode(u.username());
+                let pass = percent_decode(u.password().unwrap_or_default());
+                let _ = u.set_username("");
+                let _ = u.set_password(None);
+                (options.user_and_password(user, pass), u.to_string())
+            }
+            _ => (options, url.to_owned()),
+        };
+        let client = options.connect(url.as_str()).await.map_err(|e| {
             Error::new(
                 ErrorKind::Unavailable,
                 format!("cannot connect to nats: {}", e.kind()),
@@ -136,6 +148,31 @@ impl NatsTransport {
     }
 }
 
+/// Undo the URL's percent-encoding of a user name or password.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `Permissions Violation for Publish to "subject"` → the subject.
 fn violated_subject(text: &str) -> Option<String> {
     let rest = text
@@ -192,6 +229,12 @@ impl BrokerTransport for NatsTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_percent_decoded() {
+        assert_eq!(percent_decode("p%40ss%2Bw"), "p@ss+w");
+        assert_eq!(percent_decode("plain+%"), "plain+%");
+    }
 
     #[test]
     fn permission_violations_name_their_subject() {

@@ -97,12 +97,14 @@ impl World {
     }
 
     /// Enqueue `n` messages over `keys` ordering keys: message i has key `k{i % keys}` and
-    /// payload `{"key": "k…", "n": i}`.
+    /// payload `{"key": "k…", "n": i}` (no ordering key when `keys` is 0).
     pub async fn enqueue(&self, topic: &str, n: usize, keys: usize) {
         for i in 0..n {
-            let key = format!("k{}", i % keys);
-            let m = NewMessage::new(topic, serde_json::json!({"key": key, "n": i}))
-                .ordering_key(key.clone());
+            let key = format!("k{}", i % keys.max(1));
+            let mut m = NewMessage::new(topic, serde_json::json!({"key": key, "n": i}));
+            if keys > 0 {
+                m = m.ordering_key(key.clone());
+            }
             self.store.enqueue(m).await.unwrap();
         }
     }

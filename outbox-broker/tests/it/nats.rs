@@ -113,7 +113,7 @@ async fn a_relay_killed_mid_publish_loses_nothing_and_jetstream_drops_the_redeli
     let prefix = unique("ob-kill");
     let mut s = stream(&t, &prefix, StorageType::Memory).await;
     let w = world().await;
-    w.enqueue("order.created", 30, 3).await;
+    w.enqueue("order.created", 30, 0).await;
     let crashing = Arc::new(CrashAfterPublish {
         inner: t.clone(),
         published: AtomicUsize::new(0),
@@ -210,7 +210,8 @@ async fn stopping_the_broker_while_publishing_recovers_without_restarting_the_re
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         server.stop().await;
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // Down for longer than a publish's deadline, so publishes fail meanwhile.
+        tokio::time::sleep(Duration::from_secs(3)).await;
         server.restart().await;
         server
     });
@@ -329,7 +330,10 @@ authorization {
 "#;
     let server = PrivateNats::start(true, Some(config)).await;
     let url = server.url().replace("nats://", "nats://app:pw@");
-    let t = NatsTransport::connect(&url).await.unwrap();
+    let t = match NatsTransport::connect(&url).await {
+        Ok(t) => t,
+        Err(e) => panic!("{e}: {}", server.log()),
+    };
     let prefix = unique("ob-denied");
     stream(&t, &prefix, StorageType::Memory).await;
     let w = world().await;

@@ -58,6 +58,11 @@ impl PrivateNats {
         s
     }
 
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("nats.log")).unwrap_or_default()
+    }
+
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
@@ -71,7 +76,9 @@ impl PrivateNats {
         if self.jetstream {
             cmd.arg("-js").arg("-sd").arg(self.dir.path().join("store"));
         }
-        cmd.stdout(std::process::Stdio::null())
+        cmd.arg("-l")
+            .arg(self.dir.path().join("nats.log"))
+            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
         self.child = Some(cmd.spawn().expect("nats-server runs"));
