@@ -100,7 +100,7 @@ impl BrokerTransport for CrashAfterPublish {
     async fn publish(&self, message: BrokerMessage) -> BrokerResponse {
         let n = self.published.fetch_add(1, Ordering::SeqCst);
         let r = self.inner.publish(message).await;
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             std::future::pending::<()>().await;
         }
         r
