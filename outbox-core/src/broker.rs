@@ -128,7 +128,9 @@ impl BrokerResponse {
     pub fn outcome(&self) -> crate::verdict::Outcome {
         match self {
             BrokerResponse::Acknowledged { .. } => crate::verdict::Outcome::Broker(Ok(())),
-            BrokerResponse::Failed { failure, .. } => crate::verdict::Outcome::Broker(Err(*failure)),
+            BrokerResponse::Failed { failure, .. } => {
+                crate::verdict::Outcome::Broker(Err(*failure))
+            }
         }
     }
 
@@ -338,7 +340,10 @@ mod tests {
         assert_eq!(get(&h, HEADER_MESSAGE_ID), Some(m.id.to_string()));
         assert_eq!(get(&h, HEADER_TOPIC).as_deref(), Some("order.created"));
         assert_eq!(get(&h, HEADER_TENANT).as_deref(), Some("acme"));
-        assert_eq!(get(&h, HEADER_TRACEPARENT).as_deref(), Some("00-abc-def-01"));
+        assert_eq!(
+            get(&h, HEADER_TRACEPARENT).as_deref(),
+            Some("00-abc-def-01")
+        );
         assert_eq!(get(&h, HEADER_CAUSE), None);
         m.cause = Some(Cause {
             handler: ConsumerName::new("billing").unwrap(),

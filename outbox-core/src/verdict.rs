@@ -565,10 +565,25 @@ mod tests {
             ),
             ("broker ack", Outcome::Broker(Ok(())), 1, Verdict::Succeeded),
             ("broker timeout retried", broker(B::Timeout), 1, retry(60)),
-            ("broker connection retried", broker(B::Connection), 2, retry(300)),
-            ("broker unavailable retried", broker(B::Unavailable), 3, retry(1800)),
+            (
+                "broker connection retried",
+                broker(B::Connection),
+                2,
+                retry(300),
+            ),
+            (
+                "broker unavailable retried",
+                broker(B::Unavailable),
+                3,
+                retry(1800),
+            ),
             ("broker no route held", broker(B::NoRoute), 1, held.clone()),
-            ("broker denied held", broker(B::PermissionDenied), 1, held.clone()),
+            (
+                "broker denied held",
+                broker(B::PermissionDenied),
+                1,
+                held.clone(),
+            ),
             (
                 "broker rejected dead",
                 broker(B::Rejected),
@@ -732,7 +747,10 @@ mod tests {
         let rows = [
             (Outcome::Broker(Ok(())), Verdict::Succeeded),
             (broker(B::NoRoute), Verdict::Held { probe_at: at(3600) }),
-            (broker(B::PermissionDenied), Verdict::Held { probe_at: at(3600) }),
+            (
+                broker(B::PermissionDenied),
+                Verdict::Held { probe_at: at(3600) },
+            ),
             (broker(B::Timeout), retry(30 * 60)),
             (broker(B::Rejected), dead(DeadReason::Permanent)),
         ];
@@ -798,10 +816,7 @@ mod tests {
             ),
             (Outcome::EndpointPaused, None),
             (Outcome::Broker(Ok(())), Some(Succeeded)),
-            (
-                broker(B::NoRoute),
-                Some(Failed(ErrorClass::BrokerNoRoute)),
-            ),
+            (broker(B::NoRoute), Some(Failed(ErrorClass::BrokerNoRoute))),
             (broker(B::Connection), Some(Failed(ErrorClass::Network))),
         ];
         for (o, want) in rows {

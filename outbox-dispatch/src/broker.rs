@@ -126,7 +126,8 @@ impl DispatcherBuilder {
     /// Publish the messages whose topic `filter` matches to a broker, as the consumer
     /// `name` (a name no handler uses). See [`BrokerSink`].
     pub fn broker(mut self, name: &str, filter: &str, sink: BrokerSink) -> Self {
-        self.brokers.push((name.to_owned(), filter.to_owned(), sink));
+        self.brokers
+            .push((name.to_owned(), filter.to_owned(), sink));
         self
     }
 }
