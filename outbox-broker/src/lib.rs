@@ -16,3 +16,12 @@ pub use outboxkit_core::broker::{
     BrokerFailure, BrokerMessage, BrokerResponse, BrokerTransport, DynBrokerTransport,
     SubjectTemplate,
 };
+
+/// The async-nats version this crate is built on (to create streams and read them with
+/// the same client).
+#[cfg(feature = "nats")]
+pub use async_nats;
+/// The lapin version this crate is built on (to declare exchanges and queues with the same
+/// client).
+#[cfg(feature = "amqp")]
+pub use lapin;

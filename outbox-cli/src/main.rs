@@ -8,6 +8,7 @@ mod bulk;
 mod consumers;
 mod deliveries;
 mod demo;
+mod demo_broker;
 mod endpoints;
 mod error;
 mod json;
