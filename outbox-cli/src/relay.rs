@@ -85,7 +85,7 @@ pub struct RelayArgs {
     #[arg(long)]
     dead_letter_webhook: Option<String>,
     #[command(flatten)]
-    broker: crate::broker::BrokerArgs,
+    broker: Box<crate::broker::BrokerArgs>,
 }
 
 /// The SMTP mailer of `--smtp-url`, checked once: refused credentials or TLS stop the
