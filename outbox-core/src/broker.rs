@@ -370,4 +370,128 @@ mod tests {
             assert_eq!(ErrorClass::parse(name).unwrap(), f.class());
         }
     }
+
+    /// The broker rows of the verdict table (`crate::verdict::classify`), one per row,
+    /// on the webhook schedule: attempt 1 retries after 60 s, a held delivery is probed
+    /// after 1 h.
+    mod verdicts {
+        use std::time::Duration;
+
+        use super::BrokerFailure as B;
+        use crate::model::{AttemptOutcome, DeadReason, ErrorClass};
+        use crate::retry::RetryPolicy;
+        use crate::time::Timestamp;
+        use crate::verdict::{classify, AttemptContext, Outcome, Verdict, VerdictPolicy};
+
+        fn at(secs: u64) -> Timestamp {
+            Timestamp::from_unix_millis(1_700_000_000_000)
+                .unwrap()
+                .saturating_add(Duration::from_secs(secs))
+        }
+
+        fn ctx(attempt: u32, probe: bool) -> AttemptContext {
+            AttemptContext {
+                attempt,
+                snoozes: 0,
+                probe,
+                now: at(0),
+                jitter: 0.5,
+            }
+        }
+
+        fn broker(f: B) -> Outcome {
+            Outcome::Broker(Err(f))
+        }
+
+        fn retry(secs: u64) -> Verdict {
+            Verdict::Retry { at: at(secs) }
+        }
+
+        fn dead(reason: DeadReason) -> Verdict {
+            Verdict::Dead { reason }
+        }
+
+        #[test]
+        fn broker_rows() {
+            let policy = VerdictPolicy::new(RetryPolicy::webhook_default());
+            let held = Verdict::Held { probe_at: at(3600) };
+            let rows: Vec<(&str, Outcome, u32, Verdict)> = vec![
+                ("broker ack", Outcome::Broker(Ok(())), 1, Verdict::Succeeded),
+                ("broker timeout retried", broker(B::Timeout), 1, retry(60)),
+                (
+                    "broker connection retried",
+                    broker(B::Connection),
+                    2,
+                    retry(300),
+                ),
+                (
+                    "broker unavailable retried",
+                    broker(B::Unavailable),
+                    3,
+                    retry(1800),
+                ),
+                ("broker no route held", broker(B::NoRoute), 1, held.clone()),
+                (
+                    "broker denied held",
+                    broker(B::PermissionDenied),
+                    1,
+                    held.clone(),
+                ),
+                (
+                    "broker rejected dead",
+                    broker(B::Rejected),
+                    1,
+                    dead(DeadReason::Permanent),
+                ),
+                (
+                    "budget spent broker timeout",
+                    broker(B::Timeout),
+                    6,
+                    dead(DeadReason::MaxAttempts),
+                ),
+            ];
+            for (name, outcome, attempt, want) in rows {
+                assert_eq!(
+                    classify(&outcome, &ctx(attempt, false), &policy),
+                    want,
+                    "{name}"
+                );
+            }
+        }
+
+        /// Probes of a held delivery (attempt 3 spent).
+        #[test]
+        fn broker_probes() {
+            let policy = || VerdictPolicy::new(RetryPolicy::webhook_default());
+            let c = ctx(3, true);
+            // Broker probes: an ack releases, a refusal of the configuration stays held, an
+            // outage returns to the schedule.
+            let rows = [
+                (Outcome::Broker(Ok(())), Verdict::Succeeded),
+                (broker(B::NoRoute), Verdict::Held { probe_at: at(3600) }),
+                (
+                    broker(B::PermissionDenied),
+                    Verdict::Held { probe_at: at(3600) },
+                ),
+                (broker(B::Timeout), retry(30 * 60)),
+                (broker(B::Rejected), dead(DeadReason::Permanent)),
+            ];
+            for (o, want) in rows {
+                assert_eq!(classify(&o, &c, &policy()), want, "{o:?}");
+            }
+        }
+
+        #[test]
+        fn broker_ledger_outcomes() {
+            use AttemptOutcome::{Failed, Succeeded};
+            let rows = [
+                (Outcome::Broker(Ok(())), Some(Succeeded)),
+                (broker(B::NoRoute), Some(Failed(ErrorClass::BrokerNoRoute))),
+                (broker(B::Connection), Some(Failed(ErrorClass::Network))),
+            ];
+            for (o, want) in rows {
+                assert_eq!(o.attempt_outcome(), want, "{o:?}");
+            }
+        }
+    }
 }

@@ -364,7 +364,6 @@ pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::BrokerFailure as B;
     use crate::mail::MailErrorCode as C;
     use crate::mail::MailOutcome as O;
 
@@ -395,10 +394,6 @@ mod tests {
             status,
             retry_after: None,
         }
-    }
-
-    fn broker(f: B) -> Outcome {
-        Outcome::Broker(Err(f))
     }
 
     fn mail(code: C, outcome: O) -> Outcome {
@@ -563,39 +558,6 @@ mod tests {
                 1,
                 dead(DeadReason::Unrenderable),
             ),
-            ("broker ack", Outcome::Broker(Ok(())), 1, Verdict::Succeeded),
-            ("broker timeout retried", broker(B::Timeout), 1, retry(60)),
-            (
-                "broker connection retried",
-                broker(B::Connection),
-                2,
-                retry(300),
-            ),
-            (
-                "broker unavailable retried",
-                broker(B::Unavailable),
-                3,
-                retry(1800),
-            ),
-            ("broker no route held", broker(B::NoRoute), 1, held.clone()),
-            (
-                "broker denied held",
-                broker(B::PermissionDenied),
-                1,
-                held.clone(),
-            ),
-            (
-                "broker rejected dead",
-                broker(B::Rejected),
-                1,
-                dead(DeadReason::Permanent),
-            ),
-            (
-                "budget spent broker timeout",
-                broker(B::Timeout),
-                6,
-                dead(DeadReason::MaxAttempts),
-            ),
         ];
         for (name, outcome, attempt, want) in rows {
             assert_eq!(classify(&outcome, &ctx(attempt), &policy()), want, "{name}");
@@ -742,21 +704,6 @@ mod tests {
         for (o, want) in rows {
             assert_eq!(classify(&o, &c, &policy()), want, "{o:?}");
         }
-        // Broker probes: an ack releases, a refusal of the configuration stays held, an
-        // outage returns to the schedule.
-        let rows = [
-            (Outcome::Broker(Ok(())), Verdict::Succeeded),
-            (broker(B::NoRoute), Verdict::Held { probe_at: at(3600) }),
-            (
-                broker(B::PermissionDenied),
-                Verdict::Held { probe_at: at(3600) },
-            ),
-            (broker(B::Timeout), retry(30 * 60)),
-            (broker(B::Rejected), dead(DeadReason::Permanent)),
-        ];
-        for (o, want) in rows {
-            assert_eq!(classify(&o, &c, &policy()), want, "{o:?}");
-        }
         // A probe that meets a 5xx with the budget spent is dead like any retry.
         let mut last = ctx(6);
         last.probe = true;
@@ -815,9 +762,6 @@ mod tests {
                 Some(Failed(ErrorClass::Discarded)),
             ),
             (Outcome::EndpointPaused, None),
-            (Outcome::Broker(Ok(())), Some(Succeeded)),
-            (broker(B::NoRoute), Some(Failed(ErrorClass::BrokerNoRoute))),
-            (broker(B::Connection), Some(Failed(ErrorClass::Network))),
         ];
         for (o, want) in rows {
             assert_eq!(o.attempt_outcome(), want, "{o:?}");
