@@ -210,3 +210,49 @@ async fn a_cut_connection_is_retried_and_recovers_without_a_restart() {
     assert_eq!(n, 10);
     cleanup(&ch, &exchange, Some(&queue)).await;
 }
+
+/// `rabbitmqctl` with `args`; false when it cannot run (no local RabbitMQ control).
+fn rabbitmqctl(args: &[&str]) -> bool {
+    std::process::Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[tokio::test]
+async fn a_refused_permission_is_held() {
+    // A vhost and a user of this test's own: may configure and read, may write nowhere.
+    let vhost = unique("ob-vhost");
+    let user = unique("ob-user");
+    let exchange = unique("ob-x");
+    let ready = rabbitmqctl(&["add_vhost", &vhost])
+        && rabbitmqctl(&["add_user", &user, "pw"])
+        && rabbitmqctl(&["set_permissions", "-p", &vhost, &user, ".*", "^$", ".*"]);
+    if !ready {
+        rabbitmqctl(&["delete_user", &user]);
+        rabbitmqctl(&["delete_vhost", &vhost]);
+        backend_unavailable::<()>("rabbitmqctl (to create a restricted user)", "it failed");
+        return;
+    }
+    let target = url::Url::parse(&url()).unwrap();
+    let uri = format!(
+        "amqp://{user}:pw@{}:{}/{vhost}",
+        target.host_str().unwrap(),
+        target.port().unwrap_or(5672)
+    );
+    let t = AmqpTransport::connect(&uri, &exchange).await.unwrap();
+    let ch = t.channel().await.unwrap();
+    topology(&ch, &exchange, None).await;
+    let w = world().await;
+    w.enqueue("order.created", 1, 1).await;
+    let d = w.dispatcher(Arc::new(t), "events.{topic}").await;
+    let held = d.run_once(BUDGET).await.unwrap().held;
+    let one = w.one().await;
+    let last = w.attempts(&one).await.last().unwrap().record.outcome;
+    rabbitmqctl(&["delete_user", &user]);
+    rabbitmqctl(&["delete_vhost", &vhost]);
+    assert_eq!(held, 1);
+    assert_eq!(one.status, DeliveryStatus::Held);
+    assert_eq!(last, AttemptOutcome::Failed(ErrorClass::BrokerDenied));
+}
