@@ -177,14 +177,21 @@ pub(crate) fn build_sinks(
 
 /// Persist the sinks as consumers, then make their `held` deliveries due now: a sink's
 /// configuration lives in the process that registers it, so a (re)start is when it may
-/// have changed, and each held delivery is tried once more against it.
+/// have changed, and each held delivery is tried once more against it. The release is best
+/// effort: a failure is logged and the held deliveries wait for their next probe.
 pub(crate) async fn register_sinks(shared: &Shared) -> Result<()> {
     for reg in shared.brokers.values() {
         shared.store.put_consumer(&reg.consumer).await?;
     }
-    if shared.brokers.is_empty() {
-        return Ok(());
+    if !shared.brokers.is_empty() {
+        if let Err(e) = release_held(shared).await {
+            tracing::warn!(error = %e, "releasing the broker sinks' held deliveries failed");
+        }
     }
+    Ok(())
+}
+
+async fn release_held(shared: &Shared) -> Result<()> {
     for tenant in shared.store.tenants().await? {
         for name in shared.brokers.keys() {
             let filter = DeliveryFilter {
