@@ -11,12 +11,14 @@
 //! - `--only NAME[,NAME…]` runs the scenarios whose key contains one of the names
 //!   (`--list` prints the keys).
 //! - Backends come from `OUTBOX_BENCH_POSTGRES_URL` (default
-//!   `postgres://postgres@127.0.0.1:5432/test`) and `OUTBOX_BENCH_REDIS_URL` (default
-//!   `redis://127.0.0.1:6379`); an unreachable one is reported as skipped.
+//!   `postgres://postgres@127.0.0.1:5432/test`), `OUTBOX_BENCH_REDIS_URL` (default
+//!   `redis://127.0.0.1:6379`) and `OUTBOX_BENCH_NATS_URL` (default `nats://127.0.0.1:4222`);
+//!   an unreachable one is reported as skipped.
 //! - Every scenario works in a fresh schema, file or key prefix and removes it afterwards.
 //!
 //! Nothing here asserts a timing; the unit tests cover the pure helpers only.
 
+mod broker;
 mod common;
 mod memory;
 mod pg;
@@ -47,6 +49,8 @@ pub struct Ctx {
     pub redis_url: String,
     /// Where scratch files go (SQLite databases).
     pub scratch: PathBuf,
+    /// The NATS (JetStream) URL.
+    pub nats_url: String,
 }
 
 impl Ctx {
@@ -98,6 +102,10 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "webhook",
         "webhook delivery to a local keep-alive receiver, c = 1, 16, 64",
+    ),
+    (
+        "broker-nats",
+        "outbox → NATS JetStream vs raw async-nats publishes with acks, c = 64",
     ),
 ];
 
@@ -172,6 +180,7 @@ struct Machine {
     postgres: Option<String>,
     redis: Option<String>,
     sqlite: String,
+    nats: Option<String>,
 }
 
 /// The workspace's commit, `-dirty` when the working tree differs from it.
@@ -284,6 +293,12 @@ const BACKEND_ROWS: &[(&str, &str, &str, Target)] = &[
         "redis dispatch burn-down: 3-node cluster, 3 shards vs one server",
         Target::None,
     ),
+    (
+        "broker-nats",
+        "broker-nats-c64",
+        "outbox → NATS JetStream, concurrency 64",
+        Target::MinRatio(0.7),
+    ),
 ];
 
 fn skipped_rows(key: &str, why: &str) -> Vec<Row> {
@@ -306,6 +321,8 @@ async fn run(args: Args) -> ExitCode {
         redis_url: std::env::var("OUTBOX_BENCH_REDIS_URL")
             .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned()),
         scratch: out_dir().join(format!("scratch-{}", common::unique())),
+        nats_url: std::env::var("OUTBOX_BENCH_NATS_URL")
+            .unwrap_or_else(|_| "nats://127.0.0.1:4222".to_owned()),
     };
     let started_at = SystemClock.now().to_rfc3339();
     let sw = Stopwatch::start();
@@ -320,6 +337,7 @@ async fn run(args: Args) -> ExitCode {
         postgres: pg::probe(&ctx.pg_url).await,
         redis: redis_bench::probe(&ctx.redis_url).await,
         sqlite: rusqlite::version().to_owned(),
+        nats: broker::probe(&ctx.nats_url).await,
     };
     eprintln!(
         "outbox-bench ({}) at {}: {} cpus, {} MiB; postgres {}, redis {}, sqlite {}; load {}",
@@ -334,6 +352,7 @@ async fn run(args: Args) -> ExitCode {
     );
     let pg_up = machine.postgres.is_some();
     let redis_up = machine.redis.is_some();
+    let nats_up = machine.nats.is_some();
     let mut rows: Vec<Row> = Vec::new();
     for (key, _) in SCENARIOS {
         if !selected(&args.only, key) {
@@ -344,6 +363,7 @@ async fn run(args: Args) -> ExitCode {
         let down = match *key {
             k if k.starts_with("pg-") && !pg_up => Some("postgres unreachable"),
             k if k.starts_with("redis-") && !redis_up => Some("redis unreachable"),
+            k if k.starts_with("broker-") && !nats_up => Some("nats unreachable"),
             _ => None,
         };
         let new: Vec<Row> = match (*key, down) {
@@ -360,6 +380,7 @@ async fn run(args: Args) -> ExitCode {
             ("redis-cluster", _) => vec![redis_bench::cluster(&ctx).await],
             ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
             ("webhook", _) => webhook::run(&ctx).await,
+            ("broker-nats", _) => broker::run(&ctx).await,
             _ => Vec::new(),
         };
         eprint!("{}", text_table(&new));

@@ -52,6 +52,9 @@ pub struct DemoArgs {
     /// document instead of text (implies no progress bar).
     #[arg(long)]
     json: bool,
+    /// Also publish every event to NATS JetStream when a server answers here (`none`: never).
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    broker: String,
 }
 
 /// The figures the demo ends with.
@@ -165,7 +168,8 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         RetryPolicy::handler_default()
     };
     let h = handled.clone();
-    let dispatcher = outboxkit_dispatch::Dispatcher::builder(store.clone())
+    let leg = crate::demo_broker::BrokerLeg::start(&a.broker, &*env.entropy, say).await;
+    let mut dispatcher = outboxkit_dispatch::Dispatcher::builder(store.clone())
         .config(config)
         .clock(clock.clone())
         .entropy(env.entropy.clone())
@@ -197,8 +201,11 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         )
         .webhook_policy(TenantPolicy::uniform(webhook_policy))
         .mailer(Arc::new(mail.clone()))
-        .mail_policy(TenantPolicy::uniform(handler_policy))
-        .build()?;
+        .mail_policy(TenantPolicy::uniform(handler_policy));
+    if let Some(leg) = &leg {
+        dispatcher = dispatcher.broker("demo-broker", "*", leg.sink()?);
+    }
+    let dispatcher = dispatcher.build()?;
     dispatcher.register().await?;
 
     // Enqueue inside transactions, beside the business rows.
@@ -338,6 +345,10 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         .filter(|d| replayed.contains(&d.id) && d.status == DeliveryStatus::Succeeded)
         .count() as u64;
 
+    let broker = match leg {
+        Some(leg) => Some((leg.stream().to_owned(), leg.finish().await)),
+        None => None,
+    };
     if a.json {
         let figures_ok = figures.succeeded + figures.dead == figures.deliveries;
         crate::util::emit_json(&serde_json::json!({
@@ -353,6 +364,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
             "stats": crate::json::stats(&stats),
             "handler_calls_succeeded": handled.load(Ordering::Relaxed),
             "emails_accepted": mail.sent().len(),
+            "broker_messages": broker.as_ref().map(|b| b.1),
         }))?;
         if !figures_ok {
             return Err(CliError::failed(
@@ -384,6 +396,9 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         handled.load(Ordering::Relaxed),
         mail.sent().len()
     );
+    if let Some((stream, n)) = &broker {
+        outln!("messages acknowledged by NATS JetStream (stream {stream}): {n}");
+    }
     outln!(
         "\nfigures: deliveries={} succeeded={} dead={} retried={} held_released={} replayed={} replayed_succeeded={}",
         figures.deliveries, figures.succeeded, figures.dead, figures.retried, figures.held_released, figures.replayed,

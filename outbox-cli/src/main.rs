@@ -3,10 +3,12 @@
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage or input. A closed output pipe
 //! (`outbox deliveries list | head -1`) ends a command quietly with 0.
 
+mod broker;
 mod bulk;
 mod consumers;
 mod deliveries;
 mod demo;
+mod demo_broker;
 mod endpoints;
 mod error;
 mod json;

@@ -1,4 +1,4 @@
-//! `outbox relay`: the dispatcher as a long-running sidecar (webhooks and e-mail).
+//! `outbox relay`: the dispatcher as a long-running sidecar (webhooks, e-mail and a broker).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::util::{emit, emit_json, parse_flag_duration, MAX_DURATION};
 /// `relay`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  OUTBOX_VAULT_KEY=… outbox relay --store postgres://postgres@127.0.0.1/app\n  OUTBOX_VAULT_KEY=… outbox relay --store 'postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem' --metrics-addr 0.0.0.0:9090 --log-format json\n  outbox relay --store sqlite:./outbox.sqlite --until-idle --json   # cron or CI: deliver what is due, then exit\n\nLogging: OUTBOX_LOG (else RUST_LOG) sets the filter, e.g. OUTBOX_LOG=info or OUTBOX_LOG=outboxkit_dispatch=debug (per-batch lines are DEBUG); --log-format json writes one JSON object per line. Sizing and probes: DEPLOYMENT.md."
+    after_help = "Examples:\n  OUTBOX_VAULT_KEY=… outbox relay --store postgres://postgres@127.0.0.1/app\n  OUTBOX_VAULT_KEY=… outbox relay --store 'postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem' --metrics-addr 0.0.0.0:9090 --log-format json\n  outbox relay --store sqlite:./outbox.sqlite --until-idle --json   # cron or CI: deliver what is due, then exit\n  outbox relay --store postgres://… --broker nats://127.0.0.1:4222 --broker-topics 'order.*' --broker-subject 'events.{topic}'\n\nLogging: OUTBOX_LOG (else RUST_LOG) sets the filter, e.g. OUTBOX_LOG=info or OUTBOX_LOG=outboxkit_dispatch=debug (per-batch lines are DEBUG); --log-format json writes one JSON object per line. Sizing and probes: DEPLOYMENT.md."
 )]
 pub struct RelayArgs {
     #[command(flatten)]
@@ -98,6 +98,8 @@ pub struct RelayArgs {
     /// POST a summary of deliveries that went dead here (at most one every 5 minutes).
     #[arg(long)]
     dead_letter_webhook: Option<String>,
+    #[command(flatten)]
+    broker: Box<crate::broker::BrokerArgs>,
 }
 
 /// The SMTP mailer of `--smtp-url`, checked once: refused credentials or TLS stop the
@@ -320,15 +322,16 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .as_deref()
         .map(outboxkit_core::EndpointUrl::parse)
         .transpose()?;
-    let mut builder = outboxkit_dispatch::Dispatcher::builder(env.store.clone())
+    let builder = outboxkit_dispatch::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())
         .entropy(env.entropy.clone())
         .webhooks(transport.clone(), vault)
-        .webhook_policy(TenantPolicy::uniform(policy))
+        .webhook_policy(TenantPolicy::uniform(policy.clone()))
         .observer(Arc::new(RelayObserver {
             metrics: a.metrics_addr.is_some().then_some(MetricsObserver),
         }));
+    let mut builder = a.broker.add_to(builder, policy).await?;
     if let Some(url) = a.mail_url {
         let key = a.mail_api_key.ok_or_else(|| {
             CliError::usage("--mail-url needs --mail-api-key (or OUTBOX_MAIL_API_KEY)")

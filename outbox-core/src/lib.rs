@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod broker;
 pub mod claim;
 pub mod endpoint;
 pub mod error;
@@ -26,6 +27,10 @@ pub mod wake;
 /// dependency on `async-trait`).
 pub use async_trait::async_trait;
 
+pub use broker::{
+    broker_headers, BrokerFailure, BrokerMessage, BrokerResponse, BrokerTransport,
+    DynBrokerTransport, SubjectTemplate,
+};
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
 };

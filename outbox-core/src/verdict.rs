@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::broker::BrokerFailure;
 use crate::mail::{may_retry, MailError, MailErrorCode, MailOutcome};
 use crate::model::{AttemptOutcome, DeadReason, ErrorClass};
 use crate::retry::RetryPolicy;
@@ -43,6 +44,8 @@ pub enum Outcome {
     Transport(ErrorClass),
     /// The mailer's answer.
     Mail(Result<(), MailError>),
+    /// The broker's answer: acknowledged, or why not.
+    Broker(Result<(), BrokerFailure>),
     /// The webhook endpoint no longer exists.
     EndpointMissing,
     /// The webhook endpoint is paused.
@@ -81,6 +84,8 @@ impl Outcome {
                 (_, MailOutcome::NotSent) => ErrorClass::MailNotSent,
                 (_, MailOutcome::Unknown) => ErrorClass::MailUnknown,
             }),
+            Outcome::Broker(Ok(())) => Succeeded,
+            Outcome::Broker(Err(f)) => Failed(f.class()),
             Outcome::Unrenderable => Failed(ErrorClass::Unrenderable),
             Outcome::EndpointMissing | Outcome::EndpointPaused | Outcome::EndpointDisabled => {
                 return None
@@ -326,6 +331,23 @@ pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy)
                 }
             }
         }
+        // The broker channel: only an acknowledgement succeeds; what may pass by itself is
+        // retried on the schedule; a refusal of the sink's configuration (no stream, no
+        // route, no permission) is held and probed, like a webhook's 401/403, because the
+        // fix is on the broker or in the sink, not in the message; a refusal of the message
+        // itself is permanent.
+        Outcome::Broker(Ok(())) => Verdict::Succeeded,
+        Outcome::Broker(Err(f)) => match f {
+            BrokerFailure::Timeout | BrokerFailure::Connection | BrokerFailure::Unavailable => {
+                retry(None)
+            }
+            BrokerFailure::NoRoute | BrokerFailure::PermissionDenied => {
+                held(policy.held_probe_interval)
+            }
+            BrokerFailure::Rejected => Verdict::Dead {
+                reason: DeadReason::Permanent,
+            },
+        },
         Outcome::EndpointMissing => Verdict::Dead {
             reason: DeadReason::EndpointRemoved,
         },

@@ -43,6 +43,8 @@ pub struct DispatcherBuilder {
     composer: Arc<dyn MailComposer>,
     observer: Option<Arc<dyn Observer>>,
     alerts: Option<DeadLetterAlerts>,
+    /// Broker sinks: name, filter, sink (`broker.rs`).
+    pub(crate) brokers: Vec<(String, String, super::BrokerSink)>,
 }
 
 impl std::fmt::Debug for DispatcherBuilder {
@@ -70,6 +72,7 @@ impl DispatcherBuilder {
             composer: Arc::new(PayloadComposer),
             observer: None,
             alerts: None,
+            brokers: Vec::new(),
         }
     }
 
@@ -245,10 +248,17 @@ impl DispatcherBuilder {
             }
             None => None,
         };
-        if handlers.is_empty() && webhooks.is_none() && mail.is_none() {
+        let brokers = super::broker::build_sinks(self.brokers, self.config.lease, now)?;
+        if brokers.keys().any(|b| handlers.contains_key(b)) {
+            return Err(Error::misconfigured(
+                "broker",
+                "a broker sink and a handler share one consumer name",
+            ));
+        }
+        if handlers.is_empty() && webhooks.is_none() && mail.is_none() && brokers.is_empty() {
             return Err(Error::misconfigured(
                 "dispatcher",
-                "register at least one handler, webhooks or a mailer",
+                "register at least one handler, webhooks, a mailer or a broker sink",
             ));
         }
         Ok(Dispatcher {
@@ -265,6 +275,7 @@ impl DispatcherBuilder {
                 registered: tokio::sync::OnceCell::new(),
                 limits: super::limits::EndpointLimits::default(),
                 alerts,
+                brokers,
             }),
         })
     }

@@ -146,6 +146,9 @@ pub(crate) async fn deliver(
         };
     }
     let done = match &delivery.destination {
+        Destination::Handler(c) if shared.brokers.contains_key(c) => {
+            super::broker::broker_path(&shared, &run, lease, &delivery, &message, c).await
+        }
         Destination::Handler(c) => handler_path(&shared, &run, lease, &delivery, message, c).await,
         Destination::Webhook(e) => {
             webhook_path(&shared, &run, &endpoints, lease, &delivery, &message, *e).await

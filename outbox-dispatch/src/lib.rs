@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod alerts;
+mod broker;
 mod builder;
 mod config;
 mod dedup;
@@ -29,6 +30,7 @@ use tracing::Instrument;
 #[cfg(feature = "metrics")]
 pub use self::metrics::{record_stats, MetricsObserver};
 pub use alerts::{AlertEmail, AlertWebhook, DeadLetterAlerts, ALERT_LIST_LIMIT};
+pub use broker::BrokerSink;
 pub use builder::DispatcherBuilder;
 pub use config::DispatcherConfig;
 pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResolver};
@@ -95,6 +97,8 @@ pub(crate) struct Shared {
     pub(crate) registered: tokio::sync::OnceCell<()>,
     pub(crate) limits: limits::EndpointLimits,
     pub(crate) alerts: Option<Arc<alerts::Alerter>>,
+    /// Broker sinks, by consumer name (the broker channel, `broker.rs`).
+    pub(crate) brokers: BTreeMap<ConsumerName, broker::RegisteredSink>,
 }
 
 /// Runs deliveries. Build one with [`Dispatcher::builder`]; clone it freely (clones share
@@ -137,6 +141,7 @@ impl Dispatcher {
                 for reg in self.shared.handlers.values() {
                     self.shared.store.put_consumer(&reg.consumer).await?;
                 }
+                broker::register_sinks(&self.shared).await?;
                 Ok::<(), outboxkit_core::Error>(())
             })
             .await?;
@@ -176,10 +181,12 @@ impl Dispatcher {
         let handler = s.handlers.values().map(|r| r.options.timeout).min();
         let webhook = s.webhooks.is_some().then_some(s.config.webhook_timeout);
         let mail = s.mail.is_some().then_some(s.config.mail_deadline());
+        let sink = s.brokers.values().map(|r| r.sink.deadline()).min();
         handler
             .into_iter()
             .chain(webhook)
             .chain(mail)
+            .chain(sink)
             .min()
             .unwrap_or_default()
             + s.config.reservation_margin
@@ -196,6 +203,12 @@ impl Dispatcher {
         for (name, reg) in &s.handlers {
             if run.tripped_until(name, now).is_none() && reg.semaphore.available_permits() > 0 {
                 req = req.handler(name.clone(), reg.options.retry.max_attempts());
+                any = true;
+            }
+        }
+        for (name, reg) in &s.brokers {
+            if reg.semaphore.available_permits() > 0 {
+                req = req.handler(name.clone(), reg.sink.retry_budget());
                 any = true;
             }
         }

@@ -2,6 +2,7 @@
 //! relay on PostgreSQL.
 
 mod bad_input;
+mod broker;
 mod bulk;
 mod defects;
 mod demo;

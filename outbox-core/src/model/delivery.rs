@@ -264,6 +264,15 @@ pub enum ErrorClass {
     MailRefused,
     /// The message could not be rendered for its channel.
     Unrenderable,
+    /// The broker could not take the message now (no responders, no stream leader, a
+    /// negative confirm).
+    BrokerUnavailable,
+    /// Nothing on the broker takes the subject (no stream; unroutable; no exchange).
+    BrokerNoRoute,
+    /// The broker denied the permission to publish.
+    BrokerDenied,
+    /// The broker refused the message itself (e.g. too large).
+    BrokerRejected,
 }
 
 impl ErrorClass {
@@ -284,6 +293,10 @@ impl ErrorClass {
             MailUnknown => "mail-unknown",
             MailRefused => "mail-refused",
             Unrenderable => "unrenderable",
+            BrokerUnavailable => "broker-unavailable",
+            BrokerNoRoute => "broker-no-route",
+            BrokerDenied => "broker-denied",
+            BrokerRejected => "broker-rejected",
         }
     }
 
@@ -304,6 +317,10 @@ impl ErrorClass {
             MailUnknown,
             MailRefused,
             Unrenderable,
+            BrokerUnavailable,
+            BrokerNoRoute,
+            BrokerDenied,
+            BrokerRejected,
         ]
         .into_iter()
         .find(|c| c.as_str() == s)
