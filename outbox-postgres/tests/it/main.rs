@@ -9,4 +9,5 @@ mod notify;
 mod script;
 mod support;
 mod upgrade;
+mod upgrade_fair;
 mod upgrade_ledger;
