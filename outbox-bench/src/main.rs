@@ -21,6 +21,7 @@ mod common;
 mod memory;
 mod pg;
 mod pg_dispatch;
+mod pg_purge;
 mod pg_retries;
 mod redis_bench;
 mod report;
@@ -73,6 +74,10 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "pg-retries",
         "postgres dispatch burn-down, 30 % of deliveries fail twice",
+    ),
+    (
+        "pg-purge",
+        "postgres burn-down while 1M finished deliveries are purged",
     ),
     (
         "pg-latency",
@@ -262,6 +267,12 @@ const BACKEND_ROWS: &[(&str, &str, &str, Target)] = &[
         Target::MinRatio(0.8),
     ),
     (
+        "pg-purge",
+        "pg-purge",
+        "postgres burn-down during a purge",
+        Target::None,
+    ),
+    (
         "pg-latency",
         "pg-latency-p50",
         "postgres enqueue → handler, p50",
@@ -359,6 +370,7 @@ async fn run(args: Args) -> ExitCode {
             ("pg-bulk", _) => vec![pg::bulk(&ctx).await],
             ("pg-dispatch", _) => vec![pg_dispatch::dispatch(&ctx).await],
             ("pg-retries", _) => vec![pg_retries::retries(&ctx).await],
+            ("pg-purge", _) => vec![pg_purge::purge_under_load(&ctx).await],
             ("pg-latency", _) => pg_dispatch::latency(&ctx).await,
             ("pg-rss", _) => vec![pg_dispatch::rss(&ctx).await],
             ("sqlite-enqueue", _) => vec![sqlite::enqueue(&ctx).await],
