@@ -69,9 +69,9 @@ fn budget(d: &str) -> String {
 /// 3. `heads`: of the groups this claim serves (and does not exclude), those with a due row,
 ///    the `$2` whose oldest due row is oldest (only they can get a turn). The limit is
 ///    written `(SELECT $2)` on purpose: the planner then guesses a few groups instead of
-///    `$2`, and its cost estimate of the per-group scans stays under `jit_above_cost`
-///    (with `LIMIT $2` a claim of 100 was estimated at 290k and spent 155 ms compiling JIT
-///    code for a 5 ms execution).
+///    `$2`, which keeps its estimate of the per-group scans low (with `LIMIT $2` a claim of
+///    100 was estimated at 290k and, with JIT on, spent 155 ms compiling JIT code for a 5 ms
+///    execution; [`PostgresStore::claim_now`] also turns JIT off).
 /// 4. `picked`: from each of those groups, its first claimable rows in (due, enqueue order),
 ///    behind the per-key barrier, locked with `SKIP LOCKED`: at most `$2 - k + 1` each when
 ///    `k` groups take part (a group can get no more: every other group gets one first), so
