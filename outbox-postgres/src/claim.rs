@@ -233,9 +233,7 @@ impl PostgresStore {
         let mut tx = self
             .inner
             .pool
-            .begin_with(
-                "BEGIN; SET LOCAL jit = off; SET LOCAL plan_cache_mode = force_custom_plan",
-            )
+            .begin_with("BEGIN; SET LOCAL jit = off; SET LOCAL plan_cache_mode = force_custom_plan")
             .await
             .db()?;
         let found = sqlx::query(&self.inner.sql.claim.claim)
