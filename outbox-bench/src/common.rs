@@ -102,6 +102,9 @@ pub fn secs(sw: &Stopwatch) -> f64 {
 pub struct Progress {
     succeeded: AtomicU64,
     other: AtomicU64,
+    /// `Retry` verdicts, counted apart when retries are expected.
+    retried: AtomicU64,
+    allow_retries: bool,
     batches: AtomicU64,
     claimed: AtomicU64,
     target: AtomicU64,
@@ -114,6 +117,22 @@ impl Progress {
         let p = Progress::default();
         p.target.store(target, Ordering::Relaxed);
         Arc::new(p)
+    }
+
+    /// As [`Progress::new`], for a scenario whose handler fails on purpose: `Retry` verdicts
+    /// are counted apart ([`Progress::retried`]) instead of as unexpected.
+    pub fn allowing_retries(target: u64) -> Arc<Self> {
+        let p = Progress {
+            allow_retries: true,
+            ..Progress::default()
+        };
+        p.target.store(target, Ordering::Relaxed);
+        Arc::new(p)
+    }
+
+    /// `Retry` verdicts seen (with [`Progress::allowing_retries`]).
+    pub fn retried(&self) -> u64 {
+        self.retried.load(Ordering::Relaxed)
     }
 
     /// Wait until the target is reached.
@@ -154,6 +173,8 @@ impl Observer for Progress {
             if n == self.target.load(Ordering::Relaxed) {
                 self.done.notify_one();
             }
+        } else if self.allow_retries && matches!(event.verdict, Verdict::Retry { .. }) {
+            self.retried.fetch_add(1, Ordering::Relaxed);
         } else {
             self.other.fetch_add(1, Ordering::Relaxed);
         }

@@ -23,6 +23,8 @@ mod common;
 mod memory;
 mod pg;
 mod pg_dispatch;
+mod pg_purge;
+mod pg_retries;
 mod redis_bench;
 mod report;
 mod sqlite;
@@ -73,6 +75,14 @@ const SCENARIOS: &[(&str, &str)] = &[
     ),
     ("pg-bulk", "postgres bulk enqueue in batches of 1,000"),
     ("pg-dispatch", "postgres dispatch burn-down, no-op handler"),
+    (
+        "pg-retries",
+        "postgres dispatch burn-down, 30 % of deliveries fail twice",
+    ),
+    (
+        "pg-purge",
+        "postgres burn-down while 1M finished deliveries are purged",
+    ),
     (
         "pg-latency",
         "postgres enqueue → handler start with NOTIFY, p50 and p99",
@@ -236,38 +246,56 @@ const BACKEND_ROWS: &[(&str, &str, &str, Target)] = &[
     (
         "pg-enqueue",
         "pg-enqueue-8",
-        "postgres enqueue, 8 writers",
-        Target::MinRatio(0.9),
+        "postgres enqueue_in, 8 writers",
+        Target::MinRatio(0.75),
     ),
     (
         "pg-enqueue",
         "pg-enqueue-8-notify-after",
-        "postgres enqueue, 8 writers, notify after commit",
-        Target::MinRatio(0.9),
+        "postgres enqueue_in, 8 writers, notify after commit",
+        Target::MinRatio(0.85),
+    ),
+    (
+        "pg-enqueue",
+        "pg-enqueue-8-own",
+        "postgres store.enqueue, 8 writers",
+        Target::MinRatio(0.85),
     ),
     (
         "pg-bulk",
         "pg-bulk",
         "postgres bulk enqueue",
-        Target::MinRatio(0.7),
+        Target::MinRatio(0.8),
     ),
     (
         "pg-dispatch",
         "pg-dispatch",
         "postgres dispatch burn-down",
-        Target::MinRatio(0.7),
+        Target::MinRatio(0.8),
+    ),
+    (
+        "pg-retries",
+        "pg-retries",
+        "postgres dispatch with retries",
+        Target::MinRatio(0.8),
+    ),
+    (
+        "pg-purge",
+        "pg-purge",
+        "postgres burn-down during a purge",
+        Target::None,
     ),
     (
         "pg-latency",
         "pg-latency-p50",
         "postgres enqueue → handler, p50",
-        Target::MaxMillis(5.0),
+        Target::MaxMillis(2.0),
     ),
     (
         "pg-latency",
         "pg-latency-p99",
         "postgres enqueue → handler, p99",
-        Target::MaxMillis(50.0),
+        Target::MaxMillis(10.0),
     ),
     (
         "pg-rss",
@@ -371,6 +399,8 @@ async fn run(args: Args) -> ExitCode {
             ("pg-enqueue", _) => pg::enqueue(&ctx).await,
             ("pg-bulk", _) => vec![pg::bulk(&ctx).await],
             ("pg-dispatch", _) => vec![pg_dispatch::dispatch(&ctx).await],
+            ("pg-retries", _) => vec![pg_retries::retries(&ctx).await],
+            ("pg-purge", _) => vec![pg_purge::purge_under_load(&ctx).await],
             ("pg-latency", _) => pg_dispatch::latency(&ctx).await,
             ("pg-rss", _) => vec![pg_dispatch::rss(&ctx).await],
             ("sqlite-enqueue", _) => vec![sqlite::enqueue(&ctx).await],
@@ -550,7 +580,7 @@ mod tests {
     #[test]
     fn unreachable_backends_skip_every_row_of_their_scenarios() {
         let rows = skipped_rows("pg-enqueue", "postgres unreachable");
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), 4);
         assert!(rows
             .iter()
             .all(|r| r.status == Status::Skipped("postgres unreachable".into())));

@@ -199,7 +199,7 @@ async fn raw_once(ctx: &Ctx, n: usize) -> BenchResult<(f64, String)> {
 pub async fn dispatch(ctx: &Ctx) -> Row {
     let n = ctx.scale.n(100_000);
     let scenario = "postgres dispatch burn-down, no-op handler";
-    let target = Target::MinRatio(0.7);
+    let target = Target::MinRatio(0.8);
     let reps = ctx.reps();
     let r = async {
         let mut best: Option<(BurnDown, String)> = None;
@@ -253,7 +253,7 @@ pub async fn latency(ctx: &Ctx) -> Vec<Row> {
     let warmup = 10;
     let spacing = Duration::from_millis(10);
     let keys = ["pg-latency-p50", "pg-latency-p99"];
-    let targets = [Target::MaxMillis(5.0), Target::MaxMillis(50.0)];
+    let targets = [Target::MaxMillis(2.0), Target::MaxMillis(10.0)];
     let r = with_schemas(ctx, "lat", |ours, raw| async move {
         let pool = pool(&ctx.pg_url, 4).await?;
         let store = store(pool.clone(), &ours).await?;

@@ -1,19 +1,93 @@
-//! `Ledger`: listings, attempts, and retention with tenant rotation.
+//! `Ledger`: listings, a delivery and its message, attempts, and retention with tenant
+//! rotation.
+//!
+//! # Cancel safety
+//!
+//! Reads have no side effect. A purge runs in one transaction: dropping its future rolls it
+//! back (nothing removed) unless the commit was already sent.
 
-use async_trait::async_trait;
 use outboxkit_core::store::check_purge_limit;
 use outboxkit_core::{
-    Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Ledger, Message, MessageId, Page,
-    PageRequest, PurgeReport, Result, RetentionCutoffs, TenantId, TenantStats, Timestamp,
+    Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Error, Message, MessageId, Page,
+    PageRequest, PurgeReport, Result, RetentionCutoffs, TenantId, Timestamp,
 };
 
 use crate::error::DbResult;
-use crate::rows::{self, get, ms};
+use crate::rows::{self, delivery_cols, get, ms, MESSAGE_COLS};
+use crate::schema::Tables;
 use crate::store::PostgresStore;
 
-#[async_trait]
-impl Ledger for PostgresStore {
-    async fn list_deliveries(
+/// The ledger statements of one store.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    list_deliveries: String,
+    get_delivery: String,
+    get_message: String,
+    attempts: String,
+    purge: PurgeSql,
+}
+
+/// The statements of a purge, in the order it runs them.
+#[derive(Debug)]
+struct PurgeSql {
+    lock_purge_cursor: String,
+    purge_pick_tenant: String,
+    purge_deliveries: String,
+    purge_messages: String,
+    set_purge_cursor: String,
+}
+
+impl Sql {
+    pub fn new(t: &Tables) -> Self {
+        let (d, m) = (&t.deliveries, &t.messages);
+        let dcols = delivery_cols("d");
+        Sql {
+            list_deliveries: list_text(t),
+            // $1 delivery, $2 tenant.
+            get_delivery: format!(
+                "SELECT {dcols} FROM {d} d WHERE d.id = $1::uuid AND d.tenant = $2::text"
+            ),
+            // $1 message, $2 tenant.
+            get_message: format!(
+                "SELECT {MESSAGE_COLS} FROM {m} WHERE id = $1::uuid AND tenant = $2::text"
+            ),
+            attempts: attempts_text(t),
+            purge: purge_texts(t),
+        }
+    }
+}
+
+/// One page of a tenant's deliveries, newest first. Parameters, bound in this order by
+/// [`PostgresStore::list_page`]: $1 tenant, $2 status, $3 endpoint, $4 consumer, $5 kind,
+/// $6 topic, $7 since, $8 until, $9/$10 cursor (created at, id), $11 limit, $12 ordering
+/// key, $13 lowercase text to find in excerpts (each NULL when not filtered).
+fn list_text(t: &Tables) -> String {
+    let (d, a) = (&t.deliveries, &t.attempts);
+    let dcols = delivery_cols("d");
+    format!(
+        "SELECT {dcols} FROM {d} d \
+          WHERE d.tenant = $1::text \
+            AND ($2::text IS NULL OR d.status = $2::text) \
+            AND ($3::text IS NULL OR (d.kind = 'webhook' AND d.target = $3::text)) \
+            AND ($4::text IS NULL OR (d.kind = 'handler' AND d.target = $4::text)) \
+            AND ($5::text IS NULL OR d.kind = $5::text) \
+            AND ($6::text IS NULL OR d.topic = $6::text) \
+            AND ($7::int8 IS NULL OR d.created_at >= $7::int8) \
+            AND ($8::int8 IS NULL OR d.created_at < $8::int8) \
+            AND ($9::int8 IS NULL OR (d.created_at, d.id) < ($9::int8, $10::uuid)) \
+            AND ($12::text IS NULL OR d.ordering_key = $12::text) \
+            AND ($13::text IS NULL \
+              OR strpos(lower(d.last_excerpt COLLATE \"C\"), $13::text COLLATE \"C\") > 0 \
+              OR EXISTS (SELECT 1 FROM {a} x WHERE x.delivery_id = d.id \
+                 AND strpos(lower(x.excerpt COLLATE \"C\"), $13::text COLLATE \"C\") > 0)) \
+          ORDER BY d.created_at DESC, d.id DESC \
+          LIMIT $11::int8"
+    )
+}
+
+impl PostgresStore {
+    /// `Ledger::list_deliveries`: [`list_text`].
+    pub(crate) async fn list_page(
         &self,
         tenant: &TenantId,
         filter: &DeliveryFilter,
@@ -22,20 +96,20 @@ impl Ledger for PostgresStore {
         page.validate()?;
         filter.validate()?;
         let limit = page.limit as usize;
-        let found = sqlx::query(&self.inner.sql.list_deliveries)
-            .bind(tenant.as_str())
-            .bind(filter.status.map(|s| s.as_str()))
-            .bind(filter.endpoint.map(|e| e.to_string()))
-            .bind(filter.consumer.as_ref().map(|c| c.as_str()))
-            .bind(filter.kind.map(|k| k.as_str()))
-            .bind(filter.topic.as_ref().map(|t| t.as_str()))
-            .bind(filter.since.map(ms))
-            .bind(filter.until.map(ms))
-            .bind(page.cursor.map(|c| ms(c.created_at)))
-            .bind(page.cursor.map(|c| c.id.as_uuid()))
-            .bind(limit as i64 + 1)
-            .bind(filter.ordering_key.as_ref().map(|k| k.as_str()))
-            .bind(filter.text.as_ref().map(|t| t.to_ascii_lowercase()))
+        let found = sqlx::query(&self.inner.sql.ledger.list_deliveries)
+            .bind(tenant.as_str()) // $1
+            .bind(filter.status.map(|s| s.as_str())) // $2
+            .bind(filter.endpoint.map(|e| e.to_string())) // $3
+            .bind(filter.consumer.as_ref().map(|c| c.as_str())) // $4
+            .bind(filter.kind.map(|k| k.as_str())) // $5
+            .bind(filter.topic.as_ref().map(|t| t.as_str())) // $6
+            .bind(filter.since.map(ms)) // $7
+            .bind(filter.until.map(ms)) // $8
+            .bind(page.cursor.map(|c| ms(c.created_at))) // $9
+            .bind(page.cursor.map(|c| c.id.as_uuid())) // $10
+            .bind(limit as i64 + 1) // $11
+            .bind(filter.ordering_key.as_ref().map(|k| k.as_str())) // $12
+            .bind(filter.text.as_ref().map(|t| t.to_ascii_lowercase())) // $13
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -53,10 +127,11 @@ impl Ledger for PostgresStore {
         Ok(Page { items, next })
     }
 
-    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
-        let row = sqlx::query(&self.inner.sql.get_delivery)
-            .bind(id.as_uuid())
-            .bind(tenant.as_str())
+    /// `Ledger::get_delivery`.
+    pub(crate) async fn delivery_of(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
+        let row = sqlx::query(&self.inner.sql.ledger.get_delivery)
+            .bind(id.as_uuid()) // $1
+            .bind(tenant.as_str()) // $2
             .fetch_optional(&self.inner.pool)
             .await
             .db()?
@@ -64,21 +139,45 @@ impl Ledger for PostgresStore {
         rows::delivery(&row)
     }
 
-    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        let row = sqlx::query(&self.inner.sql.get_message)
-            .bind(id.as_uuid())
-            .bind(tenant.as_str())
+    /// `Ledger::get_message`.
+    pub(crate) async fn message_of(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
+        let row = sqlx::query(&self.inner.sql.ledger.get_message)
+            .bind(id.as_uuid()) // $1
+            .bind(tenant.as_str()) // $2
             .fetch_optional(&self.inner.pool)
             .await
             .db()?
             .ok_or_else(|| Error::not_found("message"))?;
         rows::message(&row)
     }
+}
 
-    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
-        let found = sqlx::query(&self.inner.sql.attempts)
-            .bind(delivery.as_uuid())
-            .bind(tenant.as_str())
+/// A delivery's attempts with its payload's fingerprint (one row of NULL attempt columns
+/// when it has none): $1 delivery, $2 tenant.
+fn attempts_text(t: &Tables) -> String {
+    let (d, m, a) = (&t.deliveries, &t.messages, &t.attempts);
+    format!(
+        "SELECT a.number, a.probe, a.started_at, a.finished_at, a.outcome, a.status_code, \
+                a.excerpt, a.run, a.scheduled_at, x.p_size, x.p_sha256 \
+           FROM (SELECT y.id, octet_length(z.payload)::int8 AS p_size, \
+                        encode(sha256(z.payload), 'hex') AS p_sha256 \
+                   FROM {d} y JOIN {m} z ON z.id = y.message_id \
+                  WHERE y.id = $1::uuid AND y.tenant = $2::text) x \
+           LEFT JOIN {a} a ON a.delivery_id = x.id \
+          ORDER BY a.number"
+    )
+}
+
+impl PostgresStore {
+    /// `Ledger::attempts`: [`attempts_text`].
+    pub(crate) async fn attempts_of(
+        &self,
+        tenant: &TenantId,
+        delivery: DeliveryId,
+    ) -> Result<Vec<Attempt>> {
+        let found = sqlx::query(&self.inner.sql.ledger.attempts)
+            .bind(delivery.as_uuid()) // $1
+            .bind(tenant.as_str()) // $2
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -94,10 +193,89 @@ impl Ledger for PostgresStore {
         }
         Ok(out)
     }
+}
 
-    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
+/// The purge statements. `lock_purge_cursor` and `set_purge_cursor` ($1 tenant) keep the
+/// rotation; `purge_pick_tenant` takes $1 default cutoff, $2 the tenant served last,
+/// $3/$4 the per-tenant cutoffs (tenants, times); `purge_deliveries` and `purge_messages`
+/// take $1 tenant, $2 cutoff, $3 limit.
+fn purge_texts(t: &Tables) -> PurgeSql {
+    let (d, m, a, p) = (&t.deliveries, &t.messages, &t.attempts, &t.purge_cursor);
+    // A message's deliveries share its tenant and created_at: found through the listing
+    // index, so no index on message_id is needed.
+    let no_delivery = format!(
+        "SELECT 1 FROM {d} y WHERE y.tenant = x.tenant AND y.created_at = x.created_at \
+            AND y.message_id = x.id"
+    );
+    let lock_purge_cursor = format!("SELECT tenant FROM {p} WHERE singleton FOR UPDATE");
+    // A tenant's cutoff: its entry in the overrides ($3 tenants, $4 cutoffs), else $1.
+    let cut = |t: &str| {
+        format!(
+            "coalesce((SELECT o.c FROM unnest($3::text[], $4::int8[]) AS o(t, c) \
+                        WHERE o.t = {t}), $1::int8)"
+        )
+    };
+    let purge_candidate = |bound: &str| {
+        format!(
+            "(SELECT min(t) FROM ( \
+               (SELECT y.tenant AS t FROM {d} y \
+                 WHERE y.status IN ('succeeded', 'dead') AND y.completed_at < {yc} \
+                   AND y.tenant > {bound} \
+                 ORDER BY y.tenant LIMIT 1) \
+               UNION ALL \
+               (SELECT x.tenant FROM {m} x \
+                 WHERE x.created_at < {xc} AND x.tenant > {bound} \
+                   AND NOT EXISTS ({no_delivery}) \
+                 ORDER BY x.tenant LIMIT 1)) cand)",
+            yc = cut("y.tenant"),
+            xc = cut("x.tenant"),
+        )
+    };
+    let purge_pick_tenant = format!(
+        "SELECT coalesce({}, {}) AS tenant",
+        purge_candidate("$2::text"),
+        purge_candidate("''")
+    );
+    let purge_deliveries = format!(
+        "WITH v AS ( \
+           SELECT id FROM {d} \
+            WHERE tenant = $1::text AND status IN ('succeeded', 'dead') \
+              AND completed_at < $2::int8 \
+            ORDER BY completed_at, seq LIMIT $3::int8 \
+            FOR UPDATE SKIP LOCKED), \
+         da AS (DELETE FROM {a} x USING v WHERE x.delivery_id = v.id), \
+         dd AS (DELETE FROM {d} x USING v WHERE x.id = v.id RETURNING 1) \
+         SELECT count(*) AS n FROM dd"
+    );
+    let purge_messages = format!(
+        "WITH v AS ( \
+           SELECT x.id FROM {m} x \
+            WHERE x.tenant = $1::text AND x.created_at < $2::int8 \
+              AND NOT EXISTS ({no_delivery}) \
+            ORDER BY x.created_at, x.id LIMIT $3::int8 \
+            FOR UPDATE SKIP LOCKED), \
+         dm AS (DELETE FROM {m} x USING v WHERE x.id = v.id RETURNING 1) \
+         SELECT count(*) AS n FROM dm"
+    );
+    let set_purge_cursor = format!("UPDATE {p} SET tenant = $1::text WHERE singleton");
+    PurgeSql {
+        lock_purge_cursor,
+        purge_pick_tenant,
+        purge_deliveries,
+        purge_messages,
+        set_purge_cursor,
+    }
+}
+
+impl PostgresStore {
+    /// `Ledger::purge_expired`: the next tenant after the one served last, then its purge.
+    pub(crate) async fn purge_next(
+        &self,
+        cutoffs: &RetentionCutoffs,
+        limit: u32,
+    ) -> Result<PurgeReport> {
         check_purge_limit(limit)?;
-        let sql = &self.inner.sql;
+        let sql = &self.inner.sql.ledger.purge;
         let (names, times): (Vec<&str>, Vec<i64>) = cutoffs
             .tenants
             .iter()
@@ -110,10 +288,10 @@ impl Ledger for PostgresStore {
             .await
             .db()?;
         let tenant: Option<String> = sqlx::query_scalar(&sql.purge_pick_tenant)
-            .bind(ms(cutoffs.default))
-            .bind(&cursor)
-            .bind(&names)
-            .bind(&times)
+            .bind(ms(cutoffs.default)) // $1
+            .bind(&cursor) // $2
+            .bind(&names) // $3
+            .bind(&times) // $4
             .fetch_one(&mut *tx)
             .await
             .db()?;
@@ -126,7 +304,7 @@ impl Ledger for PostgresStore {
             .purge_one(&mut tx, &tenant, cutoffs.before(&tenant), limit)
             .await?;
         sqlx::query(&sql.set_purge_cursor)
-            .bind(tenant.as_str())
+            .bind(tenant.as_str()) // $1
             .execute(&mut *tx)
             .await
             .db()?;
@@ -134,7 +312,8 @@ impl Ledger for PostgresStore {
         Ok(report)
     }
 
-    async fn purge_tenant(
+    /// `Ledger::purge_tenant`.
+    pub(crate) async fn purge_of(
         &self,
         tenant: &TenantId,
         before: Timestamp,
@@ -147,12 +326,6 @@ impl Ledger for PostgresStore {
         Ok(report)
     }
 
-    async fn tenants(&self) -> Result<Vec<TenantStats>> {
-        crate::tenancy::tenants(self).await
-    }
-}
-
-impl PostgresStore {
     /// Remove one tenant's finished deliveries (with attempts) and left-over messages.
     async fn purge_one(
         &self,
@@ -161,18 +334,18 @@ impl PostgresStore {
         before: Timestamp,
         limit: u32,
     ) -> Result<PurgeReport> {
-        let sql = &self.inner.sql;
+        let sql = &self.inner.sql.ledger.purge;
         let deliveries: i64 = sqlx::query_scalar(&sql.purge_deliveries)
-            .bind(tenant.as_str())
-            .bind(ms(before))
-            .bind(i64::from(limit))
+            .bind(tenant.as_str()) // $1
+            .bind(ms(before)) // $2
+            .bind(i64::from(limit)) // $3
             .fetch_one(&mut *tx)
             .await
             .db()?;
         let messages: i64 = sqlx::query_scalar(&sql.purge_messages)
-            .bind(tenant.as_str())
-            .bind(ms(before))
-            .bind(i64::from(limit))
+            .bind(tenant.as_str()) // $1
+            .bind(ms(before)) // $2
+            .bind(i64::from(limit)) // $3
             .fetch_one(&mut *tx)
             .await
             .db()?;

@@ -1,20 +1,22 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod claim;
 mod config;
-mod delivery;
+mod deliveries;
 mod endpoints;
+mod enqueue;
 pub mod error;
 mod ledger;
-mod listen;
-mod notify;
 mod rows;
-mod sql;
+mod schema;
 mod store;
 mod tenancy;
+mod wake;
 
 pub use config::PostgresConfig;
-pub use store::{migration_script, migrations, Migration, PostgresStore};
+pub use schema::{migration_script, migrations, Migration};
+pub use store::PostgresStore;
 
 /// The `sqlx` this crate is built on, for the pool and transaction types in its API.
 pub use sqlx;

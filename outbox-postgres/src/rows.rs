@@ -15,6 +15,47 @@ use uuid::Uuid;
 
 use crate::error::{DbResult, StoreError};
 
+/// The statuses of an unfinished delivery, as an SQL list.
+pub(crate) const UNFINISHED: &str = "('pending', 'held', 'processing', 'sending')";
+
+/// The columns of a delivery row, in the order [`delivery`] reads them.
+const DELIVERY_COLS: [&str; 21] = [
+    "id",
+    "message_id",
+    "tenant",
+    "topic",
+    "ordering_key",
+    "kind",
+    "target",
+    "status",
+    "attempts",
+    "snoozes",
+    "next_attempt_at",
+    "lease_until",
+    "last_outcome",
+    "last_status_code",
+    "last_excerpt",
+    "last_at",
+    "dead_reason",
+    "created_at",
+    "updated_at",
+    "completed_at",
+    "run",
+];
+
+/// The columns [`delivery`] reads, of the table aliased `alias`.
+pub(crate) fn delivery_cols(alias: &str) -> String {
+    DELIVERY_COLS
+        .iter()
+        .map(|c| format!("{alias}.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The columns [`message`] reads.
+pub(crate) const MESSAGE_COLS: &str = "id, tenant, topic, payload, ordering_key, \
+     idempotency_key, available_at, headers, cause, created_at";
+
 fn corrupt(column: &'static str) -> impl FnOnce(outboxkit_core::Error) -> outboxkit_core::Error {
     move |e| outboxkit_core::Error::from(StoreError::Corrupt(column)).with_source(e)
 }
@@ -55,7 +96,7 @@ pub(crate) fn status(s: &str) -> Result<DeliveryStatus> {
     DeliveryStatus::parse(s).map_err(corrupt("status"))
 }
 
-/// A delivery from the columns of `sql::DELIVERY_COLS`.
+/// A delivery from the columns of [`delivery_cols`].
 pub(crate) fn delivery(row: &PgRow) -> Result<Delivery> {
     let kind: String = get(row, "kind")?;
     let target: String = get(row, "target")?;
@@ -243,7 +284,7 @@ pub(crate) fn consumer(row: &PgRow) -> Result<Consumer> {
     })
 }
 
-/// A UUIDv7 split for `sql::derive_id`: the first 8 bytes, and the last 8 as a bigint.
+/// A UUIDv7 split for `enqueue::derive_id`: the first 8 bytes, and the last 8 as a bigint.
 pub(crate) fn split_base(id: Uuid) -> (Vec<u8>, i64) {
     let b = id.as_bytes();
     let mut lo = [0u8; 8];

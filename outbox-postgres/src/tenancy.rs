@@ -5,10 +5,8 @@ use outboxkit_core::{DeliveryStatus, EndpointId, Result, Stats, TenantId, Tenant
 use sqlx::postgres::PgRow;
 
 use crate::error::DbResult;
-use crate::rows::{get, ms, ts_opt};
+use crate::rows::{get, ms, ts_opt, UNFINISHED};
 use crate::store::PostgresStore;
-
-const UNFINISHED: &str = "('pending', 'held', 'processing', 'sending')";
 
 /// The per-status count columns over the rows a query groups.
 fn count_cols() -> String {
@@ -37,7 +35,7 @@ pub(crate) async fn tenant_stats(
     endpoint: Option<EndpointId>,
 ) -> Result<Stats> {
     let now = store.inner.clock.now();
-    let s = &store.inner.sql.schema;
+    let s = &store.inner.sql.tables.schema;
     let scope =
         "tenant = $2::text AND ($3::text IS NULL OR (kind = 'webhook' AND target = $3::text))";
     let text = format!(
@@ -61,7 +59,7 @@ pub(crate) async fn tenant_stats(
 /// Every tenant with deliveries or messages, by name, with its counts.
 pub(crate) async fn tenants(store: &PostgresStore) -> Result<Vec<TenantStats>> {
     let now = store.inner.clock.now();
-    let s = &store.inner.sql.schema;
+    let s = &store.inner.sql.tables.schema;
     let text = format!(
         "SELECT t.tenant, c.*, coalesce(m.n, 0) AS messages \
            FROM (SELECT tenant FROM {s}.deliveries UNION SELECT tenant FROM {s}.messages) t \

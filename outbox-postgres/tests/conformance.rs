@@ -1,12 +1,17 @@
-//! The whole conformance suite against PostgreSQL: each case in a fresh schema with a random
-//! name, dropped afterwards.
+//! The whole conformance suite against PostgreSQL, the model test, and the transaction cases
+//! (`enqueue_in` in a `sqlx` transaction): each case in a fresh schema with a random name,
+//! dropped afterwards.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{EntropyExt, OsEntropy, Store};
-use outboxkit_postgres::sqlx::postgres::{PgPool, PgPoolOptions};
+use outboxkit_core::{EntropyExt, Error, ErrorKind, NewMessage, OsEntropy, Store};
+use outboxkit_postgres::sqlx::{
+    self,
+    postgres::{PgPool, PgPoolOptions},
+};
 use outboxkit_postgres::{PostgresConfig, PostgresStore};
+use outboxkit_testing::conformance::txn::{TxnFixture, TxnHarness};
 use outboxkit_testing::conformance::{backend_unavailable, Fixture};
 use outboxkit_testing::ManualClock;
 
@@ -16,7 +21,7 @@ fn url() -> String {
 }
 
 /// Small pools: the suite runs many cases at once against one server.
-async fn small_pool(url: &str) -> Result<PgPool, outboxkit_postgres::sqlx::Error> {
+async fn small_pool(url: &str) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(30))
@@ -24,7 +29,9 @@ async fn small_pool(url: &str) -> Result<PgPool, outboxkit_postgres::sqlx::Error
         .await
 }
 
-async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
+/// A migrated store in a fresh schema, the fixture around it (reopen, drop the schema at
+/// clean-up), and the schema's name.
+async fn fresh(clock: Arc<ManualClock>) -> Option<(Fixture, PostgresStore, String)> {
     let url = url();
     let pool = match small_pool(&url).await {
         Ok(p) => p,
@@ -50,18 +57,89 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
             Arc::new(store) as Arc<dyn Store>
         }
     };
+    let name = schema.clone();
     let cleanup = async move {
-        let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-        if let Err(e) = outboxkit_postgres::sqlx::query(&drop).execute(&pool).await {
-            eprintln!("could not drop test schema {schema}: {e}");
+        let drop = format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE");
+        if let Err(e) = sqlx::query(&drop).execute(&pool).await {
+            eprintln!("could not drop test schema {name}: {e}");
         }
         pool.close().await;
     };
-    Some(
-        Fixture::new(Arc::new(store), clock)
-            .with_reopen(reopen)
-            .with_cleanup(cleanup),
-    )
+    let fx = Fixture::new(Arc::new(store.clone()), clock)
+        .with_reopen(reopen)
+        .with_cleanup(cleanup);
+    Some((fx, store, schema))
+}
+
+async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
+    fresh(clock).await.map(|(fx, _, _)| fx)
 }
 
 outboxkit_testing::conformance_tests!(setup);
+
+/// The caller's transaction: a row in a marker table of the test's schema, then
+/// `enqueue_in` of each message on the same `sqlx` transaction.
+#[derive(Debug)]
+struct PgTxn {
+    store: PostgresStore,
+    markers: String,
+}
+
+fn test_db(e: sqlx::Error) -> Error {
+    Error::new(ErrorKind::Unavailable, "the test's own statement failed").with_source(e)
+}
+
+#[async_trait::async_trait]
+impl TxnHarness for PgTxn {
+    async fn write_and_enqueue(
+        &self,
+        marker: &str,
+        messages: Vec<NewMessage>,
+        commit: bool,
+    ) -> outboxkit_core::Result<()> {
+        let mut tx = self.store.pool().begin().await.map_err(test_db)?;
+        sqlx::query(&format!(
+            "INSERT INTO {} (marker) VALUES ($1)",
+            self.markers
+        ))
+        .bind(marker)
+        .execute(&mut *tx)
+        .await
+        .map_err(test_db)?;
+        for m in messages {
+            // On an error, `?` drops the transaction: it rolls back.
+            self.store.enqueue_in(&mut tx, m).await?;
+        }
+        if commit {
+            tx.commit().await.map_err(test_db)
+        } else {
+            tx.rollback().await.map_err(test_db)
+        }
+    }
+
+    async fn marker_exists(&self, marker: &str) -> outboxkit_core::Result<bool> {
+        sqlx::query_scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE marker = $1)",
+            self.markers
+        ))
+        .bind(marker)
+        .fetch_one(self.store.pool())
+        .await
+        .map_err(test_db)
+    }
+}
+
+async fn txn_setup(clock: Arc<ManualClock>) -> Option<TxnFixture> {
+    let (fx, store, schema) = fresh(clock).await?;
+    let markers = format!("\"{schema}\".txn_markers");
+    sqlx::query(&format!("CREATE TABLE {markers} (marker text PRIMARY KEY)"))
+        .execute(store.pool())
+        .await
+        .expect("the marker table");
+    Some(TxnFixture {
+        fx,
+        harness: Arc::new(PgTxn { store, markers }),
+    })
+}
+
+outboxkit_testing::transaction_tests!(txn_setup);

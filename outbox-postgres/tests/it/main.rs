@@ -10,4 +10,5 @@ mod script;
 mod support;
 mod tls;
 mod upgrade;
+mod upgrade_fair;
 mod upgrade_ledger;

@@ -97,6 +97,65 @@ async fn enqueue_from_another_pool_wakes_the_listener_even_after_a_cut() {
     .await;
 }
 
+/// The pid of the notifier backend of the store whose pool is named `app`, once it has sent a
+/// notification.
+async fn notifier_backend(db: &TestDb, app: &str) -> i32 {
+    let watch = Stopwatch::start();
+    loop {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity \
+              WHERE application_name = $1 AND query LIKE 'SELECT pg_notify%'",
+        )
+        .bind(app)
+        .fetch_optional(&db.admin)
+        .await
+        .unwrap();
+        if let Some(pid) = pid {
+            return pid;
+        }
+        assert!(watch.elapsed() < DEADLINE, "no notifier backend appeared");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The after-commit notifier reconnects when its connection is cut: the next enqueue still
+/// wakes another process's listener, and the enqueue itself never fails for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_notifier_recovers_from_a_cut_connection() {
+    with_db(|db| async move {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let listening = db
+            .ready_store(db.pool(&db.app("listen3"), 2).await, clock.clone())
+            .await;
+        let app = db.app("writer3");
+        let writer = db.store(db.pool(&app, 2).await, clock);
+        let mut listener = listening
+            .wake_listener()
+            .expect("postgres has a wake listener");
+        assert!(woken(&mut listener).await, "no wake-up after connecting");
+        drain(&mut listener).await;
+
+        writer.enqueue(order(1)).await.unwrap();
+        assert!(woken(&mut listener).await, "the first enqueue did not wake");
+        let pid = notifier_backend(&db, &app).await;
+        let cut: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&db.admin)
+            .await
+            .unwrap();
+        assert!(cut);
+        drain(&mut listener).await;
+
+        writer.enqueue(order(2)).await.unwrap();
+        assert!(
+            woken(&mut listener).await,
+            "an enqueue after the notifier's connection was cut did not wake"
+        );
+        assert_eq!(listening.stats().await.unwrap().pending, 2);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notify_after_commit_wakes_when_not_notifying_in_the_transaction() {
     with_db(|db| async move {

@@ -43,7 +43,7 @@ async fn a_version_1_schema_with_a_paused_endpoint_upgrades_in_place() {
                 "CREATE TABLE {s}.schema_migrations (version integer PRIMARY KEY, \
                  name text NOT NULL, applied_at bigint NOT NULL)"
             ),
-            include_str!("../../migrations/0001_init.sql").replace("{schema}", &s),
+            include_str!("../../src/schema/0001_init.sql").replace("{schema}", &s),
             format!("INSERT INTO {s}.schema_migrations VALUES (1, 'init', 0)"),
         ] {
             sqlx::raw_sql(&statement).execute(&db.admin).await.unwrap();

@@ -11,7 +11,7 @@ use outboxkit_postgres::sqlx;
 
 use crate::support::with_db;
 
-const V1: &str = include_str!("../../migrations/0001_init.sql");
+const V1: &str = include_str!("../../src/schema/0001_init.sql");
 const MESSAGE: &str = "0190a000-0000-7000-8000-000000000001";
 const DELIVERY: &str = "0190a000-0000-7000-8000-000000000002";
 const ENDPOINT: &str = "0190a000-0000-7000-8000-000000000003";

@@ -1,0 +1,144 @@
+//! Retention at scale on PostgreSQL: a dispatcher drains a backlog while `purge_tenant`
+//! removes a million finished deliveries (with their attempts and messages) in batches of
+//! 10,000, beside the same drain with the finished rows left alone.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use outboxkit_core::{Ledger, Stopwatch, TenantId, Timestamp};
+
+use crate::common::{burn_down, err, secs, BenchResult, BurnDown, Progress, CONSUMER, TOPIC};
+use crate::pg::{analyze, loader_pool, pool, store, with_schemas};
+use crate::pg_dispatch::{burn_config, noop_dispatcher};
+use crate::report::{per_second, Figure, Row, Status, Target};
+use crate::Ctx;
+
+/// When the finished rows completed (and were created): 1 s after the epoch, so a cutoff of
+/// 2 s purges them and none of the rows the drain finishes.
+const OLD_MS: i64 = 1000;
+/// The purge cutoff.
+const CUTOFF_MS: i64 = 2000;
+/// Deliveries per purge call.
+const PURGE_LIMIT: u32 = 10_000;
+
+/// Write `n` finished (succeeded) deliveries with one attempt each and their messages, in
+/// tenant `default`, completed at [`OLD_MS`], by `INSERT … SELECT` (not timed).
+async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
+    let pool = loader_pool(&ctx.pg_url).await?;
+    let s = format!("\"{schema}\"");
+    let sql = format!(
+        "INSERT INTO {s}.messages (id, tenant, topic, payload, available_at, created_at) \
+         SELECT gen_random_uuid(), 'default', '{TOPIC}', '\\x7b7d'::bytea, {OLD_MS}, {OLD_MS} \
+           FROM generate_series(1, {n}); \
+         INSERT INTO {s}.deliveries (id, message_id, tenant, topic, kind, target, status, \
+                attempts, next_attempt_at, ledger_len, created_at, updated_at, completed_at) \
+         SELECT gen_random_uuid(), id, tenant, topic, 'handler', '{CONSUMER}', 'succeeded', \
+                1, {OLD_MS}, 1, created_at, {OLD_MS}, {OLD_MS} \
+           FROM {s}.messages WHERE created_at = {OLD_MS}; \
+         INSERT INTO {s}.attempts (delivery_id, number, tenant, probe, started_at, \
+                finished_at, outcome) \
+         SELECT id, 1, tenant, false, {OLD_MS}, {OLD_MS}, 'succeeded' \
+           FROM {s}.deliveries WHERE completed_at = {OLD_MS};"
+    );
+    sqlx::raw_sql(&sql)
+        .execute(&pool)
+        .await
+        .map_err(|e| format!("load finished rows: {e}"))?;
+    analyze(&pool, schema, &["messages", "deliveries", "attempts"]).await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// What one drain measured: its burn-down, and the deliveries purged meanwhile with the
+/// seconds the purge ran.
+struct Drain {
+    burn: BurnDown,
+    purged: u64,
+    purge_secs: f64,
+}
+
+/// One drain of `pending` deliveries beside `finished` old ones, purging them meanwhile when
+/// `purge`.
+async fn drain(ctx: &Ctx, finished: usize, pending: usize, purge: bool) -> BenchResult<Drain> {
+    with_schemas(ctx, "purge", |ours, _| async move {
+        let pool = pool(&ctx.pg_url, 6).await?;
+        let store = store(pool.clone(), &ours).await?;
+        load_finished(ctx, &ours, finished).await?;
+        crate::pg::load(ctx, &ours, pending).await?;
+        let progress = Progress::new(pending as u64);
+        let d = noop_dispatcher(Arc::new(store.clone()), &progress, burn_config())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let purged = Arc::new(AtomicU64::new(0));
+        let purger = purge.then(|| {
+            let (store, stop, purged) = (store.clone(), stop.clone(), purged.clone());
+            tokio::spawn(async move {
+                let tenant = TenantId::new("default").map_err(err("tenant"))?;
+                let cutoff = Timestamp::from_unix_millis(CUTOFF_MS).map_err(err("cutoff"))?;
+                let sw = Stopwatch::start();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = store
+                        .purge_tenant(&tenant, cutoff, PURGE_LIMIT)
+                        .await
+                        .map_err(err("purge"))?;
+                    purged.fetch_add(r.deliveries, Ordering::Relaxed);
+                    if r.deliveries == 0 && r.messages == 0 {
+                        break;
+                    }
+                }
+                Ok::<f64, String>(secs(&sw))
+            })
+        });
+        let burn = burn_down(&d, &progress, pending as u64, None).await?;
+        stop.store(true, Ordering::Relaxed);
+        let purge_secs = match purger {
+            Some(t) => t.await.map_err(|e| format!("purge task: {e}"))??,
+            None => 0.0,
+        };
+        pool.close().await;
+        Ok(Drain {
+            burn,
+            purged: purged.load(Ordering::Relaxed),
+            purge_secs,
+        })
+    })
+    .await
+}
+
+/// The drain's rate while the purge runs ÷ without it.
+pub async fn purge_under_load(ctx: &Ctx) -> Row {
+    let finished = ctx.scale.n(1_000_000);
+    let pending = ctx.scale.n(100_000);
+    let scenario = "postgres dispatch burn-down during a purge of finished deliveries";
+    let target = Target::None;
+    let r = async {
+        let quiet = drain(ctx, finished, pending, false).await?;
+        let busy = drain(ctx, finished, pending, true).await?;
+        Ok::<_, String>((quiet, busy))
+    }
+    .await;
+    match r {
+        Ok((quiet, busy)) => Row::measured(
+            "pg-purge",
+            scenario,
+            format!(
+                "{} pending, {} finished",
+                crate::common::count_label(pending),
+                crate::common::count_label(finished)
+            ),
+            Figure::rate(busy.burn.rate),
+            Some(Figure::rate(quiet.burn.rate)),
+            target,
+            format!(
+                "ours = the drain while purge_tenant (limit {PURGE_LIMIT}) runs in a loop, \
+                 baseline = the same drain without the purge (same finished rows present); \
+                 purged {} deliveries during the {:.1} s drain, {:.0}/s over the {:.1} s the \
+                 purge ran",
+                busy.purged,
+                busy.burn.secs,
+                per_second(busy.purged, busy.purge_secs),
+                busy.purge_secs
+            ),
+        ),
+        Err(e) => Row::not_run("pg-purge", scenario, target, Status::Error(e)),
+    }
+}

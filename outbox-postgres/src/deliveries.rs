@@ -1,0 +1,261 @@
+//! The operator's changes and reads on deliveries (`DeliveryStore`): release the held
+//! deliveries of an endpoint, replay, retry now, reset, and the counts.
+//!
+//! # Cancel safety
+//!
+//! Each change is one statement: dropping its future leaves it applied or not, never half.
+
+use outboxkit_core::{
+    DeliveryId, DeliveryStatus, EndpointId, Error, ErrorKind, Result, Stats, TenantId,
+};
+
+use crate::error::DbResult;
+use crate::rows::{self, get, ms, UNFINISHED};
+use crate::schema::Tables;
+use crate::store::PostgresStore;
+
+/// The operator statements of one store.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    pub release_held: String,
+    pub hold_for_endpoint: String,
+    replay: String,
+    retry_now: String,
+    reset: String,
+    status_of: String,
+    stats: String,
+}
+
+impl Sql {
+    pub fn new(t: &Tables) -> Self {
+        Sql {
+            release_held: release_held_text(t),
+            hold_for_endpoint: hold_for_endpoint_text(t),
+            replay: replay_text(t),
+            retry_now: retry_now_text(t),
+            reset: reset_text(t),
+            status_of: format!(
+                "SELECT status FROM {d} WHERE id = $1::uuid AND tenant = $2::text",
+                d = t.deliveries
+            ),
+            stats: stats_text(t),
+        }
+    }
+}
+
+/// `WITH u AS (<update returning 1>) SELECT count, notify-if-any`.
+fn counted_with_notify(update: &str, channel_param: &str) -> String {
+    format!(
+        "WITH u AS ({update} RETURNING 1), n AS (SELECT count(*) AS n FROM u) \
+         SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify({channel_param}, '')::text END AS notified \
+         FROM n"
+    )
+}
+
+/// Release an endpoint's held deliveries: $1 tenant, $2 endpoint id, $3 now, $4 channel
+/// (bound by [`PostgresStore::release_held_now`] and, inside their transactions, by the
+/// endpoint update and delete).
+fn release_held_text(t: &Tables) -> String {
+    let d = &t.deliveries;
+    counted_with_notify(
+        &format!(
+            "UPDATE {d} SET status = 'pending', next_attempt_at = $3::int8, \
+                    updated_at = $3::int8 \
+              WHERE status = 'held' AND target = $2::text AND kind = 'webhook' \
+                AND tenant = $1::text"
+        ),
+        "$4::text",
+    )
+}
+
+/// Hold an endpoint's waiting deliveries: $1 tenant, $2 endpoint id, $3 until, $4 now
+/// (bound by the endpoint update).
+fn hold_for_endpoint_text(t: &Tables) -> String {
+    let d = &t.deliveries;
+    format!(
+        "UPDATE {d} SET status = 'held', next_attempt_at = $3::int8, updated_at = $4::int8 \
+          WHERE status IN ('pending', 'held') AND target = $2::text AND kind = 'webhook' \
+            AND tenant = $1::text"
+    )
+}
+
+impl PostgresStore {
+    /// Run `query` (an update counted with a NOTIFY) and wake local listeners when it
+    /// changed something.
+    async fn counted(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<u64> {
+        let row = query.fetch_one(&self.inner.pool).await.db()?;
+        let n: i64 = get(&row, "n")?;
+        if n > 0 {
+            self.inner.wake.wakeups().wake();
+        }
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// `DeliveryStore::release_held`: [`release_held_text`].
+    pub(crate) async fn release_held_now(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+    ) -> Result<u64> {
+        self.counted(
+            sqlx::query(&self.inner.sql.deliveries.release_held)
+                .bind(tenant.as_str()) // $1
+                .bind(endpoint.to_string()) // $2
+                .bind(ms(self.inner.clock.now())) // $3
+                .bind(&self.inner.channel), // $4
+        )
+        .await
+    }
+}
+
+// The operator changes on one delivery, each with the parameters $1 delivery, $2 tenant,
+// $3 now, $4 channel, bound by [`PostgresStore::operator_change`].
+
+fn replay_text(t: &Tables) -> String {
+    let d = &t.deliveries;
+    counted_with_notify(
+        &format!(
+            "UPDATE {d} SET status = 'pending', attempts = 0, snoozes = 0, \
+                    next_attempt_at = $3::int8, dead_reason = NULL, completed_at = NULL, \
+                    claim_token = NULL, lease_until = NULL, updated_at = $3::int8, \
+                    run = run + 1 \
+              WHERE id = $1::uuid AND tenant = $2::text AND status = 'dead'"
+        ),
+        "$4::text",
+    )
+}
+
+fn retry_now_text(t: &Tables) -> String {
+    let d = &t.deliveries;
+    counted_with_notify(
+        &format!(
+            "UPDATE {d} SET status = 'pending', next_attempt_at = $3::int8, \
+                    updated_at = $3::int8 \
+              WHERE id = $1::uuid AND tenant = $2::text AND status IN ('pending', 'held')"
+        ),
+        "$4::text",
+    )
+}
+
+fn reset_text(t: &Tables) -> String {
+    let d = &t.deliveries;
+    counted_with_notify(
+        &format!(
+            "UPDATE {d} SET status = 'pending', attempts = 0, snoozes = 0, \
+                    next_attempt_at = $3::int8, updated_at = $3::int8 \
+              WHERE id = $1::uuid AND tenant = $2::text AND status = 'held'"
+        ),
+        "$4::text",
+    )
+}
+
+/// Which operator change [`PostgresStore::operator_change`] runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Change {
+    Replay,
+    RetryNow,
+    Reset,
+}
+
+impl PostgresStore {
+    /// An operator call on one delivery: changes at most one row; when it changes none,
+    /// `NotFound` (not the tenant's) or `Conflict` (wrong status).
+    pub(crate) async fn operator_change(
+        &self,
+        change: Change,
+        tenant: &TenantId,
+        delivery: DeliveryId,
+    ) -> Result<()> {
+        let sql = &self.inner.sql.deliveries;
+        let (statement, why) = match change {
+            Change::Replay => (&sql.replay, "only a dead delivery can be replayed"),
+            Change::RetryNow => (
+                &sql.retry_now,
+                "only a pending or held delivery can be retried now",
+            ),
+            Change::Reset => (&sql.reset, "only a held delivery can be reset"),
+        };
+        let n = self
+            .counted(
+                sqlx::query(statement)
+                    .bind(delivery.as_uuid()) // $1
+                    .bind(tenant.as_str()) // $2
+                    .bind(ms(self.inner.clock.now())) // $3
+                    .bind(&self.inner.channel), // $4
+            )
+            .await?;
+        if n == 0 {
+            return Err(self.missing_or_conflict(tenant, delivery, why).await);
+        }
+        Ok(())
+    }
+
+    /// `NotFound` for a delivery that is not the tenant's, else `Conflict` (wrong status).
+    async fn missing_or_conflict(
+        &self,
+        tenant: &TenantId,
+        id: DeliveryId,
+        why: &'static str,
+    ) -> Error {
+        let found = sqlx::query(&self.inner.sql.deliveries.status_of)
+            .bind(id.as_uuid()) // $1
+            .bind(tenant.as_str()) // $2
+            .fetch_optional(&self.inner.pool)
+            .await;
+        match found {
+            Ok(Some(_)) => Error::new(ErrorKind::Conflict, why),
+            Ok(None) => Error::not_found("delivery"),
+            Err(e) => crate::error::map_err(e),
+        }
+    }
+}
+
+/// Counts per status and the oldest due time: $1 now.
+fn stats_text(t: &Tables) -> String {
+    let d = &t.deliveries;
+    format!(
+        "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
+                count(*) FILTER (WHERE status = 'processing') AS processing, \
+                count(*) FILTER (WHERE status = 'sending') AS sending, \
+                count(*) FILTER (WHERE status = 'succeeded') AS succeeded, \
+                count(*) FILTER (WHERE status = 'held') AS held, \
+                count(*) FILTER (WHERE status = 'dead') AS dead, \
+                (SELECT min(next_attempt_at) FROM {d} \
+                  WHERE status IN {UNFINISHED} AND next_attempt_at <= $1::int8) AS oldest \
+           FROM {d}"
+    )
+}
+
+impl PostgresStore {
+    /// `DeliveryStore::stats`: [`stats_text`].
+    pub(crate) async fn stats_now(&self) -> Result<Stats> {
+        let now = self.inner.clock.now();
+        let row = sqlx::query(&self.inner.sql.deliveries.stats)
+            .bind(ms(now)) // $1
+            .fetch_one(&self.inner.pool)
+            .await
+            .db()?;
+        let mut stats = Stats::default();
+        for (status, column) in [
+            (DeliveryStatus::Pending, "pending"),
+            (DeliveryStatus::Processing, "processing"),
+            (DeliveryStatus::Sending, "sending"),
+            (DeliveryStatus::Succeeded, "succeeded"),
+            (DeliveryStatus::Held, "held"),
+            (DeliveryStatus::Dead, "dead"),
+        ] {
+            let n: i64 = get(&row, column)?;
+            stats.add(status, u64::try_from(n).unwrap_or(0));
+        }
+        let oldest: Option<i64> = get(&row, "oldest")?;
+        if oldest.is_some() {
+            let t = rows::ts(&row, "oldest")?;
+            stats.oldest_due_at = Some(t);
+            stats.oldest_due_age = Some(now.duration_since(t));
+        }
+        Ok(stats)
+    }
+}

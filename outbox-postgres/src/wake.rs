@@ -1,0 +1,238 @@
+//! Wake-ups across processes: the two background tasks of a store, started with it on the
+//! runtime handle it was built with, each restarted by a supervisor if it ever panics.
+//!
+//! - The **listener** holds a `PgListener` on the outbox's channel and turns each
+//!   notification into an in-process wake-up (`outboxkit_core::Wakeups`). It connects when
+//!   the first `wake_listener()` is asked for (a store that only enqueues never listens),
+//!   on a dedicated one-connection pool built from the store pool's connect options (so it
+//!   never takes a connection the application needs). It survives errors: it backs off
+//!   (doubling, capped) and reconnects, and after every (re)connect it fires one wake-up,
+//!   since notifications sent while it was away are lost: a dispatcher then re-polls at once
+//!   instead of at its next poll interval.
+//! - The **notifier** sends the after-commit `NOTIFY` of `enqueue` and `enqueue_batch`.
+//!   PostgreSQL serialises the commits of all transactions that sent a `NOTIFY` (a
+//!   database-wide lock held through the commit's WAL flush), so a `NOTIFY` inside every
+//!   enqueue transaction caps concurrent enqueues at about one commit per disk flush.
+//!   `enqueue_in` cannot see the caller's commit (so it notifies inside the transaction
+//!   unless configured otherwise), but `enqueue` and `enqueue_batch` commit their own
+//!   statement: after the commit they ask this task, which has its own connection
+//!   (`synchronous_commit = off`: a lost wake-up hint needs no disk flush), to send one
+//!   `NOTIFY`. Requests that arrive while one is being sent are coalesced into one more
+//!   `NOTIFY` afterwards, so every enqueue is followed by a notification sent after its
+//!   commit, and there are never more than one per enqueue. A failed send is retried with
+//!   backoff; it never fails the enqueue that asked for it.
+//!
+//! Both stop when the store (its last clone) is dropped.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outboxkit_core::Wakeups;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::runtime::Handle;
+use tokio::sync::{watch, Notify};
+
+use crate::config::PostgresConfig;
+
+/// The background tasks of one store.
+#[derive(Debug)]
+pub(crate) struct Wake {
+    wakeups: Wakeups,
+    /// Set once the first wake listener is handed out: the listener task then connects.
+    listen: watch::Sender<bool>,
+    /// One permit = one `NOTIFY` owed.
+    pending: Arc<Notify>,
+    /// Dropped with the store: the tasks see the channel close and exit.
+    _stop: watch::Sender<()>,
+}
+
+/// What both tasks need to (re)start.
+#[derive(Clone)]
+struct Setup {
+    options: PgConnectOptions,
+    channel: String,
+    wakeups: Wakeups,
+    stop: watch::Receiver<()>,
+    backoff: Duration,
+    max_backoff: Duration,
+}
+
+impl Wake {
+    /// Start the listener and notifier tasks of the store on `pool` with `config`, on
+    /// `handle`.
+    pub fn start(handle: &Handle, pool: &PgPool, config: &PostgresConfig) -> Self {
+        let wakeups = Wakeups::new();
+        let (stop, stop_rx) = watch::channel(());
+        let (listen, listen_rx) = watch::channel(false);
+        let pending = Arc::new(Notify::new());
+        let setup = Setup {
+            options: (*pool.connect_options()).clone(),
+            channel: config.channel(),
+            wakeups: wakeups.clone(),
+            stop: stop_rx,
+            backoff: config.listener_backoff,
+            max_backoff: config.listener_max_backoff,
+        };
+        let s = setup.clone();
+        supervise(handle, "listener", setup.clone(), move || {
+            listener(s.clone(), listen_rx.clone())
+        });
+        let (s, p) = (setup.clone(), pending.clone());
+        supervise(handle, "notifier", setup, move || {
+            notifier(s.clone(), p.clone())
+        });
+        Wake {
+            wakeups,
+            listen,
+            pending,
+            _stop: stop,
+        }
+    }
+
+    /// This process's wake-ups.
+    pub fn wakeups(&self) -> &Wakeups {
+        &self.wakeups
+    }
+
+    /// Let the listener task connect and listen (once; later calls change nothing).
+    pub fn listen(&self) {
+        self.listen
+            .send_if_modified(|on| !std::mem::replace(on, true));
+    }
+
+    /// Ask for one `NOTIFY`, sent after this call (coalesced with concurrent requests).
+    pub fn notify_later(&self) {
+        self.pending.notify_one();
+    }
+}
+
+/// Run `task()` on `handle` until the store is dropped, starting it again (after the
+/// backoff) whenever it panics.
+fn supervise<F, Fut>(handle: &Handle, name: &'static str, setup: Setup, task: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let inner = handle.clone();
+    handle.spawn(async move {
+        let mut stop = setup.stop.clone();
+        let mut delay = setup.backoff;
+        loop {
+            let run = inner.spawn(task());
+            let abort = run.abort_handle();
+            let ended = tokio::select! {
+                _ = stop.changed() => {
+                    abort.abort();
+                    return;
+                }
+                ended = run => ended,
+            };
+            match ended {
+                // The task returns only when the store is gone.
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::error!(task = name, error = %e, "outbox wake-up task ended; restarting")
+                }
+            }
+            tokio::select! {
+                _ = stop.changed() => return,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(setup.max_backoff);
+        }
+    });
+}
+
+/// The listener task: waits to be wanted, then listens until the store is dropped.
+async fn listener(mut s: Setup, mut wanted: watch::Receiver<bool>) {
+    tokio::select! {
+        _ = s.stop.changed() => return,
+        r = wanted.wait_for(|on| *on) => if r.is_err() { return },
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(s.options.clone());
+    let mut delay = s.backoff;
+    loop {
+        let connected = tokio::select! {
+            _ = s.stop.changed() => return,
+            r = listen(&pool, &s.channel) => r,
+        };
+        match connected {
+            Ok(mut listener) => {
+                delay = s.backoff;
+                // Anything sent while we were not listening is lost: re-poll now.
+                s.wakeups.wake();
+                loop {
+                    let r = tokio::select! {
+                        _ = s.stop.changed() => return,
+                        r = listener.try_recv() => r,
+                    };
+                    match r {
+                        Ok(Some(_)) => s.wakeups.wake(),
+                        // The connection was lost and has been re-established (with its
+                        // LISTEN): notifications in between are lost, so wake once.
+                        Ok(None) => s.wakeups.wake(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "outbox wake-up listener failed; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox wake-up listener cannot listen; retrying");
+            }
+        }
+        tokio::select! {
+            _ = s.stop.changed() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(s.max_backoff);
+    }
+}
+
+async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    Ok(listener)
+}
+
+/// The notifier task: one `NOTIFY` per permit, retried until it goes through.
+async fn notifier(mut s: Setup, pending: Arc<Notify>) {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy_with(s.options.clone().options([("synchronous_commit", "off")]));
+    loop {
+        tokio::select! {
+            _ = s.stop.changed() => return,
+            () = pending.notified() => {}
+        }
+        let mut delay = s.backoff;
+        loop {
+            // $1 channel.
+            let sent = sqlx::query("SELECT pg_notify($1, '')")
+                .bind(&s.channel)
+                .execute(&pool)
+                .await;
+            match sent {
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "outbox wake-up notification failed; retrying");
+                    tokio::select! {
+                        _ = s.stop.changed() => return,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(s.max_backoff);
+                }
+            }
+        }
+    }
+}
