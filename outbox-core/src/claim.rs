@@ -57,7 +57,6 @@ pub struct ClaimRequest {
     batch_size: u32,
     lease: Duration,
     sources: Vec<ClaimSource>,
-    exclude_topics: BTreeSet<Topic>,
     exclude_endpoints: BTreeSet<EndpointId>,
     dormant_topics: BTreeSet<Topic>,
 }
@@ -71,7 +70,6 @@ impl ClaimRequest {
             batch_size,
             lease,
             sources: Vec::new(),
-            exclude_topics: BTreeSet::new(),
             exclude_endpoints: BTreeSet::new(),
             dormant_topics: BTreeSet::new(),
         }
@@ -101,12 +99,6 @@ impl ClaimRequest {
     /// Add a source.
     pub fn source(mut self, source: ClaimSource) -> Self {
         self.sources.push(source);
-        self
-    }
-
-    /// Take nothing of these topics (a tripped circuit breaker).
-    pub fn exclude_topics(mut self, topics: impl IntoIterator<Item = Topic>) -> Self {
-        self.exclude_topics.extend(topics);
         self
     }
 
@@ -170,11 +162,6 @@ impl ClaimRequest {
         &self.sources
     }
 
-    /// Excluded topics.
-    pub fn excluded_topics(&self) -> &BTreeSet<Topic> {
-        &self.exclude_topics
-    }
-
     /// Excluded endpoints.
     pub fn excluded_endpoints(&self) -> &BTreeSet<EndpointId> {
         &self.exclude_endpoints
@@ -222,11 +209,10 @@ impl ClaimRequest {
         }
     }
 
-    /// Whether this claim takes a delivery of `topic` to `destination` at all (served and
-    /// not excluded).
-    pub fn serves(&self, topic: &Topic, destination: &Destination) -> bool {
+    /// Whether this claim takes a delivery to `destination` at all (served and not an
+    /// excluded endpoint).
+    pub fn serves(&self, destination: &Destination) -> bool {
         self.budget_for(destination).is_some()
-            && !self.exclude_topics.contains(topic)
             && !matches!(destination, Destination::Webhook(e) if self.exclude_endpoints.contains(e))
     }
 }

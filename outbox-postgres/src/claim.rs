@@ -58,8 +58,8 @@ fn budget(d: &str) -> String {
 
 /// The claim statement. Parameters, bound in this order by [`PostgresStore::claim_now`]:
 /// $1 now, $2 batch, $3 consumers, $4 their budgets, $5 webhook budget, $6 e-mail budget,
-/// $7 excluded topics, $8 dormant topics, $9 tokens, $10 lease end, $11 smallest budget,
-/// $12 excluded endpoints (ids as text).
+/// $7 dormant topics, $8 tokens, $9 lease end, $10 smallest budget, $11 excluded
+/// endpoints (ids as text).
 ///
 /// Its steps:
 /// 1. `exhausted`/`killed`: rows that spent their budget become `dead` (at most 1,000 per
@@ -84,13 +84,13 @@ fn claim_text(t: &Tables) -> String {
     let (d, m) = (&t.deliveries, &t.messages);
     let dcols = delivery_cols("d");
     let excluded_endpoint =
-        |x: &str| format!("({x}.kind = 'webhook' AND {x}.target = ANY($12::text[]))");
+        |x: &str| format!("({x}.kind = 'webhook' AND {x}.target = ANY($11::text[]))");
     format!(
         "WITH RECURSIVE exhausted AS ( \
            SELECT d.id FROM {d} d \
             WHERE d.attempts > 0 AND d.status IN ('pending', 'processing', 'sending') \
-              AND d.attempts >= $11::int4 AND d.next_attempt_at <= $1::int8 \
-              AND d.topic <> ALL($7::text[]) AND d.attempts >= {bd} \
+              AND d.attempts >= $10::int4 AND d.next_attempt_at <= $1::int8 \
+              AND d.attempts >= {bd} \
               AND NOT {xd} \
             ORDER BY d.attempts DESC \
             LIMIT 1000 \
@@ -129,16 +129,15 @@ fn claim_text(t: &Tables) -> String {
               WHERE d.tenant = h.tenant AND d.kind = h.kind AND d.target = h.target \
                 AND d.status IN {UNFINISHED} \
                 AND d.next_attempt_at <= $1::int8 \
-                AND d.topic <> ALL($7::text[]) \
                 AND (d.status = 'held' OR d.attempts < {bd}) \
                 AND (d.ordering_key IS NULL OR NOT EXISTS ( \
                       SELECT 1 FROM {d} p \
                        WHERE p.tenant = d.tenant AND p.kind = d.kind AND p.target = d.target \
                          AND p.ordering_key = d.ordering_key AND p.seq < d.seq \
                          AND p.status IN {UNFINISHED} \
-                         AND p.topic <> ALL($8::text[]) \
+                         AND p.topic <> ALL($7::text[]) \
                          AND NOT (p.status <> 'held' AND p.next_attempt_at <= $1::int8 \
-                                  AND p.topic <> ALL($7::text[]) AND p.attempts >= {bd}))) \
+                                  AND p.attempts >= {bd}))) \
               ORDER BY d.next_attempt_at, d.seq \
               LIMIT share.n \
               FOR UPDATE OF d SKIP LOCKED) p), \
@@ -157,9 +156,9 @@ fn claim_text(t: &Tables) -> String {
          claimed AS ( \
            UPDATE {d} d SET status = 'processing', \
                   attempts = d.attempts + CASE WHEN n.claimed_from = 'held' THEN 0 ELSE 1 END, \
-                  claim_token = ($9::uuid[])[n.rn], lease_until = $10::int8, \
+                  claim_token = ($8::uuid[])[n.rn], lease_until = $9::int8, \
                   due_at = n.due_at, \
-                  next_attempt_at = $10::int8, updated_at = $1::int8 \
+                  next_attempt_at = $9::int8, updated_at = $1::int8 \
              FROM chosen n WHERE d.id = n.id \
            RETURNING {dcols}, d.claim_token, n.claimed_from, n.rn) \
          SELECT c.*, m.payload AS m_payload, m.idempotency_key AS m_idempotency_key, \
@@ -215,11 +214,6 @@ impl PostgresStore {
             .chain(request.email_budget())
             .min()
             .unwrap_or(1);
-        let excluded: Vec<&str> = request
-            .excluded_topics()
-            .iter()
-            .map(|t| t.as_str())
-            .collect();
         let dormant: Vec<&str> = request.dormant().iter().map(|t| t.as_str()).collect();
         let excluded_endpoints: Vec<String> = request
             .excluded_endpoints()
@@ -243,12 +237,11 @@ impl PostgresStore {
             .bind(budgets) // $4
             .bind(request.webhook_budget().map(int4)) // $5
             .bind(request.email_budget().map(int4)) // $6
-            .bind(excluded) // $7
-            .bind(dormant) // $8
-            .bind(self.tokens(batch)) // $9
-            .bind(ms(until)) // $10
-            .bind(int4(min_budget)) // $11
-            .bind(excluded_endpoints) // $12
+            .bind(dormant) // $7
+            .bind(self.tokens(batch)) // $8
+            .bind(ms(until)) // $9
+            .bind(int4(min_budget)) // $10
+            .bind(excluded_endpoints) // $11
             .fetch_all(&mut *tx)
             .await
             .db()?;

@@ -14,12 +14,11 @@ use outboxkit_core::{
     MessageStore, NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result,
     RetentionCutoffs, Stats, SystemClock, TenantId, TenantStats, Timestamp, WakeListener,
 };
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnection, PgPool};
 use tokio::runtime::Handle;
 
 use crate::config::PostgresConfig;
 use crate::deliveries::Change;
-use crate::error::DbResult;
 use crate::schema::{self, Tables};
 use crate::wake::Wake;
 
@@ -133,11 +132,12 @@ impl PostgresStore {
         Self::connect_with(url, PostgresConfig::default()).await
     }
 
-    /// Connect to `url` with a default pool and `config`, the system clock and the operating
-    /// system's randomness.
+    /// Connect to `url` with `config` (TLS from the URL's `sslmode`/`sslrootcert`, the
+    /// config's connect timeout and pool size; see [`PostgresConfig::connect_pool`]), the
+    /// system clock and the operating system's randomness. A failure names its cause.
     pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self> {
         config.validate()?;
-        let pool = PgPoolOptions::new().connect(url).await.db()?;
+        let pool = config.connect_pool(url).await?;
         Self::new(pool, config, Arc::new(SystemClock), Arc::new(OsEntropy))
     }
 

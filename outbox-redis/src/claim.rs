@@ -256,10 +256,6 @@ impl RedisStore {
         for (kind, target, budget) in srcs {
             a.s(kind).s(target).n(budget);
         }
-        a.n(request.excluded_topics().len() as i64);
-        for t in request.excluded_topics() {
-            a.s(t.as_str());
-        }
         a.n(request.excluded_endpoints().len() as i64);
         for e in request.excluded_endpoints() {
             a.s(e.to_string());

@@ -87,7 +87,6 @@ struct Served<'r> {
     request: &'r ClaimRequest,
     consumers: HashMap<&'r str, u32>,
     excluded_endpoints: HashSet<String>,
-    excluded: String,
     dormant: String,
 }
 
@@ -107,7 +106,6 @@ impl<'r> Served<'r> {
                 .iter()
                 .map(|e| e.to_string())
                 .collect(),
-            excluded: topics(request.excluded_topics())?,
             dormant: topics(request.dormant())?,
         })
     }
@@ -142,7 +140,6 @@ const DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
      WHERE attempts > 0 AND status IN ('pending', 'processing', 'sending') \
        AND attempts >= :min_budget \
        AND +next_attempt_at <= :now \
-       AND topic NOT IN (SELECT value FROM json_each(:excluded)) \
        AND ((kind = 'webhook' AND attempts >= :webhooks \
              AND target NOT IN (SELECT value FROM json_each(:excluded_endpoints))) \
          OR (kind = 'email' AND attempts >= :email) \
@@ -168,7 +165,6 @@ fn discard_exhausted(conn: &Connection, served: &Served<'_>, now: Timestamp) -> 
         .execute(named_params! {
             ":now": ms(now),
             ":min_budget": min_budget,
-            ":excluded": served.excluded,
             ":excluded_endpoints": json(&excluded_endpoints)?,
             ":webhooks": request.webhook_budget(),
             ":email": request.email_budget(),
@@ -228,7 +224,6 @@ const CANDIDATES: &str = concat!(
        AND c.status IN ",
     unfinished!(),
     " AND c.next_attempt_at <= :now \
-       AND c.topic NOT IN (SELECT value FROM json_each(:excluded)) \
        AND (c.ordering_key IS NULL OR NOT EXISTS ( \
          SELECT 1 FROM outbox_deliveries AS b \
          WHERE b.tenant = c.tenant AND b.kind = c.kind AND b.target = c.target \
@@ -253,7 +248,6 @@ fn candidates(
             ":kind": group.kind,
             ":target": group.target,
             ":now": ms(now),
-            ":excluded": served.excluded,
             ":dormant": served.dormant,
             ":limit": limit as i64,
         },

@@ -2,10 +2,9 @@
 -- rounds over the groups (tenant, destination) of the served sources that have due work:
 -- round 1 takes the first claimable delivery of every group, round 2 the second, and so on;
 -- groups go in the order of their oldest due delivery, and within a group deliveries go in
--- (next_attempt_at, sequence) order, skipping excluded topics and rows held back by the
--- ordering barrier. Groups of excluded endpoints are left untouched.
+-- (next_attempt_at, sequence) order, skipping rows held back by the ordering barrier. Groups of excluded endpoints are left untouched.
 -- ARGV: now, lease_until, batch, nsrc, (kind, target, budget) x nsrc,
---       nexcl, excluded topics..., nexe, excluded endpoints..., ndorm, dormant topics...,
+--       nexe, excluded endpoints..., ndorm, dormant topics...,
 --       nquota, (group, quota) x nquota, tokens (batch of them)
 -- With quotas (a claim over several shards, whose rounds the caller played across all of
 -- them) only the groups named are read, in the order given, each up to its quota; a group
@@ -22,13 +21,6 @@ for _ = 1, nsrc do
   sources[#sources + 1] = { G = k_G(ARGV[a], ARGV[a + 1]), x = k_x(ARGV[a], ARGV[a + 1]),
     kind = ARGV[a], budget = tonumber(ARGV[a + 2]) }
   a = a + 3
-end
-local excluded = {}
-local nexcl = tonumber(ARGV[a])
-a = a + 1
-for _ = 1, nexcl do
-  excluded[ARGV[a]] = true
-  a = a + 1
 end
 local excluded_ep = {}
 local nexe = tonumber(ARGV[a])
@@ -134,7 +126,7 @@ for _, src in ipairs(peek and {} or sources) do
     local d = load(member_id(m))
     if not d or finished(d.status) then
       redis.call('ZREM', src.x, m)
-    elseif d.status ~= 'held' and tonumber(d.next) <= now and not excluded[d.topic]
+    elseif d.status ~= 'held' and tonumber(d.next) <= now
         and not (d.kind == 'webhook' and excluded_ep[d.target]) then
       kill(d)
     end
@@ -190,8 +182,6 @@ local function take(g)
         redis.call('ZREM', g.key, m)
       elseif tonumber(nx) > now then
         redis.call('ZADD', g.key, nx, m)
-      elseif excluded[topic] then
-        g.anchor = m
       elseif st ~= 'held' and tonumber(at) >= src.budget then
         kill({ id = id, m = m, v = r[3], mid = mid, tenant = tenant, topic = topic, kind = kind,
           target = target, okey = okey ~= '' and okey, status = st, attempts = at, next = nx })

@@ -246,7 +246,7 @@ impl State {
             .filter(|id| {
                 self.rows.get(id).is_some_and(|r| {
                     r.d.next_attempt_at <= now
-                        && req.serves(&r.d.topic, &r.d.destination)
+                        && req.serves(&r.d.destination)
                         && r.d.attempts >= req.budget_for(&r.d.destination).unwrap_or(0)
                 })
             })
@@ -273,7 +273,7 @@ impl State {
             let Some(r) = self.rows.get(&id) else {
                 continue;
             };
-            if !req.serves(&r.d.topic, &r.d.destination) || self.blocked(r, req.dormant()) {
+            if !req.serves(&r.d.destination) || self.blocked(r, req.dormant()) {
                 continue;
             }
             let g = *group_of
