@@ -36,6 +36,7 @@ pub mod signing;
 pub mod store;
 pub mod system;
 pub mod time;
+pub mod tokens;
 pub mod transport;
 pub mod vault;
 pub mod verdict;
@@ -57,7 +58,7 @@ pub use endpoint::{
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{
     ClaimToken, ConsumerName, DeliveryId, EndpointId, IdempotencyKey, MessageId, OrderingKey,
-    Recipient, TenantId, Topic, TopicFilter, TopicPattern,
+    Recipient, TenantId, TokenId, Topic, TopicFilter, TopicPattern,
 };
 pub use mail::{
     may_retry, Accepted, DynMailer, MailCapabilities, MailError, MailErrorCode, MailMessage,
@@ -79,6 +80,7 @@ pub use store::{
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};
+pub use tokens::{ApiToken, DynTokenStore, PresentedToken, TokenHash, TokenScope, TokenStore};
 pub use transport::{DynWebhookTransport, SignedRequest, WebhookResponse, WebhookTransport};
 pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, SecretVault};
 pub use verdict::{
