@@ -12,6 +12,7 @@ mod rows;
 mod sql;
 mod store;
 mod tenancy;
+mod tokens;
 
 pub use config::PostgresConfig;
 pub use store::{migration_script, migrations, Migration, PostgresStore};

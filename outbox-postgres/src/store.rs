@@ -26,6 +26,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "init", include_str!("../migrations/0001_init.sql")),
     (2, "hold", include_str!("../migrations/0002_hold.sql")),
     (3, "ledger", include_str!("../migrations/0003_ledger.sql")),
+    (5, "tokens", include_str!("../migrations/0005_tokens.sql")),
 ];
 
 /// The outbox on PostgreSQL: every store trait of `outboxkit-core` on one `sqlx` pool.

@@ -58,7 +58,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
         pool.close().await;
     };
     Some(
-        Fixture::new(Arc::new(store), clock)
+        Fixture::new(Arc::new(store.clone()), clock)
+            .with_tokens(Arc::new(store))
             .with_reopen(reopen)
             .with_cleanup(cleanup),
     )

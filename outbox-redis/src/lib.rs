@@ -74,6 +74,7 @@ mod error;
 mod ledger;
 mod scripts;
 mod store;
+mod tokens;
 mod wake;
 
 pub use codec::EnqueueReply;

@@ -64,7 +64,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
     };
     let (p, c) = (prefix.clone(), clock.clone());
     Some(
-        Fixture::new(Arc::new(store), clock)
+        Fixture::new(Arc::new(store.clone()), clock)
+            .with_tokens(Arc::new(store))
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
                 async move {

@@ -35,10 +35,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/0001_init.sql")),
     (2, include_str!("../migrations/0002_hold.sql")),
     (3, include_str!("../migrations/0003_ledger.sql")),
+    (5, include_str!("../migrations/0005_tokens.sql")),
 ];
 
 /// The version of every migration, oldest first.
-pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3];
+pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 5];
 
 const _: () = {
     // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.

@@ -55,6 +55,7 @@ mod rows;
 mod sql;
 mod store;
 mod tenancy;
+mod tokens;
 mod wake;
 
 pub use config::{SqliteConfig, Synchronous};
