@@ -1,0 +1,1 @@
+pub(crate) fn routes() -> axum::Router<crate::state::Serve> { axum::Router::new() }
