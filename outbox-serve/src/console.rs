@@ -462,7 +462,7 @@ async fn deliveries(
         } else {
             ""
         };
-        let _ = write!(opts, "<option{sel}>{}</option>", st.as_str());
+        let _ = write!(opts, "<option value=\"{0}\"{sel}>{0}</option>", st.as_str());
     }
     let mut body = format!(
         "<h1>Deliveries</h1><form class=\"filters\" method=\"get\" action=\"/console/deliveries\">\

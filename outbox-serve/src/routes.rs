@@ -43,8 +43,8 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())
 }
 
-async fn not_found() -> Problem {
-    Problem::not_found()
+async fn no_route() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "no-such-route", "No such route")
 }
 
 async fn method_not_allowed() -> Problem {
@@ -122,7 +122,7 @@ pub(crate) fn router(state: Serve) -> Router {
         .merge(api)
         .merge(crate::console::routes())
         .route("/", get(|| async { Redirect::to("/console") }))
-        .fallback(not_found)
+        .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn(security_headers))
