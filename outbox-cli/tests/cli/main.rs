@@ -10,6 +10,7 @@ mod listen;
 mod operator;
 mod print_sql;
 mod relay;
+mod serve;
 mod smtp;
 mod tenancy;
 
