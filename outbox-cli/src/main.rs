@@ -165,7 +165,10 @@ fn main() -> ExitCode {
         }
     };
     tracing_subscriber::fmt()
-        .with_env_filter(log_filter(matches!(cli.command, Command::Relay(_) | Command::Serve(_))))
+        .with_env_filter(log_filter(matches!(
+            cli.command,
+            Command::Relay(_) | Command::Serve(_)
+        )))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();

@@ -102,13 +102,8 @@ pub async fn run(cmd: TokensCmd) -> CliResult<()> {
                 _ => return Err(CliError::usage("give --tenant T or --admin")),
             };
             let env = a.location.open().await?;
-            let (token, text) = ApiToken::issue(
-                scope,
-                a.read_only,
-                &a.label,
-                env.clock.now(),
-                &*env.entropy,
-            )?;
+            let (token, text) =
+                ApiToken::issue(scope, a.read_only, &a.label, env.clock.now(), &*env.entropy)?;
             token_store(&env).create_token(&token).await?;
             if a.json {
                 let mut v = view(&token);
@@ -135,10 +130,16 @@ pub async fn run(cmd: TokensCmd) -> CliResult<()> {
                     vec![
                         t.id.to_string(),
                         t.scope.to_string(),
-                        if t.read_only { "read-only" } else { "read-write" }.to_owned(),
+                        if t.read_only {
+                            "read-only"
+                        } else {
+                            "read-write"
+                        }
+                        .to_owned(),
                         t.label.clone(),
                         t.created_at.to_rfc3339(),
-                        t.revoked_at.map_or_else(|| "—".to_owned(), |r| r.to_rfc3339()),
+                        t.revoked_at
+                            .map_or_else(|| "—".to_owned(), |r| r.to_rfc3339()),
                     ]
                 })
                 .collect();
@@ -150,9 +151,7 @@ pub async fn run(cmd: TokensCmd) -> CliResult<()> {
         TokensCmd::Revoke(a) => {
             let id = TokenId::parse(&a.id)?;
             let env = a.location.open().await?;
-            let t = token_store(&env)
-                .revoke_token(id, env.clock.now())
-                .await?;
+            let t = token_store(&env).revoke_token(id, env.clock.now()).await?;
             if a.json {
                 emit_json(&view(&t))
             } else {

@@ -74,7 +74,10 @@ impl TokenStore for PostgresStore {
     }
 
     async fn get_token(&self, id: TokenId) -> Result<ApiToken> {
-        let sql = format!("SELECT {COLUMNS} FROM {} WHERE id = $1", self.tokens_table());
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE id = $1",
+            self.tokens_table()
+        );
         let row = sqlx::query(&sql)
             .bind(id.as_uuid())
             .fetch_optional(&self.inner.pool)

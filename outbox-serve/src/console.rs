@@ -283,7 +283,10 @@ struct CsrfForm {
 
 async fn logout(State(s): State<Serve>, user: User, Form(f): Form<CsrfForm>) -> Response {
     if !csrf_ok(&user, &f.csrf) {
-        return error_page(&user, &Problem::forbidden("the form has expired; reload the page"));
+        return error_page(
+            &user,
+            &Problem::forbidden("the form has expired; reload the page"),
+        );
     }
     s.inner
         .sessions
@@ -293,7 +296,9 @@ async fn logout(State(s): State<Serve>, user: User, Form(f): Form<CsrfForm>) -> 
     let mut res = Redirect::to("/console/login").into_response();
     res.headers_mut().insert(
         header::SET_COOKIE,
-        HeaderValue::from_static("outbox_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0"),
+        HeaderValue::from_static(
+            "outbox_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
     );
     res
 }
@@ -340,7 +345,10 @@ async fn overview(State(s): State<Serve>, user: User) -> Response {
         Ok(st) => st,
         Err(e) => return error_page(&user, &e.into()),
     };
-    let mut body = format!("<h1>Overview of {}</h1><div class=\"cards\">", esc(t.as_str()));
+    let mut body = format!(
+        "<h1>Overview of {}</h1><div class=\"cards\">",
+        esc(t.as_str())
+    );
     for st in DeliveryStatus::ALL {
         let _ = write!(
             body,
@@ -380,7 +388,10 @@ async fn overview(State(s): State<Serve>, user: User) -> Response {
         status: Some(DeliveryStatus::Dead),
         ..DeliveryFilter::default()
     };
-    match store.list_deliveries(t, &dead, PageRequest::first(10)).await {
+    match store
+        .list_deliveries(t, &dead, PageRequest::first(10))
+        .await
+    {
         Ok(p) => {
             let items: Vec<DeliveryView> = p.items.iter().map(DeliveryView::from).collect();
             let _ = write!(
@@ -520,7 +531,11 @@ async fn delivery(
     let v = &d.delivery;
     let mut body = String::new();
     if let Some(done) = done {
-        let _ = write!(body, "<div class=\"flash\" id=\"flash\">{}</div>", esc(&done));
+        let _ = write!(
+            body,
+            "<div class=\"flash\" id=\"flash\">{}</div>",
+            esc(done)
+        );
     }
     let _ = write!(
         body,
@@ -595,7 +610,11 @@ async fn endpoints(
     };
     let mut body = String::new();
     if let Some((_, done)) = flash.iter().find(|(k, _)| k == "done") {
-        let _ = write!(body, "<div class=\"flash\" id=\"flash\">{}</div>", esc(done));
+        let _ = write!(
+            body,
+            "<div class=\"flash\" id=\"flash\">{}</div>",
+            esc(done)
+        );
     }
     body.push_str(
         "<h1>Endpoints</h1><table><thead><tr><th>Endpoint</th><th>URL</th><th>Filter</th>\
@@ -699,7 +718,10 @@ struct ActForm {
 
 async fn act(State(s): State<Serve>, user: User, Form(f): Form<ActForm>) -> Response {
     if !csrf_ok(&user, &f.csrf) {
-        return error_page(&user, &Problem::forbidden("the form has expired; reload the page"));
+        return error_page(
+            &user,
+            &Problem::forbidden("the form has expired; reload the page"),
+        );
     }
     if user.session.read_only {
         return error_page(&user, &Problem::forbidden("this token is read-only"));
@@ -737,21 +759,32 @@ async fn act(State(s): State<Serve>, user: User, Form(f): Form<ActForm>) -> Resp
                     ..EndpointUpdate::default()
                 };
                 inner.store.update_endpoint(t, id, &update).await?;
-                format!("/console/endpoints?tenant={tq}&done={}", enc(&format!("{} done", f.action)))
+                format!(
+                    "/console/endpoints?tenant={tq}&done={}",
+                    enc(&format!("{} done", f.action))
+                )
             }
             "release-held" => {
                 let id = endpoint_id(&f.target)?;
                 inner.store.get_endpoint(t, id).await?;
                 let n = op.release_held(t, id).await?;
-                format!("/console/endpoints?tenant={tq}&done={}", enc(&format!("{n} released")))
+                format!(
+                    "/console/endpoints?tenant={tq}&done={}",
+                    enc(&format!("{n} released"))
+                )
             }
             "rotate" => {
                 let id = endpoint_id(&f.target)?;
                 let admin = inner.admin().ok_or_else(|| {
-                    Problem::unavailable("endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY")
+                    Problem::unavailable(
+                        "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
+                    )
                 })?;
                 admin.rotate_secret(t, id, None).await?;
-                format!("/console/endpoints?tenant={tq}&done={}", enc("secret rotated"))
+                format!(
+                    "/console/endpoints?tenant={tq}&done={}",
+                    enc("secret rotated")
+                )
             }
             _ => return Err(Problem::bad_request("unknown action")),
         })

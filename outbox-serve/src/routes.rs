@@ -93,7 +93,10 @@ pub(crate) fn router(state: Serve) -> Router {
                 .patch(endpoints::update)
                 .delete(endpoints::delete),
         )
-        .route(&format!("{t}/endpoints/{{id}}/pause"), post(endpoints::pause))
+        .route(
+            &format!("{t}/endpoints/{{id}}/pause"),
+            post(endpoints::pause),
+        )
         .route(
             &format!("{t}/endpoints/{{id}}/resume"),
             post(endpoints::resume),
@@ -128,4 +131,3 @@ pub(crate) fn router(state: Serve) -> Router {
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(state)
 }
-

@@ -2,9 +2,7 @@
 //! (UTC, milliseconds). Nothing secret: no signing secret (except the one answer that
 //! creates or rotates it), no e-mail recipient, no URL query string or userinfo.
 
-use outboxkit_core::{
-    Attempt, Delivery, Destination, Endpoint, EndpointUrl, Stats, Timestamp,
-};
+use outboxkit_core::{Attempt, Delivery, Destination, Endpoint, EndpointUrl, Stats, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 

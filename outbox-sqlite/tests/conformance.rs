@@ -16,7 +16,7 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
         .expect("open the sqlite store");
     let reopen_clock = clock.clone();
     let fixture = Fixture::new(Arc::new(store.clone()), clock)
-            .with_tokens(Arc::new(store))
+        .with_tokens(Arc::new(store))
         .with_reopen(move || {
             let (config, clock) = (config.clone(), reopen_clock.clone());
             async move {

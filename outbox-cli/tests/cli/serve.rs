@@ -39,15 +39,33 @@ fn free_port() -> u16 {
 fn serve_against(store: &str, ns: &str) {
     outbox(&["migrate", "--store", store, "--namespace", ns]).ok();
     let created = outbox(&[
-        "tokens", "create", "--store", store, "--namespace", ns, "--tenant", "acme", "--label",
-        "ci", "--json",
+        "tokens",
+        "create",
+        "--store",
+        store,
+        "--namespace",
+        ns,
+        "--tenant",
+        "acme",
+        "--label",
+        "ci",
+        "--json",
     ])
     .ok();
     let v: serde_json::Value = serde_json::from_str(&created).unwrap();
     let token = v["token"].as_str().unwrap().to_owned();
     let id = v["id"].as_str().unwrap().to_owned();
     assert_eq!(v["scope"], "tenant:acme");
-    let listed = outbox(&["tokens", "list", "--store", store, "--namespace", ns, "--json"]).ok();
+    let listed = outbox(&[
+        "tokens",
+        "list",
+        "--store",
+        store,
+        "--namespace",
+        ns,
+        "--json",
+    ])
+    .ok();
     assert!(listed.contains(&id) && !listed.contains(&token), "{listed}");
 
     let port = free_port();
@@ -128,8 +146,8 @@ async fn tokens_and_serve_on_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_and_serve_on_redis() {
-    let url = std::env::var("OUTBOX_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url =
+        std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut conn = match client.get_multiplexed_async_connection().await {
         Ok(c) => c,

@@ -195,14 +195,7 @@ pub(crate) async fn bulk(
         let page = s
             .inner
             .store
-            .list_deliveries(
-                &scope.tenant,
-                &f,
-                PageRequest {
-                    limit: 200,
-                    cursor,
-                },
-            )
+            .list_deliveries(&scope.tenant, &f, PageRequest { limit: 200, cursor })
             .await?;
         for d in &page.items {
             if applies.contains(&d.status) {
@@ -229,12 +222,11 @@ pub(crate) async fn bulk(
             };
             match r {
                 Ok(()) => changed += 1,
-                Err(e) if matches!(e.kind(), ErrorKind::Conflict | ErrorKind::NotFound) => {
-                    skipped.push(Skipped {
+                Err(e) if matches!(e.kind(), ErrorKind::Conflict | ErrorKind::NotFound) => skipped
+                    .push(Skipped {
                         id: id.to_string(),
                         reason: e.to_string(),
-                    })
-                }
+                    }),
                 Err(e) => return Err(e.into()),
             }
         }

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use outboxkit_core::endpoint::{BodyFormat, EndpointStatus, EndpointUpdate, EndpointUrl};
 use outboxkit_core::{
-    DisabledReason, Message, MessageId, TenantId, TopicFilter, Topic, WebhookResponse,
+    DisabledReason, Message, MessageId, TenantId, Topic, TopicFilter, WebhookResponse,
 };
 use outboxkit_dispatch::{open_secrets, signed_request, EndpointAdmin, NewEndpoint};
 
@@ -22,7 +22,9 @@ use crate::views::{
 
 fn admin(s: &Serve) -> ApiResult<EndpointAdmin> {
     s.inner.admin().ok_or_else(|| {
-        Problem::unavailable("endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY")
+        Problem::unavailable(
+            "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
+        )
     })
 }
 
@@ -248,7 +250,9 @@ pub(crate) async fn test(
     let inner = &s.inner;
     let e = inner.store.get_endpoint(&scope.tenant, id).await?;
     let vault = inner.vault.as_ref().ok_or_else(|| {
-        Problem::unavailable("endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY")
+        Problem::unavailable(
+            "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
+        )
     })?;
     let transport = inner
         .transport

@@ -41,9 +41,7 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptBody<T
             .headers()
             .get(axum::http::header::CONTENT_LENGTH)
             .is_some_and(|v| v == "0")
-            || !req
-                .headers()
-                .contains_key(axum::http::header::CONTENT_TYPE);
+            || !req.headers().contains_key(axum::http::header::CONTENT_TYPE);
         if empty {
             let bytes = axum::body::Bytes::from_request(req, state)
                 .await
@@ -79,9 +77,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
 
 /// An id from the path: a malformed one is 400 (the caller is already authenticated).
 pub(crate) fn delivery_id(s: &str) -> ApiResult<DeliveryId> {
-    DeliveryId::parse(s).map_err(|_| {
-        Problem::bad_request("the delivery id is not a UUIDv7").field("delivery_id")
-    })
+    DeliveryId::parse(s)
+        .map_err(|_| Problem::bad_request("the delivery id is not a UUIDv7").field("delivery_id"))
 }
 
 /// An endpoint id from the path or a filter.

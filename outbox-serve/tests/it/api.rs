@@ -19,9 +19,7 @@ async fn every_route(app: &App) {
         "url": receiver.url(), "description": "orders", "filter": "order.*", "rate_limit": 50
     })
     .to_string();
-    let (s, created) = app
-        .post("/v1/tenants/acme/endpoints", w, Some(&body))
-        .await;
+    let (s, created) = app.post("/v1/tenants/acme/endpoints", w, Some(&body)).await;
     assert_eq!(s, StatusCode::CREATED, "{created}");
     let secret = created["secret"].as_str().unwrap();
     assert!(secret.starts_with("whsec_"));
@@ -33,7 +31,10 @@ async fn every_route(app: &App) {
     assert!(!list.to_string().contains(secret), "no secret in listings");
     let ep = format!("/v1/tenants/acme/endpoints/{id}");
     let (s, shown) = app.get(&ep, w).await;
-    assert_eq!((s, shown["description"].as_str()), (StatusCode::OK, Some("orders")));
+    assert_eq!(
+        (s, shown["description"].as_str()),
+        (StatusCode::OK, Some("orders"))
+    );
     assert!(!shown.to_string().contains(secret));
     let (s, _, updated) = app
         .call(
@@ -55,9 +56,15 @@ async fn every_route(app: &App) {
 
     // pause and resume
     let (s, paused) = app.post(&format!("{ep}/pause"), w, None).await;
-    assert_eq!((s, paused["status"].as_str()), (StatusCode::OK, Some("paused")));
+    assert_eq!(
+        (s, paused["status"].as_str()),
+        (StatusCode::OK, Some("paused"))
+    );
     let (s, resumed) = app.post(&format!("{ep}/resume"), w, None).await;
-    assert_eq!((s, resumed["status"].as_str()), (StatusCode::OK, Some("active")));
+    assert_eq!(
+        (s, resumed["status"].as_str()),
+        (StatusCode::OK, Some("active"))
+    );
 
     // deliveries: two dead after the receiver refuses, one pending
     receiver.refuse(500);
@@ -70,7 +77,10 @@ async fn every_route(app: &App) {
     assert_eq!(page["deliveries"].as_array().unwrap().len(), 2);
     let cursor = page["next_cursor"].as_str().unwrap().to_owned();
     let (s, page2) = app
-        .get(&format!("/v1/tenants/acme/deliveries?limit=2&cursor={cursor}"), w)
+        .get(
+            &format!("/v1/tenants/acme/deliveries?limit=2&cursor={cursor}"),
+            w,
+        )
         .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(page2["deliveries"].as_array().unwrap().len(), 1);
@@ -111,15 +121,27 @@ async fn every_route(app: &App) {
 
     // replay one, then retry it while pending, then bulk-replay the other
     let (s, r) = app
-        .post(&format!("/v1/tenants/acme/deliveries/{dead_id}/replay"), w, None)
+        .post(
+            &format!("/v1/tenants/acme/deliveries/{dead_id}/replay"),
+            w,
+            None,
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{r}");
     let (s, again) = app
-        .post(&format!("/v1/tenants/acme/deliveries/{dead_id}/replay"), w, None)
+        .post(
+            &format!("/v1/tenants/acme/deliveries/{dead_id}/replay"),
+            w,
+            None,
+        )
         .await;
     assert_eq!(s, StatusCode::CONFLICT, "{again}");
     let (s, r) = app
-        .post(&format!("/v1/tenants/acme/deliveries/{dead_id}/retry"), w, None)
+        .post(
+            &format!("/v1/tenants/acme/deliveries/{dead_id}/retry"),
+            w,
+            None,
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{r}");
     let (s, bulk) = app
@@ -132,7 +154,10 @@ async fn every_route(app: &App) {
     assert_eq!(s, StatusCode::OK, "{bulk}");
     assert_eq!(bulk["changed"], 1);
     let (_, stats) = app.get("/v1/tenants/acme/stats", w).await;
-    assert_eq!((stats["dead"].as_u64(), stats["pending"].as_u64()), (Some(0), Some(3)));
+    assert_eq!(
+        (stats["dead"].as_u64(), stats["pending"].as_u64()),
+        (Some(0), Some(3))
+    );
 
     // release-held (nothing held) and rotate-secret (a new secret, shown once)
     let (s, rel) = app.post(&format!("{ep}/release-held"), w, None).await;
@@ -151,7 +176,10 @@ async fn every_route(app: &App) {
 
     // the document
     let (s, doc) = app.get("/v1/openapi.json", w).await;
-    assert_eq!((s, doc["openapi"].as_str()), (StatusCode::OK, Some("3.1.0")));
+    assert_eq!(
+        (s, doc["openapi"].as_str()),
+        (StatusCode::OK, Some("3.1.0"))
+    );
 }
 
 #[tokio::test]

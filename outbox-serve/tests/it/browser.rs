@@ -50,7 +50,10 @@ async fn chromedriver() -> Driver {
         .spawn()
         .expect("start chromedriver");
     for _ in 0..100 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return Driver { child, port };
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -64,7 +67,9 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
         if require_backends() {
             panic!("chromium and chromium-driver are required (OUTBOX_TEST_REQUIRE_BACKENDS=1): apt-get install -y chromium chromium-driver");
         }
-        eprintln!("\n*** SKIPPING the browser test: chromium or chromedriver is not installed ***\n");
+        eprintln!(
+            "\n*** SKIPPING the browser test: chromium or chromedriver is not installed ***\n"
+        );
         return;
     }
     // An app with a dead delivery: the receiver refused both attempts.
@@ -83,9 +88,13 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
     let addr: SocketAddr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut stop_server = stop_rx.clone();
-    let server = tokio::spawn(outboxkit_serve::serve(listener, app.router.clone(), async move {
-        let _ = stop_server.changed().await;
-    }));
+    let server = tokio::spawn(outboxkit_serve::serve(
+        listener,
+        app.router.clone(),
+        async move {
+            let _ = stop_server.changed().await;
+        },
+    ));
     let dispatcher = Arc::new(app.dispatcher());
     let mut stop_dispatch = stop_rx.clone();
     let d = dispatcher.clone();
@@ -123,14 +132,20 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
         // Log in with the token.
         c.goto(&format!("{base}/console")).await?;
         assert!(c.current_url().await?.path().ends_with("/console/login"));
-        c.find(Locator::Id("token")).await?.send_keys(&app.writer).await?;
+        c.find(Locator::Id("token"))
+            .await?
+            .send_keys(&app.writer)
+            .await?;
         c.find(Locator::Id("login")).await?.click().await?;
         c.wait().for_element(Locator::Id("count-dead")).await?;
         assert_eq!(c.find(Locator::Id("count-dead")).await?.text().await?, "1");
         std::fs::write(shots.join("console-overview.png"), c.screenshot().await?).unwrap();
 
         // Find the dead delivery through the filters.
-        c.find(Locator::LinkText("Deliveries")).await?.click().await?;
+        c.find(Locator::LinkText("Deliveries"))
+            .await?
+            .click()
+            .await?;
         c.wait().for_element(Locator::Id("status")).await?;
         c.find(Locator::Id("status"))
             .await?
@@ -146,7 +161,12 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
         c.wait().for_element(Locator::Id("timeline")).await?;
         let timeline = c.find(Locator::Id("timeline")).await?.text().await?;
         assert_eq!(timeline.matches("HTTP 503").count(), 2, "{timeline}");
-        assert!(c.find(Locator::Id("delivery-status")).await?.text().await?.contains("dead"));
+        assert!(c
+            .find(Locator::Id("delivery-status"))
+            .await?
+            .text()
+            .await?
+            .contains("dead"));
         std::fs::write(shots.join("console-timeline.png"), c.screenshot().await?).unwrap();
 
         // Replay it, behind the confirmation page.
@@ -166,13 +186,17 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        assert!(status.contains("succeeded"), "the replayed delivery is {status}");
+        assert!(
+            status.contains("succeeded"),
+            "the replayed delivery is {status}"
+        );
         let timeline = c.find(Locator::Id("timeline")).await?.text().await?;
         assert!(timeline.contains("HTTP 200"), "{timeline}");
         std::fs::write(shots.join("console-replayed.png"), c.screenshot().await?).unwrap();
 
         // The endpoint page shows its last status, and nothing secret anywhere.
-        c.goto(&format!("{base}/console/endpoints?tenant=acme")).await?;
+        c.goto(&format!("{base}/console/endpoints?tenant=acme"))
+            .await?;
         let html = c.source().await?;
         assert!(html.contains(&endpoint.to_string()));
         assert!(!html.contains("whsec_") && !html.contains(&app.writer));
@@ -185,7 +209,12 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
     let _ = server.await;
     drop(driver);
     result.expect("the browser session");
-    assert!(receiver.count() > refused, "the receiver got the replayed delivery");
+    assert!(
+        receiver.count() > refused,
+        "the receiver got the replayed delivery"
+    );
     let last = receiver.requests().pop().unwrap();
-    assert!(last.header("webhook-signature").is_some_and(|s| s.starts_with("v1,")));
+    assert!(last
+        .header("webhook-signature")
+        .is_some_and(|s| s.starts_with("v1,")));
 }

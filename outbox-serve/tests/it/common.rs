@@ -22,6 +22,9 @@ use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 use outboxkit_testing::conformance::backend_unavailable;
 use serde_json::Value;
 
+type Cleanup =
+    Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>;
+
 /// A store under test and what it needs to be cleaned up.
 pub struct App {
     pub router: Router,
@@ -39,7 +42,7 @@ pub struct App {
     pub other: String,
     /// A revoked `acme` token.
     pub revoked: String,
-    cleanup: Option<Box<dyn FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send>>,
+    cleanup: Option<Cleanup>,
     _dir: Option<tempfile::TempDir>,
 }
 

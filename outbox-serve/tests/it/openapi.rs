@@ -34,7 +34,11 @@ async fn the_document_matches_the_routes() {
                 assert!(declared, "{method} {path} does not declare {name}");
             }
             // Every referenced schema exists.
-            for r in op.to_string().split("\"$ref\":\"#/components/schemas/").skip(1) {
+            for r in op
+                .to_string()
+                .split("\"$ref\":\"#/components/schemas/")
+                .skip(1)
+            {
                 let name = r.split('"').next().unwrap();
                 assert!(
                     doc["components"]["schemas"].get(name).is_some(),
@@ -47,7 +51,10 @@ async fn the_document_matches_the_routes() {
         .iter()
         .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
         .collect();
-    assert_eq!(documented, routes, "the document and the route table differ");
+    assert_eq!(
+        documented, routes,
+        "the document and the route table differ"
+    );
     // The router serves every listed route: never 404 or 405 for the method and path.
     for (method, path) in API_ROUTES {
         let uri = path
@@ -61,7 +68,12 @@ async fn the_document_matches_the_routes() {
         );
     }
     let (s, _, v) = app
-        .call(Method::GET, "/v1/tenants/acme/nothing-here", Some(&app.admin), None)
+        .call(
+            Method::GET,
+            "/v1/tenants/acme/nothing-here",
+            Some(&app.admin),
+            None,
+        )
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     assert_eq!(v["type"], "urn:outbox:problem:no-such-route");

@@ -18,7 +18,12 @@ pub async fn tokens_round_trip(fx: Fixture) {
     let acme = TenantId::new("acme").unwrap();
     let (admin, admin_text) = issue(&fx, TokenScope::Admin, false, "");
     fx.clock().advance(Duration::from_millis(5));
-    let (reader, _) = issue(&fx, TokenScope::Tenant(acme.clone()), true, "support desk ✓");
+    let (reader, _) = issue(
+        &fx,
+        TokenScope::Tenant(acme.clone()),
+        true,
+        "support desk ✓",
+    );
     fx.clock().advance(Duration::from_millis(5));
     let long = "é".repeat(100);
     let (writer, _) = issue(&fx, TokenScope::Tenant(acme), false, &long);
