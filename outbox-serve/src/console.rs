@@ -86,6 +86,16 @@ fn status_badge(s: &str) -> String {
     format!("<span class=\"status {0}\">{0}</span>", esc(s))
 }
 
+/// An attempt's outcome: green when it succeeded, red for every error class.
+fn outcome_badge(s: &str) -> String {
+    let class = if s == "succeeded" {
+        "succeeded"
+    } else {
+        "failed"
+    };
+    format!("<span class=\"status {class}\">{}</span>", esc(s))
+}
+
 /// The page frame.
 fn page(user: Option<(&User, &str)>, title: &str, body: &str) -> Html<String> {
     let nav = match user {
@@ -580,7 +590,7 @@ async fn delivery(
                 probe = if a.probe { ", probe" } else { "" },
                 started = esc(&a.started_at),
                 ms = a.duration_ms,
-                outcome = status_badge(&a.outcome),
+                outcome = outcome_badge(&a.outcome),
                 code = a
                     .status_code
                     .map(|c| format!(" · HTTP <span class=\"code\">{c}</span>"))
@@ -628,7 +638,7 @@ async fn endpoints(
             .map(|l| {
                 format!(
                     "{}{} at {}",
-                    status_badge(l.outcome.as_str()),
+                    outcome_badge(l.outcome.as_str()),
                     l.status_code.map(|c| format!(" ({c})")).unwrap_or_default(),
                     esc(&l.at.to_rfc3339())
                 )
