@@ -1,6 +1,6 @@
 //! # outbox-bench
 //!
-//! The benchmark harness behind `cargo xtask bench [--quick] [--only NAME]` (DESIGN §12).
+//! The benchmark harness behind `cargo xtask bench [--quick] [--only NAME]`.
 //! Each scenario runs the library the way a user would and, in the same run on the same
 //! machine, a raw baseline doing the same work by hand; the table shows both rates, their
 //! ratio, the target and whether it is met. The table is printed and written to

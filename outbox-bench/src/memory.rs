@@ -1,6 +1,6 @@
 //! The in-memory burn-down: the library's own overhead (dispatcher + `InMemoryStore`) beside
 //! a bare loop over a `Vec` doing the same bookkeeping (claim in order with a token and a
-//! lease, call the handler, record the attempt, mark succeeded). There is no DESIGN target.
+//! lease, call the handler, record the attempt, mark succeeded). There is no target.
 
 use std::sync::Arc;
 
@@ -134,7 +134,7 @@ pub async fn dispatch(ctx: &Ctx) -> Row {
             Some(Figure::rate(raw)),
             Target::None,
             format!(
-                "no DESIGN target; {}batch {BATCH}, concurrency {CONCURRENCY} (mean claim {:.0}); \
+                "no target; {}batch {BATCH}, concurrency {CONCURRENCY} (mean claim {:.0}); \
                  ours: {why}; baseline: bare loop over a Vec (claim, token, lease, attempt, \
                  complete)",
                 if b.finished {

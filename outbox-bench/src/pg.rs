@@ -299,7 +299,7 @@ pub async fn enqueue(ctx: &Ctx) -> Vec<Row> {
             );
             let (mut best_ours, mut best_raw) = (f64::MAX, f64::MAX);
             for _ in 0..reps {
-                // Ours: the application's transaction around `enqueue_in` (DESIGN §1).
+                // Ours: the application's transaction around `enqueue_in` (the main path).
                 let (p, st) = (pool.clone(), store.clone());
                 let o = concurrently(n, writers, move |i| {
                     let (p, st) = (p.clone(), st.clone());

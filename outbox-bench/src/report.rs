@@ -75,7 +75,7 @@ pub enum Target {
     MaxMillis(f64),
     /// Ours / baseline must be within 1 ± this fraction.
     Flat(f64),
-    /// No DESIGN target: the figure is reported only.
+    /// No target: the figure is reported only.
     None,
 }
 

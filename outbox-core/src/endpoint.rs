@@ -386,7 +386,7 @@ pub struct EndpointUpdate {
 }
 
 impl EndpointUpdate {
-    /// Whether applying this update releases the endpoint's held deliveries (DESIGN §4): a
+    /// Whether applying this update releases the endpoint's held deliveries: a
     /// new URL or secret, or a status set to active (a resume or re-enable, which also ends
     /// the wait of deliveries held for the endpoint). Stores do it in the same transaction.
     pub fn releases_held(&self) -> bool {

@@ -1,4 +1,4 @@
-//! Building the rows of an enqueue (DESIGN §3): the message and one delivery per matching
+//! Building the rows of an enqueue: the message and one delivery per matching
 //! consumer, per matching endpoint of the tenant (a paused or disabled one's delivery waits,
 //! `held` for the endpoint), per e-mail recipient. Stores read
 //! consumers and endpoints inside their transaction and write what this returns.

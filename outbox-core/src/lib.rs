@@ -1,26 +1,4 @@
-//! # outboxkit-core
-//!
-//! The pure heart of outbox, a library that makes "write it, then deliver it" reliable: an
-//! application records an event in the same transaction as the change that caused it, and
-//! outbox delivers it at least once to in-process handlers, signed webhooks and e-mail.
-//!
-//! This crate holds the domain types, the store / transport / mailer / clock / vault traits,
-//! the pure classification of attempts into verdicts, retry policies, Standard Webhooks
-//! signing, and the claim protocol's row arithmetic. It performs no I/O of its own: stores
-//! live in `outboxkit-postgres`, `outboxkit-sqlite`, `outboxkit-redis` and (for tests)
-//! `outboxkit-testing`; the HTTP transport in `outboxkit-http`.
-//!
-//! ```
-//! use std::time::Duration;
-//! use outboxkit_core::{classify, AttemptContext, Outcome, RetryPolicy, Timestamp, Verdict, VerdictPolicy};
-//!
-//! let policy = VerdictPolicy::new(RetryPolicy::webhook_default());
-//! let now = Timestamp::from_unix_millis(1_700_000_000_000)?;
-//! let ctx = AttemptContext { attempt: 1, snoozes: 0, probe: false, now, jitter: 0.5 };
-//! let verdict = classify(&Outcome::Http { status: 503, retry_after: None }, &ctx, &policy);
-//! assert_eq!(verdict, Verdict::Retry { at: now.saturating_add(Duration::from_secs(60)) });
-//! # Ok::<(), outboxkit_core::Error>(())
-//! ```
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 pub mod claim;

@@ -1,4 +1,4 @@
-//! The e-mail channel's port (DESIGN §8.3): [`Mailer`], its message and its errors.
+//! The e-mail channel's port: [`Mailer`], its message and its errors.
 
 use std::fmt;
 

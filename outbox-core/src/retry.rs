@@ -1,4 +1,4 @@
-//! Retry policies (DESIGN §4): a fixed schedule or capped exponential backoff, with jitter
+//! Retry policies: a fixed schedule or capped exponential backoff, with jitter
 //! taken as an argument. Pure: no clock, no random source, no sleeping.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! Standard Webhooks signing and verification (DESIGN §8.2).
+//! Standard Webhooks signing and verification (<https://www.standardwebhooks.com>).
 //!
 //! `webhook-signature = "v1," + base64(HMAC-SHA256(key, id + "." + timestamp + "." + body))`
 //! where the key is the base64-decoded part of a `whsec_…` secret. During a rotation both

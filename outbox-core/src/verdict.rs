@@ -1,4 +1,4 @@
-//! What an attempt turns into (DESIGN §4): one pure function from (outcome, attempt,
+//! What an attempt turns into: one pure function from (outcome, attempt,
 //! policy) to a [`Verdict`]. It never reads a clock or a random source: the current time and
 //! the jitter sample come in as arguments.
 
@@ -239,7 +239,7 @@ pub fn parse_retry_after(value: &str, now: Timestamp) -> Option<Duration> {
     Timestamp::parse_http_date(v).map(|t| t.duration_since(now))
 }
 
-/// Classify one attempt. Every row of DESIGN §4 is one arm here.
+/// Classify one attempt. Every row of the verdict table is one arm here.
 pub fn classify(outcome: &Outcome, ctx: &AttemptContext, policy: &VerdictPolicy) -> Verdict {
     let now = ctx.now;
     let retry = |hint: Option<Duration>| -> Verdict {
@@ -386,7 +386,7 @@ mod tests {
         Verdict::Dead { reason }
     }
 
-    /// DESIGN §4, row by row. Attempt 1 of the webhook schedule: a retry waits 60 s.
+    /// The verdict table, row by row. Attempt 1 of the webhook schedule: a retry waits 60 s.
     #[test]
     fn verdict_table() {
         let held = Verdict::Held { probe_at: at(3600) };

@@ -1,14 +1,4 @@
-//! # outboxkit-testing
-//!
-//! Everything needed to test code that uses outbox, and to prove a store correct:
-//!
-//! - [`ManualClock`] and [`SeededEntropy`]: deterministic time and randomness;
-//! - `InMemoryStore`: a complete store for your own tests;
-//! - stand-ins: `ScriptedTransport`, `WebhookReceiver` (a real loopback HTTP server),
-//!   `MailStandIn`, `SmtpStandIn` (a real loopback SMTP server), and fault-injecting
-//!   wrappers;
-//! - `conformance`: the suite every store passes, run with `conformance_tests!`, and
-//!   `strategies` (proptest): both behind the default feature `conformance`.
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 pub mod clock;

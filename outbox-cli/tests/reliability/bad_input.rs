@@ -7,7 +7,7 @@
 //!
 //! The egress rules (`http://` without allow, private, loopback and metadata addresses, IPv6
 //! literals) are the `EgressPolicy`'s: the library accepts any syntactically valid URL at
-//! creation and refuses the address at delivery time (DESIGN §8.2); the CLI applies the
+//! creation and refuses the address at delivery time; the CLI applies the
 //! policy at creation (see `bad_input_cli`).
 
 use std::time::Duration;

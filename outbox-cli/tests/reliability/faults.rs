@@ -7,7 +7,7 @@
 //!
 //! The dispatcher runs **in-process** on each store (the real `HttpTransport`), so the
 //! answers come from one script in arrival order: request `i` got answer `i`. That makes the
-//! check exact: replaying each delivery's answers through `outboxkit_core::classify` (DESIGN §4)
+//! check exact: replaying each delivery's answers through `outboxkit_core::classify`
 //! must give its final status, dead reason and attempt count, and its ledger
 //! (`store.attempts`) must hold one attempt per request the receiver saw for its
 //! `webhook-id`, each with the status or error class of that answer.

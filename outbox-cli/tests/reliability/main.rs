@@ -1,4 +1,4 @@
-//! The reliability fault suite (DESIGN §13, RELIABILITY.md): real `outbox relay` worker
+//! The reliability fault suite (RELIABILITY.md): real `outbox relay` worker
 //! processes on PostgreSQL, SQLite and Redis are killed with `SIGKILL`, cut off from their
 //! database, flooded with work, fed malformed input and watched for leaked secrets, and the
 //! ledger is audited against what a loopback receiver saw.

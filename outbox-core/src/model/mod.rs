@@ -1,4 +1,4 @@
-//! The domain model of DESIGN §3: messages, destinations, deliveries, attempts.
+//! The domain model: messages, destinations, deliveries, attempts.
 
 mod delivery;
 mod message;

@@ -1,4 +1,4 @@
-//! `InMemoryStore`: every store trait with exactly the semantics of DESIGN §4 and §6, for
+//! `InMemoryStore`: every store trait with exactly the semantics of the store contract (ARCHITECTURE.md), for
 //! users' tests and as the reference implementation of the conformance suite.
 //!
 //! All state sits behind one `std::sync::Mutex`, taken for the length of one call and never

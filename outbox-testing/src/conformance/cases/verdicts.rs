@@ -1,4 +1,4 @@
-//! Every verdict of DESIGN §4, produced by the real classification table and written
+//! Every verdict of the verdict table, produced by the real classification table and written
 //! through the store.
 
 use outboxkit_core::endpoint::DISABLED_HOLD;

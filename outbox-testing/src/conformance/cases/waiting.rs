@@ -1,5 +1,5 @@
 //! Deliveries held for their endpoint: a paused or disabled endpoint keeps what is published
-//! (DESIGN §3, §4), resume and re-enable send it in order, a disabled endpoint's hold
+//! (resume and re-enable send it in order, a disabled endpoint's hold
 //! expires, a deleted endpoint gets nothing.
 
 use outboxkit_core::endpoint::DISABLED_HOLD;
