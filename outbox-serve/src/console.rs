@@ -22,12 +22,12 @@ use serde::Deserialize;
 use crate::api::deliveries::{detail, page_of};
 use crate::api::{delivery_id, endpoint_id};
 use crate::auth::{authenticate, client_ip};
+use crate::html::{css, enc, esc};
 use crate::problem::Problem;
 use crate::state::{Serve, Session};
 use crate::views::{display_url, DeliveryQuery, DeliveryView};
 
 const COOKIE: &str = "outbox_session";
-const CSS: &str = include_str!("console.css");
 
 pub(crate) fn routes() -> Router<Serve> {
     Router::new()
@@ -40,46 +40,6 @@ pub(crate) fn routes() -> Router<Serve> {
         .route("/console/confirm", get(confirm))
         .route("/console/act", post(act))
         .route("/console/static/console.css", get(css))
-}
-
-/// HTML-escape text.
-pub(crate) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Percent-encode a query value.
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-async fn css() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
-            (header::CACHE_CONTROL, "max-age=3600"),
-        ],
-        CSS,
-    )
-        .into_response()
 }
 
 fn status_badge(s: &str) -> String {

@@ -4,6 +4,7 @@
 mod api;
 mod auth;
 mod console;
+mod html;
 mod openapi;
 pub mod problem;
 mod routes;
