@@ -16,8 +16,10 @@ mod listen;
 mod metrics;
 mod ops;
 mod relay;
+mod serve;
 mod store;
 mod tenancy;
+mod tokens;
 mod util;
 
 use std::process::ExitCode;
@@ -95,6 +97,12 @@ enum Command {
     /// A local receiver that verifies signatures, answers like a careful receiver and prints
     /// each event.
     Listen(listen::ListenArgs),
+    /// Serve the admin HTTP API (/v1, with its OpenAPI document) and the web console
+    /// (/console) until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
+    /// Create, list or revoke the bearer tokens of `outbox serve`.
+    #[command(subcommand)]
+    Tokens(tokens::TokensCmd),
     /// Print a new random vault key (64 hex digits) for OUTBOX_VAULT_KEY.
     Keygen(KeygenArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
@@ -136,6 +144,8 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Tenants(c) => tenancy::tenants(c).await,
         Command::Relay(a) => relay::run(a).await,
         Command::Listen(a) => listen::run(a).await,
+        Command::Serve(a) => serve::run(a).await,
+        Command::Tokens(c) => tokens::run(c).await,
         Command::Keygen(a) => {
             let mut key = [0u8; 32];
             outboxkit_core::Entropy::fill(&outboxkit_core::OsEntropy, &mut key);
@@ -170,7 +180,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    let filter = log_filter(matches!(cli.command, Command::Relay(_)));
+    let filter = log_filter(matches!(cli.command, Command::Relay(_) | Command::Serve(_)));
     match cli.log_format {
         LogFormat::Text => tracing_subscriber::fmt()
             .with_env_filter(filter)

@@ -99,6 +99,10 @@ uuid_id!(
     /// The id of a webhook endpoint.
     EndpointId, "endpoint_id"
 );
+uuid_id!(
+    /// The id of an admin API token (`outboxkit_core::tokens`).
+    TokenId, "token_id"
+);
 
 /// The random token that fences every call made under one claim.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

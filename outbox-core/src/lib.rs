@@ -16,6 +16,7 @@ pub mod store;
 pub mod system;
 pub mod time;
 pub mod trace;
+pub mod tokens;
 pub mod transport;
 pub mod vault;
 pub mod verdict;
@@ -41,7 +42,7 @@ pub use endpoint::{
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{
     ClaimToken, ConsumerName, DeliveryId, EndpointId, IdempotencyKey, MessageId, OrderingKey,
-    Recipient, TenantId, Topic, TopicFilter, TopicPattern,
+    Recipient, TenantId, TokenId, Topic, TopicFilter, TopicPattern,
 };
 pub use mail::{
     may_retry, Accepted, DynMailer, MailCapabilities, MailError, MailErrorCode, MailMessage,
@@ -64,6 +65,7 @@ pub use store::{
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};
 pub use trace::{current_traceparent, set_trace_source, TraceSource, Traceparent, TRACEPARENT};
+pub use tokens::{ApiToken, DynTokenStore, PresentedToken, TokenHash, TokenScope, TokenStore};
 pub use transport::{DynWebhookTransport, SignedRequest, WebhookResponse, WebhookTransport};
 pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, SecretVault};
 pub use verdict::{

@@ -13,6 +13,7 @@ mod schema;
 mod store;
 mod tenancy;
 mod wake;
+mod tokens;
 
 pub use config::PostgresConfig;
 pub use schema::{migration_script, migrations, Migration};

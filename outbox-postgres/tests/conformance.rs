@@ -66,6 +66,7 @@ async fn fresh(clock: Arc<ManualClock>) -> Option<(Fixture, PostgresStore, Strin
         pool.close().await;
     };
     let fx = Fixture::new(Arc::new(store.clone()), clock)
+        .with_tokens(Arc::new(store.clone()))
         .with_reopen(reopen)
         .with_cleanup(cleanup);
     Some((fx, store, schema))

@@ -12,6 +12,7 @@ mod rows;
 mod scripts;
 mod store;
 mod tenancy;
+mod tokens;
 mod wake;
 
 pub use config::RedisConfig;

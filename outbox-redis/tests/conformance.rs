@@ -124,7 +124,8 @@ async fn setup_cluster(clock: Arc<ManualClock>) -> Option<Fixture> {
     };
     let (p, c) = (prefix.clone(), clock.clone());
     Some(
-        Fixture::new(Arc::new(store), clock)
+        Fixture::new(Arc::new(store.clone()), clock)
+            .with_tokens(Arc::new(store))
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
                 async move {
@@ -159,7 +160,8 @@ async fn fixture(prefix: String, clock: Arc<ManualClock>) -> Option<Fixture> {
     };
     let (p, c) = (prefix.clone(), clock.clone());
     Some(
-        Fixture::new(Arc::new(store), clock)
+        Fixture::new(Arc::new(store.clone()), clock)
+            .with_tokens(Arc::new(store))
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
                 async move {

@@ -14,6 +14,7 @@ mod ledger;
 mod schema;
 mod store;
 mod tenancy;
+mod tokens;
 mod wake;
 
 pub use config::{SqliteConfig, Synchronous};

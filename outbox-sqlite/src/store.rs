@@ -53,6 +53,11 @@ impl fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
+    /// The connections (for the trait impls in files of their own, e.g. `tokens.rs`).
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
     /// Open (creating when missing) the database of `config` and bring its schema up to
     /// date. Time comes from `clock`, claim tokens and ids from `entropy`.
     ///

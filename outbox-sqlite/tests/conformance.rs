@@ -15,7 +15,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
         .await
         .expect("open the sqlite store");
     let reopen_clock = clock.clone();
-    let fixture = Fixture::new(Arc::new(store), clock)
+    let fixture = Fixture::new(Arc::new(store.clone()), clock)
+        .with_tokens(Arc::new(store))
         .with_reopen(move || {
             let (config, clock) = (config.clone(), reopen_clock.clone());
             async move {

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use outboxkit_core::tokens::TokenStore;
 use outboxkit_core::Store;
 use outboxkit_testing::conformance::Fixture;
 use outboxkit_testing::{FaultyStore, InMemoryStore, ManualClock};
@@ -12,12 +13,14 @@ fn memory(clock: &Arc<ManualClock>) -> InMemoryStore {
 }
 
 /// Each fixture reopens its store as a clone: a second handle to the same data.
-fn fixture(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Fixture {
+fn fixture(store: Arc<dyn Store>, tokens: InMemoryStore, clock: Arc<ManualClock>) -> Fixture {
     let again = store.clone();
-    Fixture::new(store, clock).with_reopen(move || {
-        let s = again.clone();
-        async move { s }
-    })
+    Fixture::new(store, clock)
+        .with_reopen(move || {
+            let s = again.clone();
+            async move { s }
+        })
+        .with_tokens(Arc::new(tokens) as Arc<dyn TokenStore>)
 }
 
 mod direct {
@@ -26,10 +29,15 @@ mod direct {
     async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
         let store = memory(&clock);
         let second = store.clone();
-        Some(Fixture::new(Arc::new(store), clock).with_reopen(move || {
-            let s: Arc<dyn Store> = Arc::new(second.clone());
-            async move { s }
-        }))
+        let tokens = store.clone();
+        Some(
+            Fixture::new(Arc::new(store), clock)
+                .with_reopen(move || {
+                    let s: Arc<dyn Store> = Arc::new(second.clone());
+                    async move { s }
+                })
+                .with_tokens(Arc::new(tokens)),
+        )
     }
 
     outboxkit_testing::conformance_tests!(setup);
@@ -39,8 +47,9 @@ mod boxed {
     use super::*;
 
     async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
-        let store: Arc<dyn Store> = Arc::new(Box::new(memory(&clock)) as Box<dyn Store>);
-        Some(fixture(store, clock))
+        let m = memory(&clock);
+        let store: Arc<dyn Store> = Arc::new(Box::new(m.clone()) as Box<dyn Store>);
+        Some(fixture(store, m, clock))
     }
 
     outboxkit_testing::conformance_tests!(setup);
@@ -50,8 +59,9 @@ mod nested_arc {
     use super::*;
 
     async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
-        let store: Arc<dyn Store> = Arc::new(Arc::new(memory(&clock)) as Arc<dyn Store>);
-        Some(fixture(store, clock))
+        let m = memory(&clock);
+        let store: Arc<dyn Store> = Arc::new(Arc::new(m.clone()) as Arc<dyn Store>);
+        Some(fixture(store, m, clock))
     }
 
     outboxkit_testing::conformance_tests!(setup);
@@ -61,8 +71,9 @@ mod faulty_at_zero {
     use super::*;
 
     async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
-        let store: Arc<dyn Store> = Arc::new(FaultyStore::new(memory(&clock), 42).error_ratio(0.0));
-        Some(fixture(store, clock))
+        let m = memory(&clock);
+        let store: Arc<dyn Store> = Arc::new(FaultyStore::new(m.clone(), 42).error_ratio(0.0));
+        Some(fixture(store, m, clock))
     }
 
     outboxkit_testing::conformance_tests!(setup);

@@ -12,6 +12,7 @@ mod observability;
 mod operator;
 mod print_sql;
 mod relay;
+mod serve;
 mod smtp;
 mod tenancy;
 

@@ -17,6 +17,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (2, "hold", include_str!("0002_hold.sql")),
     (3, "ledger", include_str!("0003_ledger.sql")),
     (4, "fair_claim", include_str!("0004_fair_claim.sql")),
+    (5, "tokens", include_str!("0005_tokens.sql")),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

@@ -15,10 +15,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("0002_hold.sql")),
     (3, include_str!("0003_ledger.sql")),
     (4, include_str!("0004_claim_groups.sql")),
+    (5, include_str!("0005_tokens.sql")),
 ];
 
 /// The version of every migration, oldest first.
-pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4];
+pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5];
 
 const _: () = {
     // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.

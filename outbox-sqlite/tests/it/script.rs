@@ -2,7 +2,7 @@
 //! builds, records it so the store applies nothing, and the store works on the file.
 
 use outboxkit_core::{DeliveryStore, MessageStore, NewMessage};
-use outboxkit_sqlite::{migration_script, migrations, SCHEMA_VERSION};
+use outboxkit_sqlite::{migration_script, migrations, MIGRATION_VERSIONS, SCHEMA_VERSION};
 use outboxkit_testing::ManualClock;
 use rusqlite::Connection;
 
@@ -52,5 +52,10 @@ async fn the_migration_script_builds_what_the_store_builds() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(applied, SCHEMA_VERSION, "the store applied nothing more");
+    // One row per migration (the numbers may have gaps).
+    assert_eq!(
+        applied,
+        MIGRATION_VERSIONS.len() as i64,
+        "the store applied nothing more"
+    );
 }

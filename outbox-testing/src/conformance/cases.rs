@@ -18,6 +18,7 @@ mod retention;
 mod roundtrip;
 
 mod tenancy;
+mod tokens;
 mod verdicts;
 mod waiting;
 
@@ -33,6 +34,7 @@ pub use retention::*;
 pub use roundtrip::*;
 
 pub use tenancy::*;
+pub use tokens::*;
 pub use verdicts::*;
 pub use waiting::*;
 
@@ -46,6 +48,10 @@ macro_rules! __conformance_cases {
     ($setup:path) => {
         $crate::__conformance_case!($setup;
             empty_allowlist_is_refused,
+            tokens_round_trip,
+            token_create_refuses_duplicates_and_bad_labels,
+            unknown_token_is_not_found,
+            revoked_token_stays_revoked,
             enqueue_claim_complete_round_trip,
             idempotent_enqueue,
             invalid_message_writes_nothing,

@@ -26,6 +26,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use outboxkit_core::tokens::TokenStore;
 use outboxkit_core::Store;
 
 use crate::clock::ManualClock;
@@ -39,6 +40,7 @@ type Cleanup = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 struct Inner {
     store: Arc<dyn Store>,
+    tokens: Option<Arc<dyn TokenStore>>,
     clock: Arc<ManualClock>,
     reopen: Option<Reopen>,
     cleanup: Mutex<Option<Cleanup>>,
@@ -61,6 +63,7 @@ impl Fixture {
     pub fn new(store: Arc<dyn Store>, clock: Arc<ManualClock>) -> Self {
         Fixture(Arc::new(Inner {
             store,
+            tokens: None,
             clock,
             reopen: None,
             cleanup: Mutex::new(None),
@@ -80,6 +83,26 @@ impl Fixture {
             reopen: Some(Arc::new(move || Box::pin(reopen()))),
             ..inner
         }))
+    }
+
+    /// The store's admin API tokens ([`TokenStore`]), usually the same handle as the store.
+    /// Every store passes the token cases: a fixture without it fails them.
+    pub fn with_tokens(self, tokens: Arc<dyn TokenStore>) -> Self {
+        let inner = Arc::try_unwrap(self.0)
+            .unwrap_or_else(|_| panic!("configure a fixture before cloning it"));
+        Fixture(Arc::new(Inner {
+            tokens: Some(tokens),
+            ..inner
+        }))
+    }
+
+    /// The token store under test; panics when the fixture was built without
+    /// [`Fixture::with_tokens`].
+    pub fn tokens(&self) -> &Arc<dyn TokenStore> {
+        self.0
+            .tokens
+            .as_ref()
+            .expect("the fixture has no token store: call Fixture::with_tokens in setup")
     }
 
     /// Work to run after the case, pass or fail (drop the schema, delete the keys).

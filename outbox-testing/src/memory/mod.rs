@@ -20,6 +20,7 @@
 
 mod ledger;
 mod state;
+mod tokens;
 mod traits;
 
 use std::fmt;
@@ -41,6 +42,8 @@ pub struct InMemoryStore {
 struct Shared {
     state: Mutex<State>,
     wakeups: Wakeups,
+    /// Admin API tokens, apart from the delivery state (`tokens.rs`).
+    tokens: Mutex<tokens::Tokens>,
 }
 
 impl InMemoryStore {
@@ -50,6 +53,7 @@ impl InMemoryStore {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 wakeups: Wakeups::new(),
+                tokens: Mutex::default(),
             }),
             clock,
             entropy: Arc::new(OsEntropy),

@@ -1,0 +1,106 @@
+//! `outbox serve`: the admin API and the web console of `outboxkit-serve`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use clap::Args;
+use outboxkit_core::{AeadVault, DynSecretVault};
+use outboxkit_serve::{Serve, ServeConfig};
+
+use crate::endpoints::{egress_policy, EgressArgs};
+use crate::error::{CliError, CliResult};
+use crate::store::{LocationArgs, VaultArgs};
+use crate::tokens::token_store;
+
+/// `serve`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox tokens create --store sqlite:./outbox.sqlite --tenant acme\n  outbox serve --store sqlite:./outbox.sqlite --listen 127.0.0.1:8080\n  # then open http://127.0.0.1:8080/console, or call the API:\n  curl -H \"authorization: Bearer $TOKEN\" http://127.0.0.1:8080/v1/tenants/acme/deliveries?status=dead"
+)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    location: LocationArgs,
+    #[command(flatten)]
+    vault: VaultArgs,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Where endpoints may point (checked on create, update and test).
+    #[command(flatten)]
+    egress: EgressArgs,
+    /// Failed authentications allowed per client address per minute before 429.
+    #[arg(long, default_value_t = 10)]
+    failed_auth_limit: u32,
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown requested; finishing the requests in flight");
+}
+
+/// Run `outbox serve` until SIGINT/SIGTERM.
+pub async fn run(a: ServeArgs) -> CliResult<()> {
+    if a.failed_auth_limit == 0 {
+        return Err(CliError::usage(
+            "invalid input: --failed-auth-limit must be at least 1",
+        ));
+    }
+    let env = a.location.open().await?;
+    let policy = egress_policy(a.egress);
+    let transport = outboxkit_http::HttpTransport::new(policy.clone())?;
+    let mut serve = Serve::new(
+        env.store.clone(),
+        token_store(&env),
+        env.clock.clone(),
+        env.entropy.clone(),
+    )
+    .with_url_policy(Arc::new(policy))
+    .with_transport(Arc::new(transport))
+    .with_config(ServeConfig {
+        failed_auth_limit: a.failed_auth_limit,
+        // A plain-http listener on loopback cannot keep a `Secure` cookie in every browser;
+        // anywhere else the console must sit behind TLS.
+        secure_cookies: !a.listen.ip().is_loopback(),
+        ..ServeConfig::default()
+    });
+    match &a.vault.vault_key {
+        Some(k) => {
+            let vault: Arc<DynSecretVault> = Arc::new(AeadVault::from_hex(k, env.entropy.clone())?);
+            serve = serve.with_vault(vault);
+        }
+        None => eprintln!(
+            "note: no OUTBOX_VAULT_KEY: creating endpoints, rotating and testing them answer 503"
+        ),
+    }
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", a.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::failed(format!("cannot read the listening address: {e}")))?;
+    eprintln!(
+        "outbox serve: {} on http://{addr} (API under /v1, console at /console)",
+        env.describe()
+    );
+    outboxkit_serve::serve(listener, serve.router(), shutdown_signal())
+        .await
+        .map_err(|e| CliError::failed(format!("the server failed: {e}")))
+}

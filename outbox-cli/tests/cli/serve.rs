@@ -1,0 +1,171 @@
+//! `outbox tokens` and `outbox serve` on SQLite, PostgreSQL and Redis: a token works, a
+//! revoked one gets 401, and SIGTERM stops the server cleanly.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::Duration;
+
+use outboxkit_core::{EntropyExt, OsEntropy};
+
+use crate::{outbox, outbox_cmd, sqlite_url};
+
+/// `GET path` over plain HTTP/1.1: the status code and the body.
+fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{auth}connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (code, body)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Tokens and the server against one store.
+fn serve_against(store: &str, ns: &str) {
+    outbox(&["migrate", "--store", store, "--namespace", ns]).ok();
+    let created = outbox(&[
+        "tokens",
+        "create",
+        "--store",
+        store,
+        "--namespace",
+        ns,
+        "--tenant",
+        "acme",
+        "--label",
+        "ci",
+        "--json",
+    ])
+    .ok();
+    let v: serde_json::Value = serde_json::from_str(&created).unwrap();
+    let token = v["token"].as_str().unwrap().to_owned();
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(v["scope"], "tenant:acme");
+    let listed = outbox(&[
+        "tokens",
+        "list",
+        "--store",
+        store,
+        "--namespace",
+        ns,
+        "--json",
+    ])
+    .ok();
+    assert!(listed.contains(&id) && !listed.contains(&token), "{listed}");
+
+    let port = free_port();
+    let mut child = outbox_cmd()
+        .args(["serve", "--store", store, "--namespace", ns, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..100 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(up, "outbox serve did not listen on {store}");
+    assert_eq!(get(port, "/v1/health", None).0, 200);
+    assert_eq!(get(port, "/v1/tenants/acme/stats", None).0, 401);
+    let (code, body) = get(port, "/v1/tenants/acme/stats", Some(&token));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"dead\":0"), "{body}");
+    assert_eq!(get(port, "/v1/tenants/other/stats", Some(&token)).0, 404);
+    let (code, doc) = get(port, "/v1/openapi.json", Some(&token));
+    assert_eq!(code, 200);
+    assert!(doc.contains("\"openapi\":\"3.1.0\""));
+    outbox(&["tokens", "revoke", "--store", store, "--namespace", ns, &id]).ok();
+    assert_eq!(get(port, "/v1/tenants/acme/stats", Some(&token)).0, 401);
+
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for _ in 0..100 {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "outbox serve exited with {status}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("outbox serve did not stop on SIGTERM");
+}
+
+#[test]
+fn tokens_and_serve_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    serve_against(&sqlite_url(dir.path()), "outbox");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_serve_on_postgres() {
+    let url = std::env::var("OUTBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let pool = match sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&url)
+        .await
+    {
+        Ok(p) => p,
+        Err(e) => {
+            return outboxkit_testing::conformance::backend_unavailable::<()>("postgres", e)
+                .unwrap_or(())
+        }
+    };
+    let ns = format!("cli_serve_{:012x}", OsEntropy.next_u64() >> 16);
+    let (u, n) = (url.clone(), ns.clone());
+    let r = tokio::task::spawn_blocking(move || serve_against(&u, &n)).await;
+    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"))
+        .execute(&pool)
+        .await;
+    r.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_serve_on_redis() {
+    let url =
+        std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = match client.get_multiplexed_async_connection().await {
+        Ok(c) => c,
+        Err(e) => {
+            return outboxkit_testing::conformance::backend_unavailable::<()>("redis", e)
+                .unwrap_or(())
+        }
+    };
+    let ns = format!("cli-serve-{:012x}", OsEntropy.next_u64() >> 16);
+    let (u, n) = (url.clone(), ns.clone());
+    let r = tokio::task::spawn_blocking(move || serve_against(&u, &n)).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{ns}}}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+    }
+    r.unwrap();
+}

@@ -1,0 +1,103 @@
+//! Bearer-token authentication and scope checks.
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | no `Authorization: Bearer …` header | 401 |
+//! | a malformed, unknown, wrong or revoked token | 401 (the same body for each), counted as a failure |
+//! | more than `failed_auth_limit` failures from one address within the window | 429 with `Retry-After`, before the token is even looked at |
+//! | a tenant token on another tenant's path (or a tenant name that is not valid) | 404, as for a tenant with nothing |
+//! | a read-only token on a call that changes something | 403 |
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, FromRequestParts, Path};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, Method};
+use outboxkit_core::tokens::{ApiToken, PresentedToken};
+use outboxkit_core::{ErrorKind, TenantId};
+
+use crate::problem::Problem;
+use crate::state::{Inner, Serve};
+
+/// The client's address, when the server was started with connect info.
+pub(crate) fn client_ip(parts: &Parts) -> Option<IpAddr> {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let v = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+/// Check a presented token's text: the stored token when it is valid and not revoked.
+pub(crate) async fn authenticate(
+    inner: &Inner,
+    ip: Option<IpAddr>,
+    text: &str,
+) -> Result<ApiToken, Problem> {
+    if let Some(wait) = inner.blocked(ip) {
+        return Err(Problem::too_many(wait));
+    }
+    let fail = || {
+        inner.failed(ip);
+        Problem::unauthorized()
+    };
+    let Ok(presented) = PresentedToken::parse(text) else {
+        return Err(fail());
+    };
+    let stored = match inner.tokens.get_token(presented.id()).await {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(fail()),
+        Err(e) => return Err(e.into()),
+    };
+    if !stored.verify(&presented) {
+        return Err(fail());
+    }
+    Ok(stored)
+}
+
+/// A caller allowed on the `{tenant}` of the path, for the request's method: reads with any
+/// token of the tenant (or an admin token), writes only with one that is not read-only.
+#[derive(Clone, Debug)]
+pub(crate) struct Scoped {
+    /// The tenant of the path.
+    pub tenant: TenantId,
+}
+
+impl FromRequestParts<Serve> for Scoped {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
+        let inner = &state.inner;
+        let ip = client_ip(parts);
+        if let Some(wait) = inner.blocked(ip) {
+            return Err(Problem::too_many(wait));
+        }
+        let Some(text) = bearer(&parts.headers) else {
+            return Err(Problem::unauthorized());
+        };
+        let token = authenticate(inner, ip, text).await?;
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|_| Problem::not_found())?;
+        let tenant = params
+            .get("tenant")
+            .and_then(|t| TenantId::new(t.as_str()).ok())
+            .ok_or_else(Problem::not_found)?;
+        if !token.scope.allows(&tenant) {
+            return Err(Problem::not_found());
+        }
+        let write = !matches!(parts.method, Method::GET | Method::HEAD);
+        if write && token.read_only {
+            return Err(Problem::forbidden("this token is read-only"));
+        }
+        Ok(Scoped { tenant })
+    }
+}

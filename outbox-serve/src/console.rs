@@ -1,0 +1,767 @@
+//! The web console: server-rendered pages under `/console`, no script at all. A session
+//! starts from a token typed into the login form (an `HttpOnly`, `SameSite=Strict` cookie
+//! holding a random session id; the token itself is never stored in the browser). Every
+//! action goes through a confirmation page whose form carries the session's CSRF token.
+//! Nothing secret is rendered: no signing secret, no token, no URL query string or
+//! userinfo, no e-mail recipient.
+
+use std::fmt::Write as _;
+
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use outboxkit_core::endpoint::{EndpointStatus, EndpointUpdate};
+use outboxkit_core::store::{DeliveryFilter, PageRequest};
+use outboxkit_core::tokens::TokenScope;
+use outboxkit_core::{DeliveryStatus, TenantId};
+use serde::Deserialize;
+
+use crate::api::deliveries::{detail, page_of};
+use crate::api::{delivery_id, endpoint_id};
+use crate::auth::{authenticate, client_ip};
+use crate::html::{css, enc, esc};
+use crate::problem::Problem;
+use crate::state::{Serve, Session};
+use crate::views::{display_url, DeliveryQuery, DeliveryView};
+
+const COOKIE: &str = "outbox_session";
+
+pub(crate) fn routes() -> Router<Serve> {
+    Router::new()
+        .route("/console", get(overview))
+        .route("/console/login", get(login_page).post(login))
+        .route("/console/logout", post(logout))
+        .route("/console/deliveries", get(deliveries))
+        .route("/console/deliveries/{id}", get(delivery))
+        .route("/console/endpoints", get(endpoints))
+        .route("/console/confirm", get(confirm))
+        .route("/console/act", post(act))
+        .route("/console/static/console.css", get(css))
+}
+
+fn status_badge(s: &str) -> String {
+    format!("<span class=\"status {0}\">{0}</span>", esc(s))
+}
+
+/// An attempt's outcome: green when it succeeded, red for every error class.
+fn outcome_badge(s: &str) -> String {
+    let class = if s == "succeeded" {
+        "succeeded"
+    } else {
+        "failed"
+    };
+    format!("<span class=\"status {class}\">{}</span>", esc(s))
+}
+
+/// The page frame.
+fn page(user: Option<(&User, &str)>, title: &str, body: &str) -> Html<String> {
+    let nav = match user {
+        Some((u, here)) => {
+            let t = enc(u.tenant.as_str());
+            let link = |path: &str, name: &str, key: &str| {
+                let class = if key == here { " class=\"here\"" } else { "" };
+                format!("<a href=\"{path}?tenant={t}\"{class}>{name}</a>")
+            };
+            format!(
+                "<header><strong>outbox</strong>{}{}{}<span class=\"who\">tenant {} · {}{}</span>\
+                 <form method=\"post\" action=\"/console/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+                 <button type=\"submit\">Log out</button></form></header>",
+                link("/console", "Overview", "overview"),
+                link("/console/deliveries", "Deliveries", "deliveries"),
+                link("/console/endpoints", "Endpoints", "endpoints"),
+                esc(u.tenant.as_str()),
+                match &u.session.scope {
+                    TokenScope::Admin => "admin token",
+                    TokenScope::Tenant(_) => "tenant token",
+                },
+                if u.session.read_only { ", read-only" } else { "" },
+                esc(&u.session.csrf),
+            )
+        }
+        None => "<header><strong>outbox</strong></header>".to_owned(),
+    };
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · outbox</title><link rel=\"stylesheet\" href=\"/console/static/console.css\"></head>\
+         <body>{nav}<main>{body}</main></body></html>",
+        esc(title)
+    ))
+}
+
+/// A signed-in console user and the tenant the page is about.
+pub(crate) struct User {
+    session_id: String,
+    session: Session,
+    tenant: TenantId,
+}
+
+fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+fn query_tenant(parts: &Parts) -> Option<String> {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+        .ok()?
+        .0
+        .into_iter()
+        .find(|(k, _)| k == "tenant")
+        .map(|(_, v)| v)
+}
+
+/// Where an unauthenticated console request goes.
+pub(crate) struct ToLogin(Response);
+
+impl IntoResponse for ToLogin {
+    fn into_response(self) -> Response {
+        self.0
+    }
+}
+
+impl FromRequestParts<Serve> for User {
+    type Rejection = ToLogin;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, ToLogin> {
+        let login = || ToLogin(Redirect::to("/console/login").into_response());
+        let inner = &state.inner;
+        let id = cookie_value(&parts.headers, COOKIE).ok_or_else(login)?;
+        let now = inner.now();
+        let session = {
+            let mut map = inner
+                .sessions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            map.retain(|_, s| s.expires > now);
+            map.get(id).cloned().ok_or_else(login)?
+        };
+        // A revoked token ends its sessions at once.
+        match inner.tokens.get_token(session.token).await {
+            Ok(t) if t.revoked_at.is_none() => {}
+            _ => {
+                inner
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(id);
+                return Err(login());
+            }
+        }
+        let tenant = match &session.scope {
+            TokenScope::Tenant(t) => t.clone(),
+            TokenScope::Admin => query_tenant(parts)
+                .and_then(|t| TenantId::new(t).ok())
+                .unwrap_or_else(|| TenantId::new("default").expect("a valid tenant name")),
+        };
+        Ok(User {
+            session_id: id.to_owned(),
+            session,
+            tenant,
+        })
+    }
+}
+
+fn error_page(user: &User, p: &Problem) -> Response {
+    let body = format!(
+        "<div class=\"error\">{} — {}</div><p><a href=\"/console?tenant={}\">Back to the overview</a></p>",
+        esc(&p.title),
+        esc(p.detail.as_deref().unwrap_or("")),
+        enc(user.tenant.as_str())
+    );
+    (p.status_code(), page(Some((user, "")), &p.title, &body)).into_response()
+}
+
+async fn login_page() -> Html<String> {
+    page(
+        None,
+        "Log in",
+        "<div class=\"login\"><h1>Log in</h1>\
+         <form method=\"post\" action=\"/console/login\">\
+         <label for=\"token\">API token (<span class=\"mono\">outbox tokens create</span> makes one)</label>\
+         <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required>\
+         <button type=\"submit\" id=\"login\">Log in</button></form></div>",
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(s): State<Serve>, parts: Parts, Form(f): Form<LoginForm>) -> Response {
+    let inner = &s.inner;
+    let token = match authenticate(inner, client_ip(&parts), f.token.trim()).await {
+        Ok(t) => t,
+        Err(p) => {
+            let body = format!(
+                "<div class=\"login\"><div class=\"error\">{}</div><a class=\"button\" href=\"/console/login\">Try again</a></div>",
+                esc(&p.title)
+            );
+            return (p.status_code(), page(None, "Log in", &body)).into_response();
+        }
+    };
+    let id = inner.random_hex();
+    let session = Session {
+        token: token.id,
+        scope: token.scope.clone(),
+        read_only: token.read_only,
+        csrf: inner.random_hex(),
+        expires: inner.now().saturating_add(inner.config.session_ttl),
+    };
+    inner
+        .sessions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(id.clone(), session);
+    let secure = if inner.config.secure_cookies {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        inner.config.session_ttl.as_secs()
+    );
+    let mut res = Redirect::to("/console").into_response();
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}
+
+fn csrf_ok(user: &User, given: &str) -> bool {
+    let a = user.session.csrf.as_bytes();
+    let b = given.as_bytes();
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CsrfForm {
+    csrf: String,
+}
+
+async fn logout(State(s): State<Serve>, user: User, Form(f): Form<CsrfForm>) -> Response {
+    if !csrf_ok(&user, &f.csrf) {
+        return error_page(
+            &user,
+            &Problem::forbidden("the form has expired; reload the page"),
+        );
+    }
+    s.inner
+        .sessions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(&user.session_id);
+    let mut res = Redirect::to("/console/login").into_response();
+    res.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "outbox_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
+        ),
+    );
+    res
+}
+
+fn delivery_rows(items: &[DeliveryView], tenant: &TenantId) -> String {
+    let mut rows = String::new();
+    for d in items {
+        let last = d
+            .last_outcome
+            .as_ref()
+            .map(|l| {
+                format!(
+                    "{}{}",
+                    esc(&l.outcome),
+                    l.status_code.map(|c| format!(" ({c})")).unwrap_or_default()
+                )
+            })
+            .unwrap_or_default();
+        let _ = write!(
+            rows,
+            "<tr><td class=\"mono\"><a class=\"delivery\" href=\"/console/deliveries/{id}?tenant={t}\">{id}</a></td>\
+             <td>{topic}</td><td>{kind} <span class=\"mono\">{target}</span></td><td>{status}</td>\
+             <td>{attempts}</td><td>{last}</td><td>{created}</td></tr>",
+            id = esc(&d.id),
+            t = enc(tenant.as_str()),
+            topic = esc(&d.topic),
+            kind = esc(&d.destination.kind),
+            target = esc(d.destination.target.as_deref().unwrap_or("")),
+            status = status_badge(&d.status),
+            attempts = d.attempts,
+            created = esc(&d.created_at),
+        );
+    }
+    format!(
+        "<table><thead><tr><th>Delivery</th><th>Topic</th><th>Destination</th><th>Status</th>\
+         <th>Attempts</th><th>Last outcome</th><th>Created</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+}
+
+async fn overview(State(s): State<Serve>, user: User) -> Response {
+    let store = &s.inner.store;
+    let t = &user.tenant;
+    let stats = match store.tenant_stats(t, None).await {
+        Ok(st) => st,
+        Err(e) => return error_page(&user, &e.into()),
+    };
+    let mut body = format!(
+        "<h1>Overview of {}</h1><div class=\"cards\">",
+        esc(t.as_str())
+    );
+    for st in DeliveryStatus::ALL {
+        let _ = write!(
+            body,
+            "<div class=\"card\">{}<b id=\"count-{}\">{}</b></div>",
+            status_badge(st.as_str()),
+            st.as_str(),
+            stats.count(st)
+        );
+    }
+    body.push_str("</div>");
+    // The oldest due delivery per channel: per endpoint, and over the whole tenant.
+    body.push_str("<h2>Oldest due</h2><table><thead><tr><th>Channel</th><th>Oldest due since</th></tr></thead><tbody>");
+    let _ = write!(
+        body,
+        "<tr><td>all channels</td><td>{}</td></tr>",
+        stats
+            .oldest_due_at
+            .map(|x| esc(&x.to_rfc3339()))
+            .unwrap_or_else(|| "nothing due".into())
+    );
+    if let Ok(eps) = store.list_endpoints(t).await {
+        for e in eps.iter().take(50) {
+            if let Ok(es) = store.tenant_stats(t, Some(e.id)).await {
+                if let Some(at) = es.oldest_due_at {
+                    let _ = write!(
+                        body,
+                        "<tr><td>webhook {}</td><td>{}</td></tr>",
+                        esc(&display_url(&e.url)),
+                        esc(&at.to_rfc3339())
+                    );
+                }
+            }
+        }
+    }
+    body.push_str("</tbody></table>");
+    let dead = DeliveryFilter {
+        status: Some(DeliveryStatus::Dead),
+        ..DeliveryFilter::default()
+    };
+    match store
+        .list_deliveries(t, &dead, PageRequest::first(10))
+        .await
+    {
+        Ok(p) => {
+            let items: Vec<DeliveryView> = p.items.iter().map(DeliveryView::from).collect();
+            let _ = write!(
+                body,
+                "<h2>Recent dead letters</h2>{}",
+                if items.is_empty() {
+                    "<p>None.</p>".to_owned()
+                } else {
+                    delivery_rows(&items, t)
+                }
+            );
+        }
+        Err(e) => return error_page(&user, &e.into()),
+    }
+    if matches!(user.session.scope, TokenScope::Admin) {
+        if let Ok(tenants) = store.tenants().await {
+            body.push_str("<h2>Tenants</h2><p>");
+            for ts in tenants {
+                let _ = write!(
+                    body,
+                    "<a href=\"/console?tenant={}\">{}</a> ({}) · ",
+                    enc(ts.tenant.as_str()),
+                    esc(ts.tenant.as_str()),
+                    ts.stats.total()
+                );
+            }
+            body.push_str("</p>");
+        }
+    }
+    page(Some((&user, "overview")), "Overview", &body).into_response()
+}
+
+#[derive(Deserialize)]
+struct ConsoleDeliveryQuery {
+    tenant: Option<String>,
+    #[serde(flatten)]
+    q: DeliveryQuery,
+}
+
+async fn deliveries(
+    State(s): State<Serve>,
+    user: User,
+    axum::extract::Query(q): axum::extract::Query<Vec<(String, String)>>,
+) -> Response {
+    // Empty form fields mean "any".
+    let pairs: Vec<(String, String)> = q.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+    let parsed: Result<ConsoleDeliveryQuery, _> = serde_json::to_value(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect::<serde_json::Map<_, _>>(),
+    )
+    .and_then(|mut v| {
+        // `limit` is a number.
+        if let Some(l) = v.get("limit").and_then(|l| l.as_str()).map(str::to_owned) {
+            v["limit"] = l.parse::<u32>().map_or(serde_json::Value::Null, Into::into);
+        }
+        serde_json::from_value(v)
+    });
+    let cq = match parsed {
+        Ok(c) => c,
+        Err(e) => return error_page(&user, &Problem::bad_request(e.to_string())),
+    };
+    let _ = cq.tenant;
+    let q = cq.q;
+    let (f, page_req) = match page_of(&q) {
+        Ok(x) => x,
+        Err(p) => return error_page(&user, &p),
+    };
+    let t = &user.tenant;
+    let p = match s.inner.store.list_deliveries(t, &f, page_req).await {
+        Ok(p) => p,
+        Err(e) => return error_page(&user, &e.into()),
+    };
+    let mut opts = String::from("<option value=\"\">any</option>");
+    for st in DeliveryStatus::ALL {
+        let sel = if q.status.as_deref() == Some(st.as_str()) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(opts, "<option value=\"{0}\"{sel}>{0}</option>", st.as_str());
+    }
+    let mut body = format!(
+        "<h1>Deliveries</h1><form class=\"filters\" method=\"get\" action=\"/console/deliveries\">\
+         <input type=\"hidden\" name=\"tenant\" value=\"{t}\">\
+         <label>Status<select name=\"status\" id=\"status\">{opts}</select></label>\
+         <label>Topic<input name=\"topic\" value=\"{topic}\"></label>\
+         <label>Endpoint<input name=\"endpoint\" value=\"{endpoint}\" class=\"mono\"></label>\
+         <label>Text in answers<input name=\"text\" value=\"{text}\"></label>\
+         <button type=\"submit\" id=\"filter\">Filter</button></form>",
+        t = esc(t.as_str()),
+        topic = esc(q.topic.as_deref().unwrap_or("")),
+        endpoint = esc(q.endpoint.as_deref().unwrap_or("")),
+        text = esc(q.text.as_deref().unwrap_or("")),
+    );
+    let items: Vec<DeliveryView> = p.items.iter().map(DeliveryView::from).collect();
+    body.push_str(&delivery_rows(&items, t));
+    if let Some(next) = p.next {
+        let mut link = format!("/console/deliveries?tenant={}", enc(t.as_str()));
+        for (k, v) in pairs.iter().filter(|(k, _)| k != "cursor" && k != "tenant") {
+            let _ = write!(link, "&{}={}", enc(k), enc(v));
+        }
+        let _ = write!(
+            body,
+            "<p><a class=\"button secondary\" href=\"{}&cursor={}\">Next page</a></p>",
+            esc(&link),
+            enc(&next.encode())
+        );
+    }
+    page(Some((&user, "deliveries")), "Deliveries", &body).into_response()
+}
+
+fn action_link(user: &User, action: &str, target: &str, label: &str) -> String {
+    if user.session.read_only {
+        return String::new();
+    }
+    format!(
+        "<a class=\"button\" id=\"action-{action}\" href=\"/console/confirm?tenant={}&action={action}&target={}\">{}</a>",
+        enc(user.tenant.as_str()),
+        enc(target),
+        esc(label)
+    )
+}
+
+async fn delivery(
+    State(s): State<Serve>,
+    user: User,
+    Path(id): Path<String>,
+    axum::extract::Query(flash): axum::extract::Query<Vec<(String, String)>>,
+) -> Response {
+    let d = match detail(&s, &user.tenant, &id).await {
+        Ok(d) => d,
+        Err(p) => return error_page(&user, &p),
+    };
+    let done = flash.iter().find(|(k, _)| k == "done").map(|(_, v)| v);
+    let v = &d.delivery;
+    let mut body = String::new();
+    if let Some(done) = done {
+        let _ = write!(
+            body,
+            "<div class=\"flash\" id=\"flash\">{}</div>",
+            esc(done)
+        );
+    }
+    let _ = write!(
+        body,
+        "<h1>Delivery <span class=\"mono\">{id}</span></h1><dl>\
+         <dt>Status</dt><dd id=\"delivery-status\">{status}</dd>\
+         <dt>Topic</dt><dd>{topic}</dd><dt>Destination</dt><dd>{kind} <span class=\"mono\">{target}</span></dd>\
+         <dt>Attempts</dt><dd>{attempts} (run {run})</dd><dt>Next attempt</dt><dd>{next}</dd>\
+         <dt>Dead reason</dt><dd>{dead}</dd><dt>Created</dt><dd>{created}</dd><dt>Completed</dt><dd>{completed}</dd></dl>",
+        id = esc(&v.id),
+        status = status_badge(&v.status),
+        topic = esc(&v.topic),
+        kind = esc(&v.destination.kind),
+        target = esc(v.destination.target.as_deref().unwrap_or("")),
+        attempts = v.attempts,
+        run = v.run,
+        next = esc(&v.next_attempt_at),
+        dead = esc(v.dead_reason.as_deref().unwrap_or("—")),
+        created = esc(&v.created_at),
+        completed = esc(v.completed_at.as_deref().unwrap_or("—")),
+    );
+    body.push_str("<div class=\"actions\">");
+    match v.status.as_str() {
+        "dead" => body.push_str(&action_link(&user, "replay", &v.id, "Replay")),
+        "pending" => body.push_str(&action_link(&user, "retry", &v.id, "Retry now")),
+        "held" => {
+            body.push_str(&action_link(&user, "retry", &v.id, "Retry now"));
+            body.push_str(&action_link(&user, "reset", &v.id, "Reset budget"));
+        }
+        _ => {}
+    }
+    body.push_str("</div><h2>Attempt timeline</h2>");
+    if d.attempts.is_empty() {
+        body.push_str("<p>No attempt yet.</p>");
+    } else {
+        body.push_str("<ol class=\"timeline\" id=\"timeline\">");
+        for a in &d.attempts {
+            let _ = write!(
+                body,
+                "<li><strong>#{n}</strong> (run {run}{probe}) {started} · {ms} ms · {outcome}{code}{excerpt}</li>",
+                n = a.number,
+                run = a.run,
+                probe = if a.probe { ", probe" } else { "" },
+                started = esc(&a.started_at),
+                ms = a.duration_ms,
+                outcome = outcome_badge(&a.outcome),
+                code = a
+                    .status_code
+                    .map(|c| format!(" · HTTP <span class=\"code\">{c}</span>"))
+                    .unwrap_or_default(),
+                excerpt = a
+                    .excerpt
+                    .as_deref()
+                    .filter(|e| !e.is_empty())
+                    .map(|e| format!("<pre>{}</pre>", esc(e)))
+                    .unwrap_or_default(),
+            );
+        }
+        body.push_str("</ol>");
+    }
+    page(Some((&user, "deliveries")), "Delivery", &body).into_response()
+}
+
+async fn endpoints(
+    State(s): State<Serve>,
+    user: User,
+    axum::extract::Query(flash): axum::extract::Query<Vec<(String, String)>>,
+) -> Response {
+    let t = &user.tenant;
+    let eps = match s.inner.store.list_endpoints(t).await {
+        Ok(e) => e,
+        Err(e) => return error_page(&user, &e.into()),
+    };
+    let mut body = String::new();
+    if let Some((_, done)) = flash.iter().find(|(k, _)| k == "done") {
+        let _ = write!(
+            body,
+            "<div class=\"flash\" id=\"flash\">{}</div>",
+            esc(done)
+        );
+    }
+    body.push_str(
+        "<h1>Endpoints</h1><table><thead><tr><th>Endpoint</th><th>URL</th><th>Filter</th>\
+         <th>Status</th><th>Last delivery</th><th>Actions</th></tr></thead><tbody>",
+    );
+    for e in &eps {
+        let id = e.id.to_string();
+        let last = e
+            .last_delivery
+            .as_ref()
+            .map(|l| {
+                format!(
+                    "{}{} at {}",
+                    outcome_badge(l.outcome.as_str()),
+                    l.status_code.map(|c| format!(" ({c})")).unwrap_or_default(),
+                    esc(&l.at.to_rfc3339())
+                )
+            })
+            .unwrap_or_else(|| "—".into());
+        let mut actions = String::new();
+        match e.status {
+            EndpointStatus::Active => actions.push_str(&action_link(&user, "pause", &id, "Pause")),
+            _ => actions.push_str(&action_link(&user, "resume", &id, "Resume")),
+        }
+        actions.push_str(&action_link(&user, "release-held", &id, "Release held"));
+        actions.push_str(&action_link(&user, "rotate", &id, "Rotate secret"));
+        let _ = write!(
+            body,
+            "<tr><td class=\"mono\"><a href=\"/console/deliveries?tenant={t}&endpoint={id}\">{id}</a><br>{desc}</td>\
+             <td class=\"mono\">{url}</td><td class=\"mono\">{filter}</td><td>{status}</td><td>{last}</td>\
+             <td><div class=\"actions\">{actions}</div></td></tr>",
+            t = enc(t.as_str()),
+            desc = esc(&e.description),
+            url = esc(&display_url(&e.url)),
+            filter = esc(&e.filter.to_string()),
+            status = status_badge(e.status.as_str()),
+        );
+    }
+    body.push_str("</tbody></table>");
+    page(Some((&user, "endpoints")), "Endpoints", &body).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfirmQuery {
+    #[allow(dead_code)]
+    tenant: Option<String>,
+    action: String,
+    target: String,
+}
+
+fn describe(action: &str) -> Option<&'static str> {
+    Some(match action {
+        "replay" => "Replay this dead delivery with a fresh budget, due now",
+        "retry" => "Make this delivery due now, keeping its attempts",
+        "reset" => "Give this held delivery a fresh budget, due now",
+        "pause" => "Pause this endpoint: what is queued waits until it is resumed",
+        "resume" => "Resume this endpoint: its waiting deliveries go out at once",
+        "release-held" => "Release this endpoint's held deliveries",
+        "rotate" => "Rotate this endpoint's signing secret (the old one keeps signing until the rotation ends). The new secret is not shown in the console: read it with the API or the CLI",
+        _ => return None,
+    })
+}
+
+async fn confirm(
+    user: User,
+    axum::extract::Query(q): axum::extract::Query<ConfirmQuery>,
+) -> Response {
+    let Some(what) = describe(&q.action) else {
+        return error_page(&user, &Problem::bad_request("unknown action"));
+    };
+    if user.session.read_only {
+        return error_page(&user, &Problem::forbidden("this token is read-only"));
+    }
+    let body = format!(
+        "<h1>Confirm</h1><p>{what}?</p><p class=\"mono\">{target}</p>\
+         <form method=\"post\" action=\"/console/act\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+         <input type=\"hidden\" name=\"action\" value=\"{action}\">\
+         <input type=\"hidden\" name=\"target\" value=\"{target}\">\
+         <input type=\"hidden\" name=\"tenant\" value=\"{tenant}\">\
+         <div class=\"actions\"><button type=\"submit\" class=\"danger\" id=\"confirm\">Confirm</button>\
+         <a class=\"button secondary\" href=\"/console?tenant={tq}\">Cancel</a></div></form>",
+        csrf = esc(&user.session.csrf),
+        action = esc(&q.action),
+        target = esc(&q.target),
+        tenant = esc(user.tenant.as_str()),
+        tq = enc(user.tenant.as_str()),
+    );
+    page(Some((&user, "")), "Confirm", &body).into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActForm {
+    csrf: String,
+    action: String,
+    target: String,
+    tenant: String,
+}
+
+async fn act(State(s): State<Serve>, user: User, Form(f): Form<ActForm>) -> Response {
+    if !csrf_ok(&user, &f.csrf) {
+        return error_page(
+            &user,
+            &Problem::forbidden("the form has expired; reload the page"),
+        );
+    }
+    if user.session.read_only {
+        return error_page(&user, &Problem::forbidden("this token is read-only"));
+    }
+    if f.tenant != user.tenant.as_str() {
+        return error_page(&user, &Problem::not_found());
+    }
+    let t = &user.tenant;
+    let inner = &s.inner;
+    let op = inner.operator();
+    let tq = enc(t.as_str());
+    let result: Result<String, Problem> = async {
+        Ok(match f.action.as_str() {
+            "replay" | "retry" | "reset" => {
+                let id = delivery_id(&f.target)?;
+                match f.action.as_str() {
+                    "replay" => op.replay(t, id).await?,
+                    "retry" => op.retry_now(t, id).await?,
+                    _ => op.reset(t, id).await?,
+                }
+                format!(
+                    "/console/deliveries/{id}?tenant={tq}&done={}",
+                    enc(&format!("{} done", f.action))
+                )
+            }
+            "pause" | "resume" => {
+                let id = endpoint_id(&f.target)?;
+                let status = if f.action == "pause" {
+                    EndpointStatus::Paused
+                } else {
+                    EndpointStatus::Active
+                };
+                let update = EndpointUpdate {
+                    status: Some(status),
+                    ..EndpointUpdate::default()
+                };
+                inner.store.update_endpoint(t, id, &update).await?;
+                format!(
+                    "/console/endpoints?tenant={tq}&done={}",
+                    enc(&format!("{} done", f.action))
+                )
+            }
+            "release-held" => {
+                let id = endpoint_id(&f.target)?;
+                inner.store.get_endpoint(t, id).await?;
+                let n = op.release_held(t, id).await?;
+                format!(
+                    "/console/endpoints?tenant={tq}&done={}",
+                    enc(&format!("{n} released"))
+                )
+            }
+            "rotate" => {
+                let id = endpoint_id(&f.target)?;
+                let admin = inner.admin().ok_or_else(|| {
+                    Problem::unavailable(
+                        "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
+                    )
+                })?;
+                admin.rotate_secret(t, id, None).await?;
+                format!(
+                    "/console/endpoints?tenant={tq}&done={}",
+                    enc("secret rotated")
+                )
+            }
+            _ => return Err(Problem::bad_request("unknown action")),
+        })
+    }
+    .await;
+    match result {
+        Ok(to) => Redirect::to(&to).into_response(),
+        Err(p) => error_page(&user, &p),
+    }
+}

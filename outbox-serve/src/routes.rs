@@ -1,0 +1,133 @@
+//! The router: the API under `/v1`, its OpenAPI document, the console under `/console`, and
+//! the headers every answer carries.
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+
+use crate::api::{self, deliveries, endpoints};
+use crate::problem::Problem;
+use crate::state::Serve;
+
+/// Every API route as `(method, path)`, the way the OpenAPI document names them. A test
+/// checks that the document lists exactly these and that the router answers each.
+pub const API_ROUTES: &[(&str, &str)] = &[
+    ("get", "/v1/health"),
+    ("get", "/v1/openapi.json"),
+    ("get", "/v1/tenants/{tenant}/stats"),
+    ("get", "/v1/tenants/{tenant}/endpoints"),
+    ("post", "/v1/tenants/{tenant}/endpoints"),
+    ("get", "/v1/tenants/{tenant}/endpoints/{id}"),
+    ("patch", "/v1/tenants/{tenant}/endpoints/{id}"),
+    ("delete", "/v1/tenants/{tenant}/endpoints/{id}"),
+    ("post", "/v1/tenants/{tenant}/endpoints/{id}/pause"),
+    ("post", "/v1/tenants/{tenant}/endpoints/{id}/resume"),
+    ("post", "/v1/tenants/{tenant}/endpoints/{id}/rotate-secret"),
+    ("post", "/v1/tenants/{tenant}/endpoints/{id}/release-held"),
+    ("post", "/v1/tenants/{tenant}/endpoints/{id}/test"),
+    ("get", "/v1/tenants/{tenant}/deliveries"),
+    ("post", "/v1/tenants/{tenant}/deliveries/bulk"),
+    ("get", "/v1/tenants/{tenant}/deliveries/{id}"),
+    ("post", "/v1/tenants/{tenant}/deliveries/{id}/replay"),
+    ("post", "/v1/tenants/{tenant}/deliveries/{id}/retry"),
+];
+
+/// The Content-Security-Policy of every answer: nothing but this origin's own styles and
+/// scripts, no framing, forms only to this origin.
+pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+                       form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(crate::openapi::document())
+}
+
+async fn no_route() -> Problem {
+    Problem::new(StatusCode::NOT_FOUND, "no-such-route", "No such route")
+}
+
+async fn method_not_allowed() -> Problem {
+    Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+        "Method not allowed",
+    )
+}
+
+async fn security_headers(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    res
+}
+
+pub(crate) fn router(state: Serve) -> Router {
+    let t = "/v1/tenants/{tenant}";
+    let limit = state.inner.config.body_limit;
+    let api = Router::new()
+        .route("/v1/health", get(api::health))
+        .route("/v1/openapi.json", get(openapi))
+        .route(&format!("{t}/stats"), get(api::stats))
+        .route(
+            &format!("{t}/endpoints"),
+            get(endpoints::list).post(endpoints::create),
+        )
+        .route(
+            &format!("{t}/endpoints/{{id}}"),
+            get(endpoints::show)
+                .patch(endpoints::update)
+                .delete(endpoints::delete),
+        )
+        .route(
+            &format!("{t}/endpoints/{{id}}/pause"),
+            post(endpoints::pause),
+        )
+        .route(
+            &format!("{t}/endpoints/{{id}}/resume"),
+            post(endpoints::resume),
+        )
+        .route(
+            &format!("{t}/endpoints/{{id}}/rotate-secret"),
+            post(endpoints::rotate),
+        )
+        .route(
+            &format!("{t}/endpoints/{{id}}/release-held"),
+            post(endpoints::release_held),
+        )
+        .route(&format!("{t}/endpoints/{{id}}/test"), post(endpoints::test))
+        .route(&format!("{t}/deliveries"), get(deliveries::list))
+        .route(&format!("{t}/deliveries/bulk"), post(deliveries::bulk))
+        .route(&format!("{t}/deliveries/{{id}}"), get(deliveries::show))
+        .route(
+            &format!("{t}/deliveries/{{id}}/replay"),
+            post(deliveries::replay),
+        )
+        .route(
+            &format!("{t}/deliveries/{{id}}/retry"),
+            post(deliveries::retry),
+        );
+    Router::new()
+        .merge(api)
+        .merge(crate::console::routes())
+        .route("/", get(|| async { Redirect::to("/console") }))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(security_headers))
+        .with_state(state)
+}

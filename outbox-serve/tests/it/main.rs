@@ -1,0 +1,9 @@
+//! The admin API and console, end to end: every route on SQLite and PostgreSQL, the
+//! authentication and tenant matrix, bad input, the OpenAPI document, and a real headless
+//! Chromium session.
+
+mod api;
+mod auth;
+mod browser;
+mod common;
+mod openapi;
