@@ -100,6 +100,31 @@ pub(crate) enum Done {
     LeaseLost,
 }
 
+impl Done {
+    /// Put back unstarted, due after `delay`, attempt refunded.
+    pub(crate) fn release(lease: Lease, delay: Duration) -> Done {
+        Done::Release {
+            lease,
+            delay,
+            duplicate: false,
+        }
+    }
+
+    /// Put back unstarted, due at once (shutdown, abort, budget), attempt refunded.
+    pub(crate) fn release_now(lease: Lease) -> Done {
+        Done::release(lease, Duration::ZERO)
+    }
+
+    /// Handed out again while this run has it: put back without running it twice.
+    pub(crate) fn duplicate(lease: Lease, delay: Duration) -> Done {
+        Done::Release {
+            lease,
+            delay,
+            duplicate: true,
+        }
+    }
+}
+
 /// What the report and observer need to know about a finished delivery.
 #[derive(Clone, Debug)]
 pub(crate) struct Meta {
@@ -139,11 +164,7 @@ pub(crate) async fn deliver(
                 .max(shared.config.poll_interval),
             None => shared.config.lease,
         };
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: true,
-        };
+        return Done::duplicate(lease, delay);
     }
     let done = match &delivery.destination {
         Destination::Handler(c) => handler_path(&shared, &run, lease, &delivery, message, c).await,
@@ -262,11 +283,7 @@ async fn handler_path(
 ) -> Done {
     let Some(reg) = shared.handlers.get(consumer) else {
         // Only registered consumers are claimed; a config change between claim and run.
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     // Wait for a permit, unless the run stops first: unstarted work goes back at once.
     let permit = tokio::select! {
@@ -274,29 +291,15 @@ async fn handler_path(
         () = run.stopping.cancelled() => None,
     };
     let Some(_permit) = permit else {
-        return Done::Release {
-            lease,
-            delay: Duration::ZERO,
-            duplicate: false,
-        };
+        return Done::release_now(lease);
     };
     if let Gate::Release(delay) = gate(shared, run, reg.options.timeout, Some(consumer)) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
+        return Done::release(lease, delay);
     }
     let started = shared.clock.now();
     let guard = match reserve_key(shared, reg, &message, delivery.id, started) {
         Reserve::Go(guard) => guard,
-        Reserve::Taken(delay) => {
-            return Done::Release {
-                lease,
-                delay,
-                duplicate: false,
-            }
-        }
+        Reserve::Taken(delay) => return Done::release(lease, delay),
         Reserve::Skip => {
             let rec = AttemptRecord {
                 started_at: started,
@@ -364,11 +367,7 @@ async fn handler_path(
         && matches!(outcome, HandlerOutcome::Retry | HandlerOutcome::Timeout)
     {
         // Stopped by the shutdown: put it back with the attempt refunded, like an abort.
-        return Done::Release {
-            lease,
-            delay: Duration::ZERO,
-            duplicate: false,
-        };
+        return Done::release_now(lease);
     }
     let finished = shared.clock.now();
     let outcome = Outcome::Handler(outcome);
@@ -401,11 +400,7 @@ async fn webhook_path(
     endpoint_id: EndpointId,
 ) -> Done {
     let Some(ch) = &shared.webhooks else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     let now = shared.clock.now();
     let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), false);
@@ -416,11 +411,7 @@ async fn webhook_path(
         Ok(e) => e,
         Err(e) => {
             tracing::warn!(error = %e, "reading the endpoint failed; releasing the delivery");
-            return Done::Release {
-                lease,
-                delay: shared.config.poll_interval,
-                duplicate: false,
-            };
+            return Done::release(lease, shared.config.poll_interval);
         }
     };
     if let Some(outcome) = endpoint_gate(endpoint.as_ref()) {
@@ -428,11 +419,7 @@ async fn webhook_path(
         return completed(lease, verdict, None, delivery, now, now);
     }
     let Some(endpoint) = endpoint else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     let secrets = match open_secrets(&*ch.vault, &endpoint).await {
         Ok(s) => s,
@@ -446,11 +433,7 @@ async fn webhook_path(
         }
     };
     if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
+        return Done::release(lease, delay);
     }
     let _permit = match shared.limits.admit(
         endpoint.id,
@@ -460,20 +443,8 @@ async fn webhook_path(
     ) {
         Admit::Go(permit) => permit,
         // Not started: back without spending an attempt, due when it may go.
-        Admit::RateLimited(wait) => {
-            return Done::Release {
-                lease,
-                delay: wait,
-                duplicate: false,
-            }
-        }
-        Admit::Busy => {
-            return Done::Release {
-                lease,
-                delay: shared.config.poll_interval,
-                duplicate: false,
-            }
-        }
+        Admit::RateLimited(wait) => return Done::release(lease, wait),
+        Admit::Busy => return Done::release(lease, shared.config.poll_interval),
     };
     let started = shared.clock.now();
     let request = signed_request(

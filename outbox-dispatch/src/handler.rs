@@ -71,7 +71,8 @@ impl<E: fmt::Display> From<std::result::Result<(), E>> for HandlerResult {
 /// native `async fn` in the impl does not match it and fails with E0195):
 ///
 /// ```
-/// use outboxkit_core::{async_trait, Context, Handler, HandlerResult, Message};
+/// use outboxkit_core::{async_trait, Message};
+/// use outboxkit_dispatch::{Context, Handler, HandlerResult};
 ///
 /// #[derive(Debug)]
 /// struct SendReceipt;
