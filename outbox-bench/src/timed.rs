@@ -92,6 +92,7 @@ impl Timed {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl DeliveryStore for Timed {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         let sw = Stopwatch::start();
@@ -166,6 +167,7 @@ impl DeliveryStore for Timed {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl MessageStore for Timed {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         self.inner.enqueue(message).await
@@ -176,6 +178,7 @@ impl MessageStore for Timed {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl EndpointStore for Timed {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         self.inner.create_endpoint(endpoint).await
@@ -209,6 +212,7 @@ impl EndpointStore for Timed {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl Ledger for Timed {
     async fn list_deliveries(
         &self,

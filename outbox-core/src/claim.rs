@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::ids::{ClaimToken, ConsumerName, DeliveryId, TenantId, Topic};
+use crate::ids::{ClaimToken, ConsumerName, DeliveryId, EndpointId, TenantId, Topic};
 use crate::model::{
     AttemptRecord, DeadReason, Delivery, DeliveryStatus, Destination, LastOutcome, Message,
 };
@@ -42,12 +42,23 @@ pub enum ClaimSource {
 }
 
 /// One claim: take up to `batch_size` due deliveries that these sources serve.
+///
+/// # Fair order
+/// A *group* is a tenant and a destination: one endpoint, one consumer, or one e-mail
+/// recipient. A store fills the batch in rounds: round 1 takes the first claimable delivery
+/// of every group that has one, round 2 the second, and so on until the batch is full.
+/// Within a round, groups go in the order of their oldest due delivery; within a group,
+/// deliveries go in `(next_attempt_at, enqueue order)`, behind the ordering-key barrier as
+/// always. So a backlog in one group delays another group's fresh delivery by at most one
+/// claim, and two backlogs share a batch within one of each other
+/// (`claim_gives_every_group_a_turn`, `claim_shares_a_batch_between_backlogs`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimRequest {
     batch_size: u32,
     lease: Duration,
     sources: Vec<ClaimSource>,
     exclude_topics: BTreeSet<Topic>,
+    exclude_endpoints: BTreeSet<EndpointId>,
     dormant_topics: BTreeSet<Topic>,
 }
 
@@ -61,6 +72,7 @@ impl ClaimRequest {
             lease,
             sources: Vec::new(),
             exclude_topics: BTreeSet::new(),
+            exclude_endpoints: BTreeSet::new(),
             dormant_topics: BTreeSet::new(),
         }
     }
@@ -95,6 +107,14 @@ impl ClaimRequest {
     /// Take nothing of these topics (a tripped circuit breaker).
     pub fn exclude_topics(mut self, topics: impl IntoIterator<Item = Topic>) -> Self {
         self.exclude_topics.extend(topics);
+        self
+    }
+
+    /// Take no webhook delivery to these endpoints (an open circuit breaker, an endpoint at
+    /// its concurrency cap). Their deliveries stay exactly as they were: due, no attempt
+    /// spent.
+    pub fn exclude_endpoints(mut self, endpoints: impl IntoIterator<Item = EndpointId>) -> Self {
+        self.exclude_endpoints.extend(endpoints);
         self
     }
 
@@ -155,6 +175,11 @@ impl ClaimRequest {
         &self.exclude_topics
     }
 
+    /// Excluded endpoints.
+    pub fn excluded_endpoints(&self) -> &BTreeSet<EndpointId> {
+        &self.exclude_endpoints
+    }
+
     /// Dormant topics.
     pub fn dormant(&self) -> &BTreeSet<Topic> {
         &self.dormant_topics
@@ -200,7 +225,9 @@ impl ClaimRequest {
     /// Whether this claim takes a delivery of `topic` to `destination` at all (served and
     /// not excluded).
     pub fn serves(&self, topic: &Topic, destination: &Destination) -> bool {
-        self.budget_for(destination).is_some() && !self.exclude_topics.contains(topic)
+        self.budget_for(destination).is_some()
+            && !self.exclude_topics.contains(topic)
+            && !matches!(destination, Destination::Webhook(e) if self.exclude_endpoints.contains(e))
     }
 }
 

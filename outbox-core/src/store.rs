@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
 use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, OrderingKey, TenantId, Topic};
 use crate::model::{Attempt, Delivery, DeliveryStatus, DestinationKind, Message, NewMessage};
 use crate::retention::RetentionCutoffs;
@@ -307,17 +307,22 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// Take up to `batch_size` due deliveries.
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>>;
 
-    /// End a claim with a verdict.
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()>;
-
     /// End many claims; one result per item, in order. The outer error means nothing is
-    /// known to have been written.
-    async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
-        let mut out = Vec::with_capacity(items.len());
-        for (lease, completion) in items {
-            out.push(self.complete(lease, completion).await);
-        }
-        Ok(out)
+    /// known to have been written. The dispatcher completes through this call only.
+    async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>>;
+
+    /// End one claim with a verdict: [`DeliveryStore::complete_many`] of one item, unless a
+    /// store has a cheaper single-row path.
+    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
+        let mut out = self
+            .complete_many(&[(lease.clone(), completion.clone())])
+            .await?;
+        out.pop().unwrap_or_else(|| {
+            Err(Error::new(
+                ErrorKind::Unexpected,
+                "complete_many returned no result",
+            ))
+        })
     }
 
     /// Put unstarted claims back ([`Lease::release`]), due after `delay`.
@@ -504,6 +509,7 @@ pub type DynStore = dyn Store;
 macro_rules! forward {
     ($ptr:ident) => {
         #[async_trait]
+        #[warn(clippy::missing_trait_methods)]
         impl<T: DeliveryStore + ?Sized> DeliveryStore for $ptr<T> {
             async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
                 (**self).claim(request).await
@@ -554,6 +560,7 @@ macro_rules! forward {
         }
 
         #[async_trait]
+        #[warn(clippy::missing_trait_methods)]
         impl<T: MessageStore + ?Sized> MessageStore for $ptr<T> {
             async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
                 (**self).enqueue(message).await
@@ -564,6 +571,7 @@ macro_rules! forward {
         }
 
         #[async_trait]
+        #[warn(clippy::missing_trait_methods)]
         impl<T: EndpointStore + ?Sized> EndpointStore for $ptr<T> {
             async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
                 (**self).create_endpoint(endpoint).await
@@ -597,6 +605,7 @@ macro_rules! forward {
         }
 
         #[async_trait]
+        #[warn(clippy::missing_trait_methods)]
         impl<T: Ledger + ?Sized> Ledger for $ptr<T> {
             async fn list_deliveries(
                 &self,

@@ -112,6 +112,7 @@ impl<S> FaultyStore<S> {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         self.gate("claim").await?;
@@ -171,6 +172,7 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl<S: MessageStore> MessageStore for FaultyStore<S> {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         self.gate("enqueue").await?;
@@ -183,6 +185,7 @@ impl<S: MessageStore> MessageStore for FaultyStore<S> {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl<S: EndpointStore> EndpointStore for FaultyStore<S> {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         self.gate("create_endpoint").await?;
@@ -224,6 +227,7 @@ impl<S: EndpointStore> EndpointStore for FaultyStore<S> {
 }
 
 #[async_trait]
+#[warn(clippy::missing_trait_methods)]
 impl<S: Ledger> Ledger for FaultyStore<S> {
     async fn list_deliveries(
         &self,

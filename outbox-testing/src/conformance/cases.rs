@@ -7,6 +7,7 @@
 
 mod claim;
 mod enqueue;
+mod fairness;
 mod fencing;
 mod held;
 mod helpers;
@@ -22,6 +23,7 @@ mod waiting;
 
 pub use claim::*;
 pub use enqueue::*;
+pub use fairness::*;
 pub use fencing::*;
 pub use held::*;
 pub use history::*;
@@ -55,6 +57,9 @@ macro_rules! __conformance_cases {
             idempotent_enqueue_under_concurrency,
             claim_takes_due_oldest_first_up_to_batch,
             delayed_message_appears_when_due,
+            claim_skips_excluded_endpoints,
+            claim_gives_every_group_a_turn,
+            claim_shares_a_batch_between_backlogs,
             claim_is_exclusive,
             stranded_claim_is_claimable_after_lease,
             stale_token_is_fenced,

@@ -31,6 +31,8 @@ use outboxkit_core::Store;
 use crate::clock::ManualClock;
 
 pub mod cases;
+pub mod model;
+pub mod txn;
 
 type Reopen = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Store>> + Send>> + Send + Sync>;
 type Cleanup = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -168,6 +170,14 @@ where
 macro_rules! conformance_tests {
     ($setup:path) => {
         $crate::__conformance_cases!($setup);
+
+        #[test]
+        fn follows_the_model() {
+            $crate::conformance::model::check_model(
+                $setup,
+                $crate::conformance::model::model_cases(),
+            );
+        }
     };
 }
 

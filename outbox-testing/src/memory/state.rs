@@ -261,18 +261,44 @@ impl State {
                 r.d.updated_at = now;
             });
         }
-        // Then the due rows in order, lazily, until the batch is full.
+        // Then the due rows, fairly: each group's claimable rows in due order (at most a
+        // batch of each), groups in the order of their oldest, taken round by round.
         let batch = req.batch_size() as usize;
-        let mut live = Vec::with_capacity(batch);
+        let mut groups: Vec<Vec<DeliveryId>> = Vec::new();
+        let mut group_of: HashMap<(&TenantId, &Destination), usize> = HashMap::new();
         for &(at, _, id) in &self.due {
-            if at > now || live.len() >= batch {
+            if at > now {
                 break;
             }
             let Some(r) = self.rows.get(&id) else {
                 continue;
             };
-            if req.serves(&r.d.topic, &r.d.destination) && !self.blocked(r, req.dormant()) {
-                live.push(id);
+            if !req.serves(&r.d.topic, &r.d.destination) || self.blocked(r, req.dormant()) {
+                continue;
+            }
+            let g = *group_of
+                .entry((&r.d.tenant, &r.d.destination))
+                .or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                });
+            if groups[g].len() < batch {
+                groups[g].push(id);
+            }
+        }
+        let mut live = Vec::with_capacity(batch);
+        for round in 0..batch {
+            let before = live.len();
+            for ids in &groups {
+                if live.len() >= batch {
+                    break;
+                }
+                if let Some(id) = ids.get(round) {
+                    live.push(*id);
+                }
+            }
+            if live.len() == before || live.len() >= batch {
+                break;
             }
         }
         let until = now.saturating_add(req.lease());
