@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
+use super::breaker::{Pass, Signal, Transition};
 use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
 use super::lease::{keep_alive, LiveLease};
@@ -133,6 +134,8 @@ pub(crate) struct Meta {
     pub(crate) kind: DestinationKind,
     pub(crate) attempt: u32,
     pub(crate) duration: Duration,
+    /// The change of the endpoint's circuit this attempt caused.
+    pub(crate) circuit: Option<Transition>,
 }
 
 pub(super) enum Gate {
@@ -250,6 +253,7 @@ pub(super) fn completed(
         kind: delivery.destination.kind(),
         attempt: lease.attempts,
         duration: finished.duration_since(started),
+        circuit: None,
     };
     Done::Completed {
         lease,
@@ -435,16 +439,38 @@ async fn webhook_path(
     if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {
         return Done::release(lease, delay);
     }
+    // An open circuit: back without spending an attempt, due when the next probe may go.
+    shared
+        .breakers
+        .seed(endpoint.id, endpoint.last_delivery.as_ref());
+    let probe = match shared.breakers.pass(
+        endpoint.id,
+        shared.clock.now(),
+        shared.config.webhook_timeout,
+    ) {
+        Pass::Go { probe } => probe,
+        Pass::Wait(delay) => return Done::release(lease, delay),
+    };
     let _permit = match shared.limits.admit(
         endpoint.id,
         endpoint.rate_limit,
-        shared.config.concurrency_for(endpoint.id),
+        Some(shared.config.concurrency_for(endpoint.id)),
         shared.clock.now(),
     ) {
         Admit::Go(permit) => permit,
         // Not started: back without spending an attempt, due when it may go.
-        Admit::RateLimited(wait) => return Done::release(lease, wait),
-        Admit::Busy => return Done::release(lease, shared.config.poll_interval),
+        refused => {
+            if probe {
+                shared.breakers.probe_abandoned(endpoint.id);
+            }
+            // At its cap: due again at once; the endpoint stays out of claims while it is
+            // at its cap, so this does not spin.
+            let delay = match refused {
+                Admit::RateLimited(wait) => wait,
+                _ => Duration::ZERO,
+            };
+            return Done::release(lease, delay);
+        }
     };
     let started = shared.clock.now();
     let request = signed_request(
@@ -459,13 +485,20 @@ async fn webhook_path(
     let response = ch.transport.send(request).await;
     let finished = shared.clock.now();
     let outcome = response.outcome();
+    let transition = shared
+        .breakers
+        .record(endpoint.id, Signal::of(&outcome), probe, finished);
     let verdict = classify(&outcome, &context(shared, &lease), &policy);
-    completed(
+    let mut done = completed(
         lease,
         verdict,
         record(&outcome, started, finished, response.excerpt()),
         delivery,
         started,
         finished,
-    )
+    );
+    if let Done::Completed { meta, .. } = &mut done {
+        meta.circuit = transition;
+    }
+    done
 }

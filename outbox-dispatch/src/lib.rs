@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod alerts;
+mod breaker;
 mod builder;
 mod config;
 mod dedup;
@@ -25,12 +26,15 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 pub use alerts::{AlertEmail, AlertWebhook, DeadLetterAlerts, ALERT_LIST_LIMIT};
+pub use breaker::CircuitState;
 pub use builder::DispatcherBuilder;
 pub use config::DispatcherConfig;
 pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResolver};
 pub use handler::{Context, Dedup, Handler, HandlerOptions, HandlerResult};
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
-pub use report::{DeadLetterEvent, DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT};
+pub use report::{
+    CircuitEvent, DeadLetterEvent, DeliveryEvent, Observer, Report, TopicReport, DEAD_IDS_LIMIT,
+};
 pub use timer::{DynTimer, Timer, TimerExt};
 pub use webhook::{endpoint_gate, open_secrets, signed_request, webhook_body};
 
@@ -84,6 +88,7 @@ pub(crate) struct Shared {
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) registered: tokio::sync::OnceCell<()>,
     pub(crate) limits: limits::EndpointLimits,
+    pub(crate) breakers: breaker::Breakers,
     pub(crate) alerts: Option<Arc<alerts::Alerter>>,
 }
 
@@ -129,6 +134,12 @@ impl Dispatcher {
             })
             .await?;
         Ok(())
+    }
+
+    /// The state of `endpoint`'s circuit in this dispatcher (closed for an endpoint it has
+    /// not delivered to). Clones share it.
+    pub fn circuit(&self, endpoint: outboxkit_core::ids::EndpointId) -> CircuitState {
+        self.shared.breakers.state(endpoint)
     }
 
     /// Operator calls (replay, release held, retry now, purge, stats) on this dispatcher's
@@ -207,7 +218,11 @@ impl Dispatcher {
             }
         }
         if let Some(w) = &s.webhooks {
-            req = req.webhooks(w.claim_budget);
+            // Endpoints with an open circuit or at their cap stay where they are.
+            let mut skip = std::collections::BTreeSet::new();
+            s.breakers.blocked(now, &mut skip);
+            s.limits.at_cap(|e| s.config.concurrency_for(e), &mut skip);
+            req = req.webhooks(w.claim_budget).exclude_endpoints(skip);
             any = true;
         }
         if let Some(m) = &s.mail {

@@ -314,6 +314,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let mut report = self.report;
         report.absorb(settle(s.clone(), self.finished).await);
         report.run_time = s.clock.now().duration_since(self.start);
+        report.circuits = s.breakers.not_closed();
         report.stats = tokio::time::timeout(s.config.stats_deadline, s.store.stats())
             .await
             .ok()

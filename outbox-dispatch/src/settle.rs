@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::alerts;
+use super::breaker::CircuitState;
 use super::deliver::{Done, Meta};
-use super::report::{observe, DeadLetterEvent, DeliveryEvent, Report};
+use super::report::{observe, CircuitEvent, DeadLetterEvent, DeliveryEvent, Report};
 use super::Shared;
 use outboxkit_core::claim::{Completion, Lease};
 use outboxkit_core::error::Result;
@@ -101,6 +102,38 @@ fn completed(
     }
     if let Verdict::Dead { reason } = completion.verdict {
         dead_letter(shared, lease, meta, reason);
+    }
+    if let Some(t) = &meta.circuit {
+        circuit_changed(shared, report, meta, t);
+    }
+}
+
+/// Count, log and tell the observer that an endpoint's circuit changed.
+fn circuit_changed(
+    shared: &Shared,
+    report: &mut Report,
+    meta: &Meta,
+    t: &super::breaker::Transition,
+) {
+    match t.state {
+        CircuitState::Open { until } => {
+            report.circuits_opened += 1;
+            tracing::warn!(endpoint_id = %t.endpoint, failures = t.failures, until = %until, "the endpoint's circuit opened: its deliveries wait without spending attempts");
+        }
+        CircuitState::Closed => {
+            report.circuits_closed += 1;
+            tracing::info!(endpoint_id = %t.endpoint, "the endpoint's circuit closed");
+        }
+        CircuitState::HalfOpen => {}
+    }
+    if let Some(o) = &shared.observer {
+        let event = CircuitEvent {
+            endpoint: t.endpoint,
+            tenant: &meta.tenant,
+            state: t.state,
+            failures: t.failures,
+        };
+        observe(|| o.on_circuit(&event));
     }
 }
 

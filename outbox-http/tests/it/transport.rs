@@ -22,11 +22,7 @@ async fn each_status_class_maps_to_its_verdict_and_every_signature_verifies() {
         (200, AttemptOutcome::Succeeded, "succeeded"),
         (201, AttemptOutcome::Succeeded, "succeeded"),
         (204, AttemptOutcome::Succeeded, "succeeded"),
-        (
-            301,
-            AttemptOutcome::Failed(ErrorClass::Redirect),
-            "retry",
-        ),
+        (301, AttemptOutcome::Failed(ErrorClass::Redirect), "retry"),
         (
             400,
             AttemptOutcome::Failed(ErrorClass::Response4xx),
