@@ -18,6 +18,7 @@
 //! Nothing here asserts a timing; the unit tests cover the pure helpers only.
 
 mod common;
+mod isolation;
 mod memory;
 mod pg;
 mod pg_dispatch;
@@ -94,6 +95,14 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "webhook",
         "webhook delivery to a local keep-alive receiver, c = 1, 16, 64",
+    ),
+    (
+        "isolation-hang",
+        "two endpoints, one hanging: the healthy one's drain time vs both healthy",
+    ),
+    (
+        "isolation-tenants",
+        "tenant B's start latency with tenant A's 100k backlog vs none",
     ),
 ];
 
@@ -349,6 +358,8 @@ async fn run(args: Args) -> ExitCode {
             ("redis-dispatch", _) => vec![redis_bench::dispatch(&ctx).await],
             ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
             ("webhook", _) => webhook::run(&ctx).await,
+            ("isolation-hang", _) => vec![isolation::hang(&ctx).await],
+            ("isolation-tenants", _) => isolation::tenants(&ctx).await,
             _ => Vec::new(),
         };
         eprint!("{}", text_table(&new));
