@@ -183,6 +183,20 @@ impl Dispatcher {
         .await
     }
 
+    /// The deadline of one attempt to `destination`.
+    pub(crate) fn deadline_of(&self, destination: &outboxkit_core::model::Destination) -> Duration {
+        use outboxkit_core::model::Destination;
+        let s = &self.shared;
+        match destination {
+            Destination::Handler(c) => s
+                .handlers
+                .get(c)
+                .map_or(s.config.webhook_timeout, |r| r.options.timeout),
+            Destination::Webhook(_) => s.config.webhook_timeout,
+            Destination::Email(_) => s.config.mail_deadline(),
+        }
+    }
+
     /// The least time any delivery needs reserved before it starts.
     pub(crate) fn min_reservation(&self) -> Duration {
         let s = &self.shared;

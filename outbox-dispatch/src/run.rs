@@ -3,7 +3,7 @@
 //! finished to a settle task, [`RunLoop::claim_step`] claims and spawns, [`RunLoop::wait`]
 //! sleeps until something happens, and [`RunLoop::finish`] drains at the end.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,9 @@ pub(crate) enum Mode<S> {
     /// `run_once`: until nothing is due or the budget is spent.
     Once,
 }
+
+/// Deliveries claimed ahead at least, whatever the concurrency (bounded by the batch size).
+const AHEAD_MIN: usize = 32;
 
 /// What one claim step did.
 enum Claim {
@@ -59,6 +62,10 @@ pub(crate) struct RunLoop<S> {
     /// How many deliveries that settle holds: they still hold their leases, so they count
     /// against `concurrency` like running ones (memory and completion size stay bounded).
     settling_len: usize,
+    /// Claimed ahead of free slots, waiting to start (their leases run meanwhile).
+    ready: VecDeque<Claimed>,
+    /// The most deliveries held at once: running, finished, settling and ready.
+    capacity: usize,
     /// Refill in batches, not one free slot at a time.
     refill: usize,
     listener: Option<WakeListener>,
@@ -68,7 +75,12 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     pub(crate) fn new(dispatcher: &Dispatcher, run: Arc<RunState>, mode: Mode<S>) -> Self {
         let shared = dispatcher.shared.clone();
         let c = &shared.config;
-        let refill = (c.concurrency.min(c.batch_size as usize) / 2).max(1);
+        // Claim ahead of free slots, so a delivery that finishes finds the next one waiting
+        // rather than paying a claim round trip (at concurrency 1 above all); deliveries
+        // never wait longer than their lease allows (see `start_ready`).
+        let ahead = (c.batch_size as usize).min(c.concurrency.max(AHEAD_MIN));
+        let capacity = c.concurrency + ahead;
+        let refill = (capacity.min(c.batch_size as usize) / 2).max(1);
         let listener = shared.store.wake_listener();
         RunLoop {
             dispatcher: dispatcher.clone(),
@@ -82,6 +94,8 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             finished: Vec::new(),
             settling: None,
             settling_len: 0,
+            ready: VecDeque::new(),
+            capacity,
             refill,
             listener,
         }
@@ -96,6 +110,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             if self.should_stop() {
                 break;
             }
+            self.start_ready();
             match self.claim_step().await? {
                 Claim::Spawned => continue,
                 Claim::Failed => {
@@ -165,11 +180,42 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         self.run.stopping.is_cancelled() || spent
     }
 
-    /// Claim as many as the free slots allow and spawn a task per delivery.
+    /// Deliveries that hold a running slot: running, or finished and not yet written.
+    fn running(&self) -> usize {
+        self.tasks.len() + self.finished.len() + self.settling_len
+    }
+
+    /// Start ready deliveries while slots are free. One whose lease no longer covers its
+    /// deadline plus the reservation margin goes back unstarted, attempt refunded.
+    fn start_ready(&mut self) {
+        if self.ready.is_empty() {
+            return;
+        }
+        let now = self.shared.clock.now();
+        let mut batch = Vec::new();
+        while self.running() + batch.len() < self.shared.config.concurrency {
+            let Some(claimed) = self.ready.pop_front() else {
+                break;
+            };
+            let need = self.dispatcher.deadline_of(&claimed.delivery.destination)
+                + self.shared.config.reservation_margin;
+            if now.saturating_add(need) > claimed.lease.until {
+                self.finished.push(Done::release_now(claimed.lease));
+                continue;
+            }
+            batch.push(claimed);
+        }
+        if !batch.is_empty() {
+            self.spawn_batch(batch);
+        }
+    }
+
+    /// Claim as many as the free room allows (running slots plus the claim-ahead queue) and
+    /// start what fits.
     async fn claim_step(&mut self) -> Result<Claim> {
         let s = self.shared.clone();
-        let held = self.tasks.len() + self.finished.len() + self.settling_len;
-        let free = s.config.concurrency.saturating_sub(held);
+        let held = self.running() + self.ready.len();
+        let free = self.capacity.saturating_sub(held);
         if free < self.refill {
             return Ok(Claim::Idle);
         }
@@ -181,7 +227,15 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         match s.store.claim(&req).instrument(span).await {
             Ok(batch) if batch.is_empty() => Ok(Claim::Idle),
             Ok(batch) => {
-                self.spawn_batch(batch);
+                self.report.batches += 1;
+                if let Some(o) = &s.observer {
+                    observe(|| o.on_batch(batch.len()));
+                }
+                for claimed in &batch {
+                    self.report.record_claim(&claimed.delivery.topic);
+                }
+                self.ready.extend(batch);
+                self.start_ready();
                 Ok(Claim::Spawned)
             }
             // A bad request or configuration stops the run; an outage or a row the store
@@ -201,16 +255,11 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
     }
 
-    /// One task per claimed delivery; the batch shares one endpoint cache.
+    /// One task per delivery; the deliveries started together share one endpoint cache.
     fn spawn_batch(&mut self, batch: Vec<Claimed>) {
         let s = &self.shared;
-        self.report.batches += 1;
-        if let Some(o) = &s.observer {
-            observe(|| o.on_batch(batch.len()));
-        }
         let endpoints = Arc::new(EndpointCache::default());
         for claimed in batch {
-            self.report.record_claim(&claimed.delivery.topic);
             let span = tracing::info_span!(
                 "outbox.delivery",
                 delivery_id = %claimed.delivery.id,
@@ -228,9 +277,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
     }
 
-    /// `run_once` has nothing running, settling or left to write.
+    /// `run_once` has nothing running, ready, settling or left to write.
     fn drained(&self) -> bool {
         matches!(self.mode, Mode::Once)
+            && self.ready.is_empty()
             && self.tasks.is_empty()
             && self.settling.is_none()
             && self.finished.is_empty()
@@ -239,6 +289,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// Sleep until a task finishes, a settle is written, the store wakes us, the poll
     /// interval passes, or the shutdown signal arrives.
     async fn wait(&mut self) {
+        if self.settling.is_none() && !self.finished.is_empty() {
+            return; // something to write (e.g. a release from `start_ready`): go round
+        }
         let s = &self.shared;
         let listener = &mut self.listener;
         let woken = async {
@@ -286,6 +339,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     async fn finish(mut self) -> Result<Report> {
         let s = self.shared.clone();
         self.run.stopping.cancel();
+        // Claimed ahead, never started: back at once, attempts refunded.
+        for claimed in std::mem::take(&mut self.ready) {
+            self.finished.push(Done::release_now(claimed.lease));
+        }
         let grace_end = match self.run.deadline {
             Some(d) => d.saturating_add(s.config.reservation_margin),
             None => s.clock.now().saturating_add(s.config.shutdown_grace),
