@@ -117,7 +117,7 @@ async fn a_hanging_endpoint_opens_its_circuit_then_one_probe_decides_and_recover
         d.circuit(e) == CircuitState::Closed
     })
     .await;
-    // Those that met the probe in flight were put back for one webhook deadline.
+    // Those that met the probe in flight were put back for one poll interval.
     w.advance(Duration::from_secs(1));
     until("the six never tried are delivered", || {
         receiver.count() >= 10
