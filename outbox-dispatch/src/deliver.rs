@@ -443,14 +443,16 @@ async fn webhook_path(
     shared
         .breakers
         .seed(endpoint.id, endpoint.last_delivery.as_ref());
-    let probe = match shared.breakers.pass(
-        endpoint.id,
-        shared.clock.now(),
-        shared.config.webhook_timeout,
-    ) {
-        Pass::Go { probe } => probe,
-        Pass::Wait(delay) => return Done::release(lease, delay),
-    };
+    // One probe at a time: the others go back for a poll interval (the endpoint is left
+    // out of claims until the probe's outcome is known).
+    let probe =
+        match shared
+            .breakers
+            .pass(endpoint.id, shared.clock.now(), shared.config.poll_interval)
+        {
+            Pass::Go { probe } => probe,
+            Pass::Wait(delay) => return Done::release(lease, delay),
+        };
     let _permit = match shared.limits.admit(
         endpoint.id,
         endpoint.rate_limit,
