@@ -20,6 +20,7 @@
 
 mod broker;
 mod common;
+mod isolation;
 mod memory;
 mod pg;
 mod pg_dispatch;
@@ -116,6 +117,14 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "broker-nats",
         "outbox → NATS JetStream vs raw async-nats publishes with acks, c = 64",
+    ),
+    (
+        "isolation-hang",
+        "two endpoints, one hanging: the healthy one's drain time vs both healthy",
+    ),
+    (
+        "isolation-tenants",
+        "tenant B's start latency with tenant A's 100k backlog vs none",
     ),
 ];
 
@@ -411,6 +420,8 @@ async fn run(args: Args) -> ExitCode {
             ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
             ("webhook", _) => webhook::run(&ctx).await,
             ("broker-nats", _) => broker::run(&ctx).await,
+            ("isolation-hang", _) => vec![isolation::hang(&ctx).await],
+            ("isolation-tenants", _) => isolation::tenants(&ctx).await,
             _ => Vec::new(),
         };
         eprint!("{}", text_table(&new));

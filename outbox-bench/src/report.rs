@@ -75,6 +75,8 @@ pub enum Target {
     MaxMillis(f64),
     /// Ours / baseline must be within 1 ± this fraction.
     Flat(f64),
+    /// Ours / baseline (a slowdown) must be at most this.
+    MaxRatio(f64),
     /// No target: the figure is reported only.
     None,
 }
@@ -86,6 +88,7 @@ impl Target {
             Target::MinRatio(r) => format!("≥ {:.0} %", r * 100.0),
             Target::MaxMillis(ms) => format!("≤ {ms} ms"),
             Target::Flat(f) => format!("±{:.0} %", f * 100.0),
+            Target::MaxRatio(r) => format!("≤ {r}×"),
             Target::None => "none".to_owned(),
         }
     }
@@ -193,6 +196,7 @@ pub fn judge(target: Target, ours: Figure, ratio: Option<f64>) -> Status {
         Target::MinRatio(min) => ratio.is_some_and(|r| r >= min),
         Target::MaxMillis(max) => ours.value <= max,
         Target::Flat(tol) => ratio.is_some_and(|r| (r - 1.0).abs() <= tol),
+        Target::MaxRatio(max) => ratio.is_some_and(|r| r <= max),
     };
     if ok {
         Status::Pass
@@ -317,6 +321,8 @@ mod tests {
         assert_eq!(judge(Target::Flat(0.1), rate, Some(1.08)), Status::Pass);
         assert_eq!(judge(Target::Flat(0.1), rate, Some(0.89)), Status::Fail);
         assert_eq!(judge(Target::None, rate, Some(0.01)), Status::Info);
+        assert_eq!(judge(Target::MaxRatio(1.5), ms, Some(1.5)), Status::Pass);
+        assert_eq!(judge(Target::MaxRatio(1.5), ms, Some(1.6)), Status::Fail);
     }
 
     #[test]

@@ -31,9 +31,9 @@ use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::Ctx;
 
 /// A minimal HTTP/1.1 keep-alive server on a loopback port: reads each body, answers 200.
-struct Receiver {
+pub(crate) struct Receiver {
     addr: SocketAddr,
-    requests: Arc<AtomicU64>,
+    pub(crate) requests: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -44,7 +44,7 @@ impl Drop for Receiver {
 }
 
 impl Receiver {
-    async fn start() -> std::io::Result<Self> {
+    pub(crate) async fn start() -> std::io::Result<Self> {
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(AtomicU64::new(0));
@@ -80,7 +80,7 @@ impl Receiver {
         })
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
     }
 }
@@ -143,6 +143,8 @@ async fn ours(
     let config = DispatcherConfig {
         batch_size: 100,
         concurrency: c,
+        // One receiver: its throughput, not the per-endpoint cap, is measured.
+        endpoint_concurrency: Some(c),
         ..DispatcherConfig::default()
     };
     let d = Dispatcher::builder(store)

@@ -155,6 +155,9 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         park_delay: d(500, Duration::from_secs(60)),
         webhook_timeout: Duration::from_secs(5),
         lease: Duration::from_secs(35),
+        // The shop's 503s open its circuit; short cool-downs keep the demo short.
+        breaker_cooldown: d(50, Duration::from_secs(5)),
+        breaker_max_cooldown: d(100, Duration::from_secs(300)),
         ..DispatcherConfig::default()
     };
     let webhook_policy = if fast {
@@ -280,7 +283,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         }
         if !rotated && shop.count() >= 40.min(shop_deliveries) {
             let held = count(&*store, &tenant, shop_ep.id, DeliveryStatus::Held).await?;
-            if held >= 10 || elapsed > ms(6000) {
+            if held >= 10 || elapsed > ms(12_000) {
                 bar.set_message(format!(
                     "{held} shop deliveries held on 401: rotating the secret"
                 ));

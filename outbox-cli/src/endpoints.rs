@@ -343,6 +343,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                     vec![
                         e.id.to_string(),
                         status_text(&e.status),
+                        circuit_text(e.last_delivery.as_ref()).to_owned(),
                         e.filter.to_string(),
                         display_url(&e.url, a.show_url),
                         last_delivery_text(e.last_delivery.as_ref()),
@@ -356,6 +357,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                     &[
                         "id",
                         "status",
+                        "circuit",
                         "filter",
                         "url",
                         "last delivery",
@@ -383,6 +385,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 "last delivery: {}",
                 last_delivery_text(e.last_delivery.as_ref())
             );
+            outln!("circuit:      {}", circuit_detail(e.last_delivery.as_ref()));
             outln!(
                 "rotation:     {}",
                 if e.previous_secret.is_some() {
@@ -562,6 +565,24 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
                 "no answer ({class}): {detail}{hint}"
             )))
         }
+    }
+}
+
+/// The circuit state a relay adopts for an endpoint when it starts, from its last delivery:
+/// `half-open` after a timeout, connection error or 5xx, else `closed`. A running relay
+/// keeps its own, live state (its report and observer show it).
+fn circuit_text(l: Option<&outboxkit_core::LastDelivery>) -> &'static str {
+    outboxkit_dispatch::CircuitState::on_start(l).as_str()
+}
+
+/// [`circuit_text`] with what it means.
+fn circuit_detail(l: Option<&outboxkit_core::LastDelivery>) -> String {
+    match outboxkit_dispatch::CircuitState::on_start(l) {
+        outboxkit_dispatch::CircuitState::Closed => "closed".to_owned(),
+        s => format!(
+            "{} (the last delivery failed in a retryable way: a relay sends one probe before the rest; repeated failures open the circuit)",
+            s.as_str()
+        ),
     }
 }
 

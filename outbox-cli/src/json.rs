@@ -72,6 +72,7 @@ pub fn endpoint(e: &Endpoint, show_url: bool) -> Value {
         "description": e.description,
         "rate_limit": e.rate_limit,
         "rotation_in_progress": e.previous_secret.is_some(),
+        "circuit": outboxkit_dispatch::CircuitState::on_start(e.last_delivery.as_ref()).as_str(),
         "created_at": time(e.created_at),
         "updated_at": time(e.updated_at),
     })

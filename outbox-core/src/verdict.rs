@@ -71,7 +71,7 @@ impl Outcome {
             },
             Outcome::Http { status, .. } => match status {
                 200..=299 => Succeeded,
-                300..=399 => Failed(ErrorClass::EgressRefused),
+                300..=399 => Failed(ErrorClass::Redirect),
                 400..=499 => Failed(ErrorClass::Response4xx),
                 _ => Failed(ErrorClass::Response5xx),
             },
@@ -742,7 +742,7 @@ mod tests {
         use AttemptOutcome::*;
         let rows = [
             (http(200), Some(Succeeded)),
-            (http(302), Some(Failed(ErrorClass::EgressRefused))),
+            (http(302), Some(Failed(ErrorClass::Redirect))),
             (http(404), Some(Failed(ErrorClass::Response4xx))),
             (http(503), Some(Failed(ErrorClass::Response5xx))),
             (

@@ -261,6 +261,14 @@ impl DispatcherBuilder {
                 "register at least one handler, webhooks, a mailer or a broker sink",
             ));
         }
+        let breakers =
+            super::breaker::Breakers::new(self.config.breaker_threshold.map(|threshold| {
+                super::breaker::BreakerSettings {
+                    threshold,
+                    cooldown: self.config.breaker_cooldown,
+                    max_cooldown: self.config.breaker_max_cooldown,
+                }
+            }));
         Ok(Dispatcher {
             shared: Arc::new(Shared {
                 store: self.store,
@@ -274,6 +282,7 @@ impl DispatcherBuilder {
                 observer: self.observer,
                 registered: tokio::sync::OnceCell::new(),
                 limits: super::limits::EndpointLimits::default(),
+                breakers,
                 alerts,
                 brokers,
             }),

@@ -52,9 +52,11 @@ pub struct DispatcherConfig {
     /// each application or environment sharing one mail-service account its own. 1–163
     /// visible ASCII characters. Default `outbox`.
     pub mail_key_prefix: String,
-    /// Webhook requests in flight at once per endpoint, unless overridden; `None` (the
-    /// default) sets no limit beyond `concurrency`. A delivery to an endpoint at its limit is
-    /// released without spending an attempt, due after one poll interval.
+    /// Webhook requests in flight at once per endpoint, unless overridden, so that one slow
+    /// or hanging receiver cannot hold every slot. `None` (the default) is a quarter of
+    /// `concurrency`, at least 1; `Some(concurrency)` lifts the cap. An endpoint at its cap
+    /// is left out of claims; a delivery that still meets it is released without spending
+    /// an attempt, due again at once.
     pub endpoint_concurrency: Option<usize>,
     /// Per-endpoint overrides of `endpoint_concurrency`, by endpoint id (1–10000 each).
     pub endpoint_concurrency_overrides: BTreeMap<EndpointId, usize>,
@@ -62,6 +64,16 @@ pub struct DispatcherConfig {
     /// webhook requests, so a receiver that traces continues the producer's trace. Off by
     /// default: it tells the receiver the producer's trace id. Default `false`.
     pub forward_traceparent: bool,
+    /// Consecutive failures of the retryable kinds (timeout, connection error, 5xx) that
+    /// open an endpoint's circuit: its deliveries are then not claimed and spend no attempts
+    /// until the cool-down ends and one probe succeeds. Default 5; `None` turns the
+    /// circuit breaker off.
+    pub breaker_threshold: Option<u32>,
+    /// How long a circuit stays open the first time. Default 5 s; it doubles after every
+    /// failed probe, up to `breaker_max_cooldown`.
+    pub breaker_cooldown: Duration,
+    /// The longest cool-down. Default 5 min.
+    pub breaker_max_cooldown: Duration,
 }
 
 impl Default for DispatcherConfig {
@@ -87,6 +99,9 @@ impl Default for DispatcherConfig {
             endpoint_concurrency: None,
             endpoint_concurrency_overrides: BTreeMap::new(),
             forward_traceparent: false,
+            breaker_threshold: Some(5),
+            breaker_cooldown: Duration::from_secs(5),
+            breaker_max_cooldown: Duration::from_secs(300),
         }
     }
 }
@@ -215,6 +230,27 @@ impl DispatcherConfig {
                 "each must be from 1 to 10000",
             ));
         }
+        if self
+            .breaker_threshold
+            .is_some_and(|t| !(1..=1000).contains(&t))
+        {
+            return Err(Error::misconfigured(
+                "breaker_threshold",
+                "must be from 1 to 1000",
+            ));
+        }
+        between(
+            "breaker_cooldown",
+            self.breaker_cooldown,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )?;
+        between(
+            "breaker_max_cooldown",
+            self.breaker_max_cooldown,
+            self.breaker_cooldown,
+            Duration::from_secs(24 * 3600),
+        )?;
         Ok(())
     }
 
@@ -223,12 +259,14 @@ impl DispatcherConfig {
         self.mail_timeout.unwrap_or(self.webhook_timeout)
     }
 
-    /// The most webhook requests in flight to `endpoint` (`None`: no per-endpoint limit).
-    pub fn concurrency_for(&self, endpoint: EndpointId) -> Option<usize> {
+    /// The most webhook requests in flight to `endpoint`: its override, else
+    /// `endpoint_concurrency`, else a quarter of `concurrency` (at least 1).
+    pub fn concurrency_for(&self, endpoint: EndpointId) -> usize {
         self.endpoint_concurrency_overrides
             .get(&endpoint)
             .copied()
             .or(self.endpoint_concurrency)
+            .unwrap_or((self.concurrency / 4).max(1))
     }
 }
 
@@ -239,6 +277,19 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         DispatcherConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn the_endpoint_cap_defaults_to_a_quarter_of_the_concurrency() {
+        let e = EndpointId::parse("01900000-0000-7000-8000-0000000000aa").unwrap();
+        let other = EndpointId::parse("01900000-0000-7000-8000-0000000000bb").unwrap();
+        let mut c = DispatcherConfig::default();
+        assert_eq!(c.concurrency_for(e), 16);
+        c.concurrency = 3;
+        assert_eq!(c.concurrency_for(e), 1);
+        c.endpoint_concurrency = Some(2);
+        c.endpoint_concurrency_overrides.insert(e, 7);
+        assert_eq!((c.concurrency_for(e), c.concurrency_for(other)), (7, 2));
     }
 
     #[test]
@@ -274,6 +325,14 @@ mod tests {
             (
                 "mail_key_prefix",
                 Box::new(|c| c.mail_key_prefix = "two words".into()),
+            ),
+            (
+                "breaker_threshold",
+                Box::new(|c| c.breaker_threshold = Some(0)),
+            ),
+            (
+                "breaker_max_cooldown",
+                Box::new(|c| c.breaker_max_cooldown = Duration::from_millis(10)),
             ),
         ];
         for (field, mutate) in cases {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 
+use super::breaker::{Pass, Signal, Transition};
 use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
 use super::lease::{keep_alive, LiveLease};
@@ -100,6 +101,31 @@ pub(crate) enum Done {
     LeaseLost,
 }
 
+impl Done {
+    /// Put back unstarted, due after `delay`, attempt refunded.
+    pub(crate) fn release(lease: Lease, delay: Duration) -> Done {
+        Done::Release {
+            lease,
+            delay,
+            duplicate: false,
+        }
+    }
+
+    /// Put back unstarted, due at once (shutdown, abort, budget), attempt refunded.
+    pub(crate) fn release_now(lease: Lease) -> Done {
+        Done::release(lease, Duration::ZERO)
+    }
+
+    /// Handed out again while this run has it: put back without running it twice.
+    pub(crate) fn duplicate(lease: Lease, delay: Duration) -> Done {
+        Done::Release {
+            lease,
+            delay,
+            duplicate: true,
+        }
+    }
+}
+
 /// What the report and observer need to know about a finished delivery.
 #[derive(Clone, Debug)]
 pub(crate) struct Meta {
@@ -108,6 +134,8 @@ pub(crate) struct Meta {
     pub(crate) kind: DestinationKind,
     pub(crate) attempt: u32,
     pub(crate) duration: Duration,
+    /// The change of the endpoint's circuit this attempt caused.
+    pub(crate) circuit: Option<Transition>,
 }
 
 pub(super) enum Gate {
@@ -139,11 +167,7 @@ pub(crate) async fn deliver(
                 .max(shared.config.poll_interval),
             None => shared.config.lease,
         };
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: true,
-        };
+        return Done::duplicate(lease, delay);
     }
     let done = match &delivery.destination {
         Destination::Handler(c) if shared.brokers.contains_key(c) => {
@@ -232,6 +256,7 @@ pub(super) fn completed(
         kind: delivery.destination.kind(),
         attempt: lease.attempts,
         duration: finished.duration_since(started),
+        circuit: None,
     };
     Done::Completed {
         lease,
@@ -265,11 +290,7 @@ async fn handler_path(
 ) -> Done {
     let Some(reg) = shared.handlers.get(consumer) else {
         // Only registered consumers are claimed; a config change between claim and run.
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     // Wait for a permit, unless the run stops first: unstarted work goes back at once.
     let permit = tokio::select! {
@@ -277,29 +298,15 @@ async fn handler_path(
         () = run.stopping.cancelled() => None,
     };
     let Some(_permit) = permit else {
-        return Done::Release {
-            lease,
-            delay: Duration::ZERO,
-            duplicate: false,
-        };
+        return Done::release_now(lease);
     };
     if let Gate::Release(delay) = gate(shared, run, reg.options.timeout, Some(consumer)) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
+        return Done::release(lease, delay);
     }
     let started = shared.clock.now();
     let guard = match reserve_key(shared, reg, &message, delivery.id, started) {
         Reserve::Go(guard) => guard,
-        Reserve::Taken(delay) => {
-            return Done::Release {
-                lease,
-                delay,
-                duplicate: false,
-            }
-        }
+        Reserve::Taken(delay) => return Done::release(lease, delay),
         Reserve::Skip => {
             let rec = AttemptRecord {
                 started_at: started,
@@ -368,11 +375,7 @@ async fn handler_path(
         && matches!(outcome, HandlerOutcome::Retry | HandlerOutcome::Timeout)
     {
         // Stopped by the shutdown: put it back with the attempt refunded, like an abort.
-        return Done::Release {
-            lease,
-            delay: Duration::ZERO,
-            duplicate: false,
-        };
+        return Done::release_now(lease);
     }
     let finished = shared.clock.now();
     let outcome = Outcome::Handler(outcome);
@@ -405,11 +408,7 @@ async fn webhook_path(
     endpoint_id: EndpointId,
 ) -> Done {
     let Some(ch) = &shared.webhooks else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     let now = shared.clock.now();
     let policy = verdict_policy(shared, ch.policy.for_tenant(&delivery.tenant), false);
@@ -420,11 +419,7 @@ async fn webhook_path(
         Ok(e) => e,
         Err(e) => {
             tracing::warn!(error = %e, "reading the endpoint failed; releasing the delivery");
-            return Done::Release {
-                lease,
-                delay: shared.config.poll_interval,
-                duplicate: false,
-            };
+            return Done::release(lease, shared.config.poll_interval);
         }
     };
     if let Some(outcome) = endpoint_gate(endpoint.as_ref()) {
@@ -432,11 +427,7 @@ async fn webhook_path(
         return completed(lease, verdict, None, delivery, now, now);
     }
     let Some(endpoint) = endpoint else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     let secrets = match open_secrets(&*ch.vault, &endpoint).await {
         Ok(s) => s,
@@ -450,33 +441,41 @@ async fn webhook_path(
         }
     };
     if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
+        return Done::release(lease, delay);
     }
+    // An open circuit: back without spending an attempt, due when the next probe may go.
+    shared
+        .breakers
+        .seed(endpoint.id, endpoint.last_delivery.as_ref());
+    // One probe at a time: the others go back for a poll interval (the endpoint is left
+    // out of claims until the probe's outcome is known).
+    let probe =
+        match shared
+            .breakers
+            .pass(endpoint.id, shared.clock.now(), shared.config.poll_interval)
+        {
+            Pass::Go { probe } => probe,
+            Pass::Wait(delay) => return Done::release(lease, delay),
+        };
     let _permit = match shared.limits.admit(
         endpoint.id,
         endpoint.rate_limit,
-        shared.config.concurrency_for(endpoint.id),
+        Some(shared.config.concurrency_for(endpoint.id)),
         shared.clock.now(),
     ) {
         Admit::Go(permit) => permit,
         // Not started: back without spending an attempt, due when it may go.
-        Admit::RateLimited(wait) => {
-            return Done::Release {
-                lease,
-                delay: wait,
-                duplicate: false,
+        refused => {
+            if probe {
+                shared.breakers.probe_abandoned(endpoint.id);
             }
-        }
-        Admit::Busy => {
-            return Done::Release {
-                lease,
-                delay: shared.config.poll_interval,
-                duplicate: false,
-            }
+            // At its cap: due again at once; the endpoint stays out of claims while it is
+            // at its cap, so this does not spin.
+            let delay = match refused {
+                Admit::RateLimited(wait) => wait,
+                _ => Duration::ZERO,
+            };
+            return Done::release(lease, delay);
         }
     };
     let started = shared.clock.now();
@@ -493,13 +492,20 @@ async fn webhook_path(
     let response = ch.transport.send(request).await;
     let finished = shared.clock.now();
     let outcome = response.outcome();
+    let transition = shared
+        .breakers
+        .record(endpoint.id, Signal::of(&outcome), probe, finished);
     let verdict = classify(&outcome, &context(shared, &lease), &policy);
-    completed(
+    let mut done = completed(
         lease,
         verdict,
         record(&outcome, started, finished, response.excerpt()),
         delivery,
         started,
         finished,
-    )
+    );
+    if let Done::Completed { meta, .. } = &mut done {
+        meta.circuit = transition;
+    }
+    done
 }

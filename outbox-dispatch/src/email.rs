@@ -68,11 +68,7 @@ pub(super) async fn email_path(
     recipient: &Recipient,
 ) -> Done {
     let Some(ch) = &shared.mail else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     let now = shared.clock.now();
     let idempotent = ch.mailer.capabilities().idempotent;
@@ -112,13 +108,16 @@ pub(super) async fn email_path(
     let to = match ch.resolver.resolve(&delivery.tenant, recipient).await {
         Ok(a) => a,
         Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::NotFound) => {
+            // The recipient itself is never logged: it may be an address.
+            tracing::warn!(error = %e, "the recipient does not resolve; the delivery dies");
             return fail(
                 lease,
                 Outcome::Unrenderable,
                 "the recipient does not resolve",
             );
         }
-        Err(_) => {
+        Err(e) => {
+            tracing::warn!(error = %e, "resolving the recipient failed; retrying later");
             let err = MailError::new(
                 MailErrorCode::Other,
                 MailOutcome::NotSent,
@@ -129,31 +128,24 @@ pub(super) async fn email_path(
     };
     let mail = match ch.composer.compose(message, to) {
         Ok(m) => m,
-        Err(_) => {
+        Err(e) => {
+            tracing::warn!(error = %e, "composing the mail failed; the delivery dies");
             return fail(
                 lease,
                 Outcome::Unrenderable,
                 "the message cannot be rendered as an e-mail",
-            )
+            );
         }
     };
     if let Gate::Release(delay) = gate(shared, run, shared.config.mail_deadline(), None) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
+        return Done::release(lease, delay);
     }
     // Validated with the configuration: never fails here.
     let key = match namespaced_mail_idempotency_key(&shared.config.mail_key_prefix, delivery.id) {
         Ok(k) => k,
         Err(e) => {
             tracing::error!(error = %e, "the mail key prefix is invalid; releasing the delivery");
-            return Done::Release {
-                lease,
-                delay: shared.config.park_delay,
-                duplicate: false,
-            };
+            return Done::release(lease, shared.config.park_delay);
         }
     };
     match shared.store.mark_sending(&lease).await {
@@ -161,11 +153,7 @@ pub(super) async fn email_path(
         Err(e) if e.is_lease_lost() => return Done::LeaseLost,
         Err(e) => {
             tracing::warn!(error = %e, "marking the delivery as sending failed; releasing it");
-            return Done::Release {
-                lease,
-                delay: shared.config.poll_interval,
-                duplicate: false,
-            };
+            return Done::release(lease, shared.config.poll_interval);
         }
     }
     let started = shared.clock.now();

@@ -1,4 +1,4 @@
-//! In-process handlers (DESIGN §8.1): the [`Handler`] trait, what it returns, the context it
+//! In-process handlers: the [`Handler`] trait, what it returns, the context it
 //! gets, and its options (retry policy, timeout, concurrency, dedup).
 
 use std::fmt;

@@ -1,7 +1,7 @@
 //! Per-endpoint limits shared by every delivery task of one dispatcher: the rate limit
 //! stored on the endpoint (a token bucket) and an optional cap on requests in flight.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -87,6 +87,20 @@ impl EndpointLimits {
         })
     }
 
+    /// Add to `into` the endpoints with `cap(endpoint)` requests in flight or more.
+    pub(crate) fn at_cap(
+        &self,
+        cap: impl Fn(EndpointId) -> usize,
+        into: &mut BTreeSet<EndpointId>,
+    ) {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, slot) in slots.iter() {
+            if slot.running >= cap(*id) {
+                into.insert(*id);
+            }
+        }
+    }
+
     fn done(&self, endpoint: EndpointId) {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = slots.get_mut(&endpoint) {
@@ -153,6 +167,12 @@ mod tests {
         let a = l.admit(ep(), None, Some(1), ms(0));
         assert!(matches!(a, Admit::Go(_)));
         assert!(matches!(l.admit(ep(), None, Some(1), ms(0)), Admit::Busy));
+        let mut full = BTreeSet::new();
+        l.at_cap(|_| 1, &mut full);
+        assert!(full.contains(&ep()));
+        full.clear();
+        l.at_cap(|_| 2, &mut full);
+        assert!(full.is_empty());
         drop(a);
         assert!(matches!(l.admit(ep(), None, Some(1), ms(0)), Admit::Go(_)));
         assert!(

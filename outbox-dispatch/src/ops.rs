@@ -29,28 +29,44 @@ impl Operator {
     }
 
     /// Give a dead delivery a fresh budget, due now.
+    ///
+    /// # Cancel safety
+    /// One store call: dropping the future leaves the change made or not made, never half.
     pub async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.store.replay(tenant, delivery).await
     }
 
     /// Release an endpoint's held deliveries.
+    ///
+    /// # Cancel safety
+    /// One store call: dropping the future leaves the change made or not made, never half.
     pub async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         self.store.release_held(tenant, endpoint).await
     }
 
     /// Make a pending or held delivery due now.
+    ///
+    /// # Cancel safety
+    /// One store call: dropping the future leaves the change made or not made, never half.
     pub async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.store.retry_now(tenant, delivery).await
     }
 
     /// Reset a held delivery to a fresh budget, due now (attempts and snoozes 0). Any other
     /// status is a `Conflict`.
+    ///
+    /// # Cancel safety
+    /// One store call: dropping the future leaves the change made or not made, never half.
     pub async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.store.reset(tenant, delivery).await
     }
 
     /// Remove finished deliveries older than `older_than`, `batch` at a time, visiting
     /// tenants in rotation until nothing is left to purge.
+    ///
+    /// # Cancel safety
+    /// Each batch is one store call; dropping the future stops between or within batches,
+    /// leaving the batches already purged purged and the rest in place (call it again).
     pub async fn purge(&self, older_than: Duration, batch: u32) -> Result<PurgeReport> {
         outboxkit_core::store::check_purge_limit(batch)?;
         let before = self.clock.now().saturating_sub(older_than);
@@ -135,6 +151,10 @@ impl EndpointAdmin {
     }
 
     /// Create an endpoint; returns it and its secret (show the secret once).
+    ///
+    /// # Cancel safety
+    /// The endpoint is written by one store call, last: dropping the future earlier writes
+    /// nothing; the secret is lost with the future, so create again.
     pub async fn create(
         &self,
         tenant: &TenantId,
@@ -179,6 +199,11 @@ impl EndpointAdmin {
     /// Rotate the secret (to `given`, or a new one): the old one keeps signing as the
     /// previous secret until [`EndpointAdmin::drop_previous_secret`]. Releases held
     /// deliveries.
+    ///
+    /// # Cancel safety
+    /// One write, last: dropped before it, nothing changes; dropped during it, the rotation
+    /// is made or not, and a secret that was made but not returned is unknown to the caller
+    /// (rotate again: the unknown one becomes the previous secret, then drop it).
     pub async fn rotate_secret(
         &self,
         tenant: &TenantId,
@@ -200,6 +225,9 @@ impl EndpointAdmin {
     }
 
     /// End a rotation: only the current secret signs.
+    ///
+    /// # Cancel safety
+    /// One store write: dropping the future leaves the change made or not made, never half.
     pub async fn drop_previous_secret(
         &self,
         tenant: &TenantId,
@@ -213,6 +241,9 @@ impl EndpointAdmin {
     }
 
     /// Apply a change (URL, filter, status, …).
+    ///
+    /// # Cancel safety
+    /// One store write: dropping the future leaves the change made or not made, never half.
     pub async fn update(
         &self,
         tenant: &TenantId,
@@ -227,6 +258,9 @@ impl EndpointAdmin {
     }
 
     /// Pause, resume or disable.
+    ///
+    /// # Cancel safety
+    /// One store write: dropping the future leaves the change made or not made, never half.
     pub async fn set_status(
         &self,
         tenant: &TenantId,

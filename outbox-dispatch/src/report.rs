@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use outboxkit_core::ids::{DeliveryId, TenantId, Topic};
+use outboxkit_core::ids::{DeliveryId, EndpointId, TenantId, Topic};
+
+use crate::breaker::CircuitState;
 use outboxkit_core::model::{DeadReason, DestinationKind};
 use outboxkit_core::store::Stats;
 use outboxkit_core::verdict::Verdict;
@@ -66,6 +68,12 @@ pub struct Report {
     pub dead_ids: Vec<DeliveryId>,
     /// Queue statistics at the end, when the store answered within the deadline.
     pub stats: Option<Stats>,
+    /// Endpoint circuits that opened (after consecutive failures, or a failed probe).
+    pub circuits_opened: u64,
+    /// Endpoint circuits that closed again (a probe or another attempt was answered).
+    pub circuits_closed: u64,
+    /// The endpoints whose circuit was not closed when the run ended, and its state.
+    pub circuits: BTreeMap<EndpointId, CircuitState>,
 }
 
 impl Report {
@@ -118,6 +126,9 @@ impl Report {
         self.lease_lost += other.lease_lost;
         self.duplicate_in_run += other.duplicate_in_run;
         self.batches += other.batches;
+        self.circuits_opened += other.circuits_opened;
+        self.circuits_closed += other.circuits_closed;
+        self.circuits.extend(other.circuits);
         for (topic, t) in other.per_topic {
             let mine = self.per_topic.entry(topic).or_default();
             mine.claimed += t.claimed;
@@ -141,9 +152,10 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "claimed {} succeeded {} retried {} held {} snoozed {} parked {} dead {} released {} lease-lost {} duplicate-in-run {} batches {} in {:?}",
+            "claimed {} succeeded {} retried {} held {} snoozed {} parked {} dead {} released {} lease-lost {} duplicate-in-run {} batches {} circuits-opened {} circuits-open-at-end {} in {:?}",
             self.claimed, self.succeeded, self.retried, self.held, self.snoozed, self.parked, self.dead,
-            self.released, self.lease_lost, self.duplicate_in_run, self.batches, self.run_time
+            self.released, self.lease_lost, self.duplicate_in_run, self.batches,
+            self.circuits_opened, self.circuits.len(), self.run_time
         )
     }
 }
@@ -190,6 +202,11 @@ pub trait Observer: Send + Sync + fmt::Debug + 'static {
     fn on_settle(&self, event: &SettleEvent) {
         let _ = event;
     }
+    /// An endpoint's circuit changed state (opened, half-open after a failed probe's
+    /// cool-down is not reported until the probe's outcome; closed).
+    fn on_circuit(&self, event: &CircuitEvent<'_>) {
+        let _ = event;
+    }
 }
 
 /// One claim, for [`Observer::on_claim`].
@@ -216,6 +233,20 @@ pub struct SettleEvent {
     pub lease_lost: u64,
     /// How long the store's completion and release calls took.
     pub duration: Duration,
+}
+
+/// An endpoint's circuit changed, for [`Observer::on_circuit`]. No URL, no address.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct CircuitEvent<'a> {
+    /// The endpoint.
+    pub endpoint: EndpointId,
+    /// Its tenant.
+    pub tenant: &'a TenantId,
+    /// The new state.
+    pub state: CircuitState,
+    /// Consecutive retryable failures counted (the threshold when it opened).
+    pub failures: u32,
 }
 
 /// A delivery that went dead, for [`Observer::on_dead`]. No payload, no address.

@@ -1,8 +1,10 @@
 //! The webhook channel: build the signed request of a delivery and classify its answer.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
+use tokio::sync::OnceCell;
 
 use outboxkit_core::endpoint::{BodyFormat, Endpoint, EndpointStatus};
 use outboxkit_core::error::Result;
@@ -99,11 +101,16 @@ pub fn endpoint_gate(endpoint: Option<&Endpoint>) -> Option<Outcome> {
 }
 
 /// Endpoint reads shared by the deliveries of one claim batch: a batch claimed after a
-/// secret rotation or URL change always reads the endpoint afresh.
+/// secret rotation or URL change always reads the endpoint afresh. Single-flight: the
+/// deliveries of one batch to one endpoint wait for one read rather than each reading it
+/// (a failed read is not kept: the next delivery tries again).
 #[derive(Debug, Default)]
 pub(crate) struct EndpointCache {
-    entries: Mutex<HashMap<(TenantId, EndpointId), Option<Endpoint>>>,
+    entries: Mutex<HashMap<(TenantId, EndpointId), Arc<EndpointRead>>>,
 }
+
+/// One endpoint read of a batch (`None`: the endpoint does not exist).
+type EndpointRead = OnceCell<Option<Endpoint>>;
 
 impl EndpointCache {
     pub(crate) async fn get(
@@ -112,25 +119,23 @@ impl EndpointCache {
         tenant: &TenantId,
         id: EndpointId,
     ) -> Result<Option<Endpoint>> {
-        let key = (tenant.clone(), id);
-        if let Some(e) = self
+        let cell = self
             .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            return Ok(e.clone());
-        }
-        let fresh = match store.get_endpoint(tenant, id).await {
-            Ok(e) => Some(e),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(e),
-        };
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, fresh.clone());
-        Ok(fresh)
+            .entry((tenant.clone(), id))
+            .or_default()
+            .clone();
+        let read = cell
+            .get_or_try_init(|| async {
+                match store.get_endpoint(tenant, id).await {
+                    Ok(e) => Ok(Some(e)),
+                    Err(e) if e.is_not_found() => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(read.clone())
     }
 }
 

@@ -141,10 +141,9 @@ pub(crate) fn webhook_failure(err: &reqwest::Error) -> (ErrorClass, String) {
         Cause::TimedOut => (ErrorClass::Timeout, "the deadline passed".into()),
         Cause::Tls => (ErrorClass::Network, "tls handshake failed".into()),
         Cause::Protocol => (ErrorClass::Network, "the answer was not valid http".into()),
-        Cause::Other if err.is_redirect() => (
-            ErrorClass::EgressRefused,
-            "redirects are not followed".into(),
-        ),
+        Cause::Other if err.is_redirect() => {
+            (ErrorClass::Redirect, "redirects are not followed".into())
+        }
         Cause::Other if err.is_connect() => (ErrorClass::Network, "could not connect".into()),
         Cause::Other => (ErrorClass::Network, "the request failed".into()),
     }

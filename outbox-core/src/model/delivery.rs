@@ -244,8 +244,10 @@ pub enum ErrorClass {
     Network,
     /// The host did not resolve.
     Dns,
-    /// The egress policy refused the address or scheme, or the receiver redirected.
+    /// The egress policy refused the address or scheme.
     EgressRefused,
+    /// The receiver answered with a redirect (3xx), which is never followed.
+    Redirect,
     /// A 4xx answer.
     Response4xx,
     /// A 5xx answer.
@@ -284,6 +286,7 @@ impl ErrorClass {
             Network => "network",
             Dns => "dns",
             EgressRefused => "egress-refused",
+            Redirect => "redirect",
             Response4xx => "response-4xx",
             Response5xx => "response-5xx",
             HandlerError => "handler-error",
@@ -308,6 +311,7 @@ impl ErrorClass {
             Network,
             Dns,
             EgressRefused,
+            Redirect,
             Response4xx,
             Response5xx,
             HandlerError,

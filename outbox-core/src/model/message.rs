@@ -513,6 +513,7 @@ mod tests {
             "network",
             "dns",
             "egress-refused",
+            "redirect",
             "response-4xx",
             "response-5xx",
         ] {

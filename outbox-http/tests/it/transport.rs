@@ -22,11 +22,7 @@ async fn each_status_class_maps_to_its_verdict_and_every_signature_verifies() {
         (200, AttemptOutcome::Succeeded, "succeeded"),
         (201, AttemptOutcome::Succeeded, "succeeded"),
         (204, AttemptOutcome::Succeeded, "succeeded"),
-        (
-            301,
-            AttemptOutcome::Failed(ErrorClass::EgressRefused),
-            "retry",
-        ),
+        (301, AttemptOutcome::Failed(ErrorClass::Redirect), "retry"),
         (
             400,
             AttemptOutcome::Failed(ErrorClass::Response4xx),
@@ -115,7 +111,7 @@ async fn a_redirect_is_answered_not_followed() {
     assert_eq!(status(&resp), Some(307));
     assert_eq!(
         resp.outcome().attempt_outcome(),
-        Some(AttemptOutcome::Failed(ErrorClass::EgressRefused))
+        Some(AttemptOutcome::Failed(ErrorClass::Redirect))
     );
     assert!(!r.wait_for(2, Duration::from_millis(200)).await);
     assert_eq!(r.count(), 1, "the receiver sees one request");

@@ -181,3 +181,59 @@ async fn shutdown_cancels_running_handlers_and_refunds_their_attempt() {
     let del = w.one().await;
     assert_eq!((del.status, del.attempts), (DeliveryStatus::Pending, 0));
 }
+
+/// Deliveries claimed ahead of free slots wait with their leases running: one whose lease no
+/// longer covers its timeout plus the reservation margin goes back unstarted (attempt
+/// refunded) and runs on a fresh claim.
+#[tokio::test]
+async fn a_delivery_claimed_ahead_never_starts_on_a_lease_too_short_for_it() {
+    let w = world();
+    let calls: Calls = Arc::default();
+    let go = Arc::new(tokio::sync::Notify::new());
+    let d = w
+        .builder()
+        .config(DispatcherConfig {
+            concurrency: 1,
+            lease: Duration::from_secs(60),
+            reservation_margin: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(20),
+            ..DispatcherConfig::default()
+        })
+        .handler_with(
+            "slow",
+            "*",
+            slow(calls.clone(), go.clone()),
+            HandlerOptions {
+                timeout: Duration::from_secs(30),
+                concurrency: Some(1),
+                ..HandlerOptions::default()
+            },
+        )
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    w.enqueue_n(2).await;
+    let (tx, run) = spawn_run(&d);
+    until(|| calls.lock().unwrap().len() == 1).await;
+    // Both were claimed together: the second waits for the only slot.
+    assert_eq!(w.count(DeliveryStatus::Processing).await, 2);
+    // 29 s later only 31 s of its lease are left, less than 30 s + the 2 s margin (the
+    // first handler is still within its 30 s timeout).
+    w.advance(Duration::from_secs(29));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    go.notify_one();
+    until(|| calls.lock().unwrap().len() == 2).await;
+    go.notify_one();
+    until(|| calls.lock().unwrap().iter().all(|c| c.1 == Some(false))).await;
+    tx.send(()).unwrap();
+    let report = run.await.unwrap();
+    assert_eq!(report.succeeded, 2, "{report}");
+    assert!(report.released >= 1, "the second went back once: {report}");
+    for del in w.deliveries().await {
+        assert_eq!(
+            (del.status, del.attempts),
+            (DeliveryStatus::Succeeded, 1),
+            "the release refunded its attempt"
+        );
+    }
+}

@@ -6,6 +6,7 @@ mod dedup;
 mod fidelity;
 mod followups;
 mod handlers;
+mod isolation;
 mod leases;
 mod lifecycle;
 mod limits;

@@ -333,6 +333,7 @@ pub async fn attempts_round_trip(fx: Fixture) {
         AttemptOutcome::Failed(ErrorClass::Network),
         AttemptOutcome::Failed(ErrorClass::Dns),
         AttemptOutcome::Failed(ErrorClass::EgressRefused),
+        AttemptOutcome::Failed(ErrorClass::Redirect),
         AttemptOutcome::Failed(ErrorClass::Response4xx),
         AttemptOutcome::Failed(ErrorClass::Response5xx),
         AttemptOutcome::Failed(ErrorClass::HandlerError),

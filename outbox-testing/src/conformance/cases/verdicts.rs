@@ -487,7 +487,7 @@ pub async fn removed_and_disabled_endpoint_dead(fx: Fixture) {
     }
 }
 
-/// Other answers: a redirect is `egress-refused` and a 404 is `response-4xx`, both retried
+/// Other answers: a redirect is `redirect` and a 404 is `response-4xx`, both retried
 /// after the policy delay with the attempt spent.
 pub async fn verdict_redirect_and_4xx_retry(fx: Fixture) {
     add_endpoint(&fx, "default", "*").await;
@@ -504,7 +504,7 @@ pub async fn verdict_redirect_and_4xx_retry(fx: Fixture) {
     let d = delivery(&fx, &t, got.delivery.id).await;
     assert_eq!(
         d.last_outcome.map(|l| (l.outcome, l.status_code)),
-        Some((AttemptOutcome::Failed(ErrorClass::EgressRefused), Some(302)))
+        Some((AttemptOutcome::Failed(ErrorClass::Redirect), Some(302)))
     );
     fx.clock().advance(secs(60));
     let got = claim_one(&fx, &for_webhooks()).await;

@@ -1,0 +1,410 @@
+//! The run loop of one `run` or `run_once` call, as a handful of named steps:
+//! [`RunLoop::reap`] joins finished delivery tasks, [`RunLoop::settle_step`] hands what
+//! finished to a settle task, [`RunLoop::claim_step`] claims and spawns, [`RunLoop::wait`]
+//! sleeps until something happens, and [`RunLoop::finish`] drains at the end.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::{Id, JoinError, JoinHandle, JoinSet};
+use tracing::Instrument;
+
+use super::deliver::{deliver, Done, RunState};
+use super::report::{observe, ClaimEvent};
+use super::settle::{settle, settled};
+use super::webhook::EndpointCache;
+use super::{Dispatcher, Shared};
+use crate::report::Report;
+use crate::timer::TimerExt;
+use outboxkit_core::claim::{Claimed, Lease};
+use outboxkit_core::error::{ErrorKind, Result};
+use outboxkit_core::time::Timestamp;
+use outboxkit_core::wake::WakeListener;
+
+/// What the loop does besides running deliveries.
+pub(crate) enum Mode<S> {
+    /// `run`: until the signal resolves.
+    Forever(S),
+    /// `run_once`: until nothing is due or the budget is spent.
+    Once,
+}
+
+/// Deliveries claimed ahead at least, whatever the concurrency (bounded by the batch size).
+const AHEAD_MIN: usize = 32;
+
+/// What one claim step did.
+enum Claim {
+    /// Work was claimed and spawned: go round again at once.
+    Spawned,
+    /// Nothing was claimed (no free slots, nothing due, nothing to ask for).
+    Idle,
+    /// The store failed: pause, then go round again.
+    Failed,
+}
+
+/// The state of one run of the loop.
+pub(crate) struct RunLoop<S> {
+    dispatcher: Dispatcher,
+    shared: Arc<Shared>,
+    run: Arc<RunState>,
+    mode: Mode<S>,
+    start: Timestamp,
+    report: Report,
+    tasks: JoinSet<Done>,
+    /// The lease of every running task, to release it when the task is aborted.
+    leases: HashMap<Id, Lease>,
+    /// Finished deliveries not yet handed to a settle task.
+    finished: Vec<Done>,
+    /// At most one batch of completions is being written while the loop claims on.
+    settling: Option<JoinHandle<Report>>,
+    /// How many deliveries that settle holds: they still hold their leases, so they count
+    /// against `concurrency` like running ones (memory and completion size stay bounded).
+    settling_len: usize,
+    /// Claimed ahead of free slots, waiting to start (their leases run meanwhile).
+    ready: VecDeque<Claimed>,
+    /// The most deliveries held at once: running, finished, settling and ready.
+    capacity: usize,
+    /// Refill in batches, not one free slot at a time.
+    refill: usize,
+    listener: Option<WakeListener>,
+}
+
+impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
+    pub(crate) fn new(dispatcher: &Dispatcher, run: Arc<RunState>, mode: Mode<S>) -> Self {
+        let shared = dispatcher.shared.clone();
+        let c = &shared.config;
+        // Claim ahead of free slots, so a delivery that finishes finds the next one waiting
+        // rather than paying a claim round trip (at concurrency 1 above all); deliveries
+        // never wait longer than their lease allows (see `start_ready`).
+        let ahead = (c.batch_size as usize).min(c.concurrency.max(AHEAD_MIN));
+        let capacity = c.concurrency + ahead;
+        let refill = (capacity.min(c.batch_size as usize) / 2).max(1);
+        let listener = shared.store.wake_listener();
+        RunLoop {
+            dispatcher: dispatcher.clone(),
+            start: shared.clock.now(),
+            shared,
+            run,
+            mode,
+            report: Report::default(),
+            tasks: JoinSet::new(),
+            leases: HashMap::new(),
+            finished: Vec::new(),
+            settling: None,
+            settling_len: 0,
+            ready: VecDeque::new(),
+            capacity,
+            refill,
+            listener,
+        }
+    }
+
+    /// Claim, run and settle until the run stops, then drain and report.
+    pub(crate) async fn drive(mut self) -> Result<Report> {
+        loop {
+            self.reap();
+            self.settle_step().await;
+            self.watch_shutdown();
+            if self.should_stop() {
+                break;
+            }
+            self.start_ready();
+            match self.claim_step().await? {
+                Claim::Spawned => continue,
+                Claim::Failed => {
+                    tokio::time::sleep(
+                        self.shared.config.poll_interval.min(Duration::from_secs(1)),
+                    )
+                    .await;
+                    continue;
+                }
+                Claim::Idle => {}
+            }
+            if self.drained() {
+                break;
+            }
+            self.wait().await;
+        }
+        self.finish().await
+    }
+
+    /// Collect the tasks that have finished, without waiting.
+    fn reap(&mut self) {
+        while let Some(r) = self.tasks.try_join_next_with_id() {
+            let done = joined(r, &mut self.leases);
+            self.finished.push(done);
+        }
+    }
+
+    /// Absorb a finished settle; start the next one when there is something to write.
+    async fn settle_step(&mut self) {
+        if self.settling.as_ref().is_some_and(|h| h.is_finished()) {
+            let r = settled(&mut self.settling).await;
+            self.settled(r);
+        }
+        if self.settling.is_none() && !self.finished.is_empty() {
+            self.settling_len = self.finished.len();
+            let batch = std::mem::take(&mut self.finished);
+            self.settling = Some(tokio::spawn(settle(self.shared.clone(), batch)));
+        }
+    }
+
+    fn settled(&mut self, r: Report) {
+        self.settling = None;
+        self.settling_len = 0;
+        self.report.absorb(r);
+    }
+
+    /// A busy loop never reaches the idle wait: look at the shutdown signal on every turn
+    /// (a future is never polled again once it has completed).
+    fn watch_shutdown(&mut self) {
+        if self.run.stopping.is_cancelled() {
+            return;
+        }
+        if let Mode::Forever(signal) = &mut self.mode {
+            if futures::FutureExt::now_or_never(signal).is_some() {
+                self.run.shut_down();
+            }
+        }
+    }
+
+    /// Stopping, or `run_once` has too little budget left to start anything.
+    fn should_stop(&self) -> bool {
+        let now = self.shared.clock.now();
+        let spent = self
+            .run
+            .deadline
+            .is_some_and(|d| now.saturating_add(self.dispatcher.min_reservation()) > d);
+        self.run.stopping.is_cancelled() || spent
+    }
+
+    /// Deliveries that hold a running slot: running, or finished and not yet written.
+    fn running(&self) -> usize {
+        self.tasks.len() + self.finished.len() + self.settling_len
+    }
+
+    /// Start ready deliveries while slots are free. One whose lease no longer covers its
+    /// deadline plus the reservation margin goes back unstarted, attempt refunded.
+    fn start_ready(&mut self) {
+        if self.ready.is_empty() {
+            return;
+        }
+        let now = self.shared.clock.now();
+        let mut batch = Vec::new();
+        while self.running() + batch.len() < self.shared.config.concurrency {
+            let Some(claimed) = self.ready.pop_front() else {
+                break;
+            };
+            let need = self.dispatcher.deadline_of(&claimed.delivery.destination)
+                + self.shared.config.reservation_margin;
+            if now.saturating_add(need) > claimed.lease.until {
+                self.finished.push(Done::release_now(claimed.lease));
+                continue;
+            }
+            batch.push(claimed);
+        }
+        if !batch.is_empty() {
+            self.spawn_batch(batch);
+        }
+    }
+
+    /// Claim as many as the free room allows (running slots plus the claim-ahead queue) and
+    /// start what fits.
+    async fn claim_step(&mut self) -> Result<Claim> {
+        let s = self.shared.clone();
+        let held = self.running() + self.ready.len();
+        let free = self.capacity.saturating_sub(held);
+        if free < self.refill {
+            return Ok(Claim::Idle);
+        }
+        let now = s.clock.now();
+        let Some(req) = self.dispatcher.claim_request(&self.run, free, now) else {
+            return Ok(Claim::Idle);
+        };
+        let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
+        let watch = outboxkit_core::Stopwatch::start();
+        let claim = s.store.claim(&req).instrument(span).await;
+        if let Some(o) = &s.observer {
+            let event = ClaimEvent {
+                size: claim.as_ref().map_or(0, Vec::len),
+                duration: watch.elapsed(),
+                failed: claim.is_err(),
+            };
+            observe(|| o.on_claim(&event));
+        }
+        match claim {
+            Ok(batch) if batch.is_empty() => Ok(Claim::Idle),
+            Ok(batch) => {
+                self.report.batches += 1;
+                if let Some(o) = &s.observer {
+                    observe(|| o.on_batch(batch.len()));
+                }
+                for claimed in &batch {
+                    self.report.record_claim(&claimed.delivery.topic);
+                }
+                self.ready.extend(batch);
+                self.start_ready();
+                Ok(Claim::Spawned)
+            }
+            // A bad request or configuration stops the run; an outage or a row the store
+            // cannot read must not stop delivery for everyone else: log it and try again
+            // after a pause.
+            Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::Misconfigured) => {
+                Err(e)
+            }
+            Err(e) => {
+                if e.is_retryable() {
+                    tracing::warn!(error = %e, "claim failed; backing off");
+                } else {
+                    tracing::error!(error = %e, "claim failed; backing off");
+                }
+                Ok(Claim::Failed)
+            }
+        }
+    }
+
+    /// One task per delivery; the deliveries started together share one endpoint cache.
+    fn spawn_batch(&mut self, batch: Vec<Claimed>) {
+        let s = &self.shared;
+        let endpoints = Arc::new(EndpointCache::default());
+        for claimed in batch {
+            let span = tracing::info_span!(
+                "outbox.delivery",
+                delivery_id = %claimed.delivery.id,
+                topic = %claimed.delivery.topic,
+                kind = claimed.delivery.destination.kind().as_str(),
+                // Webhooks only: an e-mail recipient is never logged.
+                endpoint_id = claimed.delivery.destination.endpoint().map(tracing::field::display),
+                attempt = claimed.lease.attempts,
+                // The producer's trace, to link this attempt to it.
+                traceparent = outboxkit_core::Traceparent::from_headers(&claimed.message.headers)
+                    .map(tracing::field::display),
+            );
+            let lease = claimed.lease.clone();
+            let h = self.tasks.spawn(
+                deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span),
+            );
+            self.leases.insert(h.id(), lease);
+        }
+    }
+
+    /// `run_once` has nothing running, ready, settling or left to write.
+    fn drained(&self) -> bool {
+        matches!(self.mode, Mode::Once)
+            && self.ready.is_empty()
+            && self.tasks.is_empty()
+            && self.settling.is_none()
+            && self.finished.is_empty()
+    }
+
+    /// Sleep until a task finishes, a settle is written, the store wakes us, the poll
+    /// interval passes, or the shutdown signal arrives.
+    async fn wait(&mut self) {
+        if self.settling.is_none() && !self.finished.is_empty() {
+            return; // something to write (e.g. a release from `start_ready`): go round
+        }
+        let s = &self.shared;
+        let listener = &mut self.listener;
+        let woken = async {
+            match listener.as_mut() {
+                Some(l) => l.woken().await,
+                None => std::future::pending().await,
+            }
+        };
+        let mode = &mut self.mode;
+        let shutdown = async {
+            match mode {
+                Mode::Forever(s) => s.await,
+                Mode::Once => std::future::pending().await,
+            }
+        };
+        let tasks = &mut self.tasks;
+        let settling = &mut self.settling;
+        enum Woke {
+            Task(std::result::Result<(Id, Done), JoinError>),
+            Settled(Report),
+            Shutdown,
+            Other,
+        }
+        let woke = tokio::select! {
+            Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => Woke::Task(r),
+            r = settled(settling), if settling.is_some() => Woke::Settled(r),
+            () = woken => Woke::Other,
+            () = s.clock.sleep(s.config.poll_interval) => Woke::Other,
+            () = shutdown => Woke::Shutdown,
+        };
+        match woke {
+            Woke::Task(r) => {
+                let done = joined(r, &mut self.leases);
+                self.finished.push(done);
+            }
+            Woke::Settled(r) => self.settled(r),
+            Woke::Shutdown => self.run.shut_down(),
+            Woke::Other => {}
+        }
+    }
+
+    /// Stop: let in-flight work finish within the grace period (`run`) or by its
+    /// reservation (`run_once`); what has not started releases itself. Then write
+    /// everything and report.
+    async fn finish(mut self) -> Result<Report> {
+        let s = self.shared.clone();
+        self.run.stopping.cancel();
+        // Claimed ahead, never started: back at once, attempts refunded.
+        for claimed in std::mem::take(&mut self.ready) {
+            self.finished.push(Done::release_now(claimed.lease));
+        }
+        let grace_end = match self.run.deadline {
+            Some(d) => d.saturating_add(s.config.reservation_margin),
+            None => s.clock.now().saturating_add(s.config.shutdown_grace),
+        };
+        loop {
+            tokio::select! {
+                r = self.tasks.join_next_with_id() => match r {
+                    Some(r) => {
+                        let done = joined(r, &mut self.leases);
+                        self.finished.push(done);
+                    }
+                    None => break,
+                },
+                () = s.clock.sleep_until(grace_end) => break,
+            }
+        }
+        self.tasks.abort_all();
+        while let Some(r) = self.tasks.join_next_with_id().await {
+            let done = joined(r, &mut self.leases);
+            self.finished.push(done);
+        }
+        if self.settling.is_some() {
+            let r = settled(&mut self.settling).await;
+            self.report.absorb(r);
+        }
+        let mut report = self.report;
+        report.absorb(settle(s.clone(), self.finished).await);
+        report.run_time = s.clock.now().duration_since(self.start);
+        report.circuits = s.breakers.not_closed();
+        report.stats = tokio::time::timeout(s.config.stats_deadline, s.store.stats())
+            .await
+            .ok()
+            .and_then(|r| r.ok());
+        tracing::info!(%report, "outbox dispatcher run finished");
+        Ok(report)
+    }
+}
+
+/// What a joined task hands back; a task that did not finish (aborted at shutdown, or a
+/// bug panicked it) puts its delivery back unstarted.
+fn joined(r: std::result::Result<(Id, Done), JoinError>, leases: &mut HashMap<Id, Lease>) -> Done {
+    match r {
+        Ok((id, done)) => {
+            leases.remove(&id);
+            done
+        }
+        Err(e) => match leases.remove(&e.id()) {
+            Some(lease) => Done::release_now(lease),
+            None => Done::LeaseLost,
+        },
+    }
+}
