@@ -15,8 +15,8 @@ pub mod signing;
 pub mod store;
 pub mod system;
 pub mod time;
-pub mod trace;
 pub mod tokens;
+pub mod trace;
 pub mod transport;
 pub mod vault;
 pub mod verdict;
@@ -64,8 +64,8 @@ pub use store::{
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};
-pub use trace::{current_traceparent, set_trace_source, TraceSource, Traceparent, TRACEPARENT};
 pub use tokens::{ApiToken, DynTokenStore, PresentedToken, TokenHash, TokenScope, TokenStore};
+pub use trace::{current_traceparent, set_trace_source, TraceSource, Traceparent, TRACEPARENT};
 pub use transport::{DynWebhookTransport, SignedRequest, WebhookResponse, WebhookTransport};
 pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, SecretVault};
 pub use verdict::{

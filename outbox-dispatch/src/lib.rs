@@ -2,8 +2,8 @@
 #![deny(missing_docs)]
 
 mod alerts;
-mod broker;
 mod breaker;
+mod broker;
 mod builder;
 mod config;
 mod dedup;
@@ -31,8 +31,8 @@ use tokio::sync::Semaphore;
 #[cfg(feature = "metrics")]
 pub use self::metrics::{record_stats, MetricsObserver};
 pub use alerts::{AlertEmail, AlertWebhook, DeadLetterAlerts, ALERT_LIST_LIMIT};
-pub use broker::BrokerSink;
 pub use breaker::CircuitState;
+pub use broker::BrokerSink;
 pub use builder::DispatcherBuilder;
 pub use config::DispatcherConfig;
 pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResolver};

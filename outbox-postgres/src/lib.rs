@@ -12,8 +12,8 @@ mod rows;
 mod schema;
 mod store;
 mod tenancy;
-mod wake;
 mod tokens;
+mod wake;
 
 pub use config::PostgresConfig;
 pub use schema::{migration_script, migrations, Migration};

@@ -25,6 +25,12 @@ pub(super) struct Row {
 
 type OrderingSlot = (TenantId, Destination, OrderingKey);
 
+/// A claim group: a tenant and a destination.
+type Group = (TenantId, Destination);
+
+/// The claimable rows of each group, by `(next_attempt_at, seq)`.
+type Groups = HashMap<Group, BTreeSet<(Timestamp, u64, DeliveryId)>>;
+
 /// Everything the store holds.
 #[derive(Default)]
 pub(super) struct State {
@@ -33,6 +39,8 @@ pub(super) struct State {
     pub(super) rows: HashMap<DeliveryId, Row>,
     /// Claimable rows (pending, held, processing, sending) by `(next_attempt_at, seq)`.
     pub(super) due: BTreeSet<(Timestamp, u64, DeliveryId)>,
+    /// The same rows per claim group, so a fair claim reads each group from its head.
+    pub(super) groups: Groups,
     /// Unfinished rows with an ordering key, by slot and sequence.
     pub(super) ordered: HashMap<OrderingSlot, BTreeMap<u64, DeliveryId>>,
     /// Claimable, not-held rows that have spent attempts, by attempts: the only rows the
@@ -66,12 +74,17 @@ fn spends(r: &Row) -> bool {
 
 fn index_add(
     due: &mut BTreeSet<(Timestamp, u64, DeliveryId)>,
+    groups: &mut Groups,
     ordered: &mut HashMap<OrderingSlot, BTreeMap<u64, DeliveryId>>,
     spent: &mut BTreeSet<(u32, DeliveryId)>,
     r: &Row,
 ) {
     if claimable(r.d.status) {
         due.insert((r.d.next_attempt_at, r.seq, r.d.id));
+        groups
+            .entry((r.d.tenant.clone(), r.d.destination.clone()))
+            .or_default()
+            .insert((r.d.next_attempt_at, r.seq, r.d.id));
     }
     if spends(r) {
         spent.insert((r.d.attempts, r.d.id));
@@ -83,11 +96,21 @@ fn index_add(
 
 fn index_remove(
     due: &mut BTreeSet<(Timestamp, u64, DeliveryId)>,
+    groups: &mut Groups,
     ordered: &mut HashMap<OrderingSlot, BTreeMap<u64, DeliveryId>>,
     spent: &mut BTreeSet<(u32, DeliveryId)>,
     r: &Row,
 ) {
-    due.remove(&(r.d.next_attempt_at, r.seq, r.d.id));
+    let key = (r.d.next_attempt_at, r.seq, r.d.id);
+    if due.remove(&key) {
+        let g = (r.d.tenant.clone(), r.d.destination.clone());
+        if let Some(set) = groups.get_mut(&g) {
+            set.remove(&key);
+            if set.is_empty() {
+                groups.remove(&g);
+            }
+        }
+    }
     spent.remove(&(r.d.attempts, r.d.id));
     if let Some(s) = slot(&r.d) {
         if let Some(m) = ordered.get_mut(&s) {
@@ -127,9 +150,21 @@ impl State {
     /// Change one row, keeping the indexes right.
     fn modify<R>(&mut self, id: DeliveryId, f: impl FnOnce(&mut Row) -> R) -> Option<R> {
         let row = self.rows.get_mut(&id)?;
-        index_remove(&mut self.due, &mut self.ordered, &mut self.spent, row);
+        index_remove(
+            &mut self.due,
+            &mut self.groups,
+            &mut self.ordered,
+            &mut self.spent,
+            row,
+        );
         let out = f(row);
-        index_add(&mut self.due, &mut self.ordered, &mut self.spent, row);
+        index_add(
+            &mut self.due,
+            &mut self.groups,
+            &mut self.ordered,
+            &mut self.spent,
+            row,
+        );
         Some(out)
     }
 
@@ -141,13 +176,25 @@ impl State {
             due_at: None,
         };
         self.next_seq += 1;
-        index_add(&mut self.due, &mut self.ordered, &mut self.spent, &row);
+        index_add(
+            &mut self.due,
+            &mut self.groups,
+            &mut self.ordered,
+            &mut self.spent,
+            &row,
+        );
         self.rows.insert(row.d.id, row);
     }
 
     pub(super) fn remove_row(&mut self, id: DeliveryId) {
         if let Some(row) = self.rows.remove(&id) {
-            index_remove(&mut self.due, &mut self.ordered, &mut self.spent, &row);
+            index_remove(
+                &mut self.due,
+                &mut self.groups,
+                &mut self.ordered,
+                &mut self.spent,
+                &row,
+            );
         }
         self.attempts.remove(&id);
     }
@@ -261,31 +308,36 @@ impl State {
                 r.d.updated_at = now;
             });
         }
-        // Then the due rows, fairly: each group's claimable rows in due order (at most a
-        // batch of each), groups in the order of their oldest, taken round by round.
+        // Then the due rows, fairly: each served group read from its head (at most a batch
+        // of claimable rows each, in due order), groups in the order of their oldest
+        // claimable row, taken round by round.
         let batch = req.batch_size() as usize;
-        let mut groups: Vec<Vec<DeliveryId>> = Vec::new();
-        let mut group_of: HashMap<(&TenantId, &Destination), usize> = HashMap::new();
-        for &(at, _, id) in &self.due {
-            if at > now {
-                break;
-            }
-            let Some(r) = self.rows.get(&id) else {
-                continue;
-            };
-            if !req.serves(&r.d.destination) || self.blocked(r, req.dormant()) {
+        let mut heads: Vec<((Timestamp, u64), Vec<DeliveryId>)> = Vec::new();
+        for ((_, destination), set) in &self.groups {
+            if !req.serves(destination) {
                 continue;
             }
-            let g = *group_of
-                .entry((&r.d.tenant, &r.d.destination))
-                .or_insert_with(|| {
-                    groups.push(Vec::new());
-                    groups.len() - 1
-                });
-            if groups[g].len() < batch {
-                groups[g].push(id);
+            let mut ids = Vec::new();
+            let mut first = None;
+            for &(at, seq, id) in set {
+                if at > now || ids.len() >= batch {
+                    break;
+                }
+                let Some(r) = self.rows.get(&id) else {
+                    continue;
+                };
+                if self.blocked(r, req.dormant()) {
+                    continue;
+                }
+                first.get_or_insert((at, seq));
+                ids.push(id);
+            }
+            if let Some(first) = first {
+                heads.push((first, ids));
             }
         }
+        heads.sort_by_key(|(first, _)| *first);
+        let groups: Vec<Vec<DeliveryId>> = heads.into_iter().map(|(_, ids)| ids).collect();
         let mut live = Vec::with_capacity(batch);
         for round in 0..batch {
             let before = live.len();
