@@ -596,7 +596,8 @@ mod tests {
             .iter()
             .all(|r| r.status == Status::Skipped("postgres unreachable".into())));
         for (key, _) in SCENARIOS {
-            let needs_backend = key.starts_with("pg-") || key.starts_with("redis-");
+            let needs_backend =
+                key.starts_with("pg-") || key.starts_with("redis-") || key.starts_with("broker-");
             assert_eq!(!skipped_rows(key, "x").is_empty(), needs_backend, "{key}");
         }
     }
