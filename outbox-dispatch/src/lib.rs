@@ -207,6 +207,23 @@ impl Dispatcher {
         }
     }
 
+    /// The most time any delivery needs reserved before it starts.
+    pub(crate) fn max_reservation(&self) -> Duration {
+        let s = &self.shared;
+        let handler = s.handlers.values().map(|r| r.options.timeout).max();
+        let webhook = s.webhooks.is_some().then_some(s.config.webhook_timeout);
+        let mail = s.mail.is_some().then_some(s.config.mail_deadline());
+        let sink = s.brokers.values().map(|r| r.sink.deadline()).max();
+        handler
+            .into_iter()
+            .chain(webhook)
+            .chain(mail)
+            .chain(sink)
+            .max()
+            .unwrap_or_default()
+            + s.config.reservation_margin
+    }
+
     /// The least time any delivery needs reserved before it starts.
     pub(crate) fn min_reservation(&self) -> Duration {
         let s = &self.shared;

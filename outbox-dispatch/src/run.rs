@@ -63,7 +63,8 @@ pub(crate) struct RunLoop<S> {
     /// against `concurrency` like running ones (memory and completion size stay bounded).
     settling_len: usize,
     /// Claimed ahead of free slots, waiting to start (their leases run meanwhile).
-    ready: VecDeque<Claimed>,
+    /// Claimed deliveries waiting for a slot, with the time their claim returned.
+    ready: VecDeque<(Claimed, Timestamp)>,
     /// The most deliveries held at once: running, finished, settling and ready.
     capacity: usize,
     /// Refill in batches, not one free slot at a time.
@@ -78,7 +79,16 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         // Claim ahead of free slots, so a delivery that finishes finds the next one waiting
         // rather than paying a claim round trip (at concurrency 1 above all); deliveries
         // never wait longer than their lease allows (see `start_ready`).
-        let ahead = (c.batch_size as usize).min(c.concurrency.max(AHEAD_MIN));
+        // Only when the lease leaves room to wait (at least the reservation margin beyond
+        // the longest reservation): with a lease of about one reservation (deadline +
+        // margin), a delivery claimed ahead could never start and would only be claimed
+        // and released again, so none is claimed ahead.
+        let reserve = dispatcher.max_reservation();
+        let ahead = if c.lease.saturating_sub(reserve) >= c.reservation_margin {
+            (c.batch_size as usize).min(c.concurrency.max(AHEAD_MIN))
+        } else {
+            0
+        };
         let capacity = c.concurrency + ahead;
         let refill = (capacity.min(c.batch_size as usize) / 2).max(1);
         let listener = shared.store.wake_listener();
@@ -194,12 +204,17 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let now = self.shared.clock.now();
         let mut batch = Vec::new();
         while self.running() + batch.len() < self.shared.config.concurrency {
-            let Some(claimed) = self.ready.pop_front() else {
+            let Some((claimed, claimed_at)) = self.ready.pop_front() else {
                 break;
             };
+            // The configured lease covers the deadline plus the margin (checked at build);
+            // what it covers beyond that is the slack a delivery may spend waiting here.
+            // Measured from when the claim returned, so the claim's own round trip (which
+            // the store's lease already started counting) is not held against it.
             let need = self.dispatcher.deadline_of(&claimed.delivery.destination)
                 + self.shared.config.reservation_margin;
-            if now.saturating_add(need) > claimed.lease.until {
+            let slack = self.shared.config.lease.saturating_sub(need);
+            if now.duration_since(claimed_at) > slack {
                 self.finished.push(Done::release_now(claimed.lease));
                 continue;
             }
@@ -244,7 +259,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                 for claimed in &batch {
                     self.report.record_claim(&claimed.delivery.topic);
                 }
-                self.ready.extend(batch);
+                let claimed_at = s.clock.now();
+                self.ready
+                    .extend(batch.into_iter().map(|c| (c, claimed_at)));
                 self.start_ready();
                 Ok(Claim::Spawned)
             }
@@ -353,7 +370,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let s = self.shared.clone();
         self.run.stopping.cancel();
         // Claimed ahead, never started: back at once, attempts refunded.
-        for claimed in std::mem::take(&mut self.ready) {
+        for (claimed, _) in std::mem::take(&mut self.ready) {
             self.finished.push(Done::release_now(claimed.lease));
         }
         let grace_end = match self.run.deadline {
