@@ -178,6 +178,11 @@ async fn scenario(kind: Kind) {
         webhook_timeout: TIMEOUT,
         lease: Duration::from_secs(5),
         shutdown_grace: Duration::from_secs(2),
+        // The scripted answers are mostly failures, so the endpoint's circuit opens; short
+        // cool-downs keep the breaker in play without outlasting the settle wait (the
+        // breaker's own cycle is tested in outbox-testing's dispatcher isolation tests).
+        breaker_cooldown: Duration::from_millis(50),
+        breaker_max_cooldown: Duration::from_millis(200),
         ..DispatcherConfig::default()
     };
     assert_eq!(config.held_probe_interval, policy.held_probe_interval);
