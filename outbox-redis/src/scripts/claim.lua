@@ -39,8 +39,8 @@ end
 local quotas = {}
 local nquota = tonumber(ARGV[a])
 a = a + 1
--- nquota = -1: a dry run for a claim over several shards. Nothing is claimed or killed;
--- the answer is {member, group, score} for each row the claim would take, in order.
+-- nquota = -1: a dry run for a claim over several shards. Nothing is claimed; only the
+-- exhausted rows die (step 1), as at every claim. The answer is {member, group, score} for each row the claim would take, in order.
 local peek = nquota < 0
 if peek then nquota = 0 end
 for _ = 1, nquota do
@@ -120,8 +120,10 @@ end
 -- finished rows not yet cleaned up, removed here). The step reads at most EXHAUSTED_STEP
 -- entries per source, so a claim stays bounded however many rows are exhausted at once;
 -- rows beyond it die in a later claim, or in step 3 when the claim meets them in due order.
+-- The dry run of a claim over several shards takes this step too: the rounds may give a
+-- shard nothing to claim, and its exhausted rows must die at this claim all the same.
 local EXHAUSTED_STEP = 256
-for _, src in ipairs(peek and {} or sources) do
+for _, src in ipairs(sources) do
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf', 'LIMIT', 0, EXHAUSTED_STEP)) do
     local d = load(member_id(m))
     if not d or finished(d.status) then
@@ -228,7 +230,10 @@ while #claimed < batch and #active > 0 do
   end
   active = still
 end
-if peek then return claimed end
+if peek then
+  flush()
+  return claimed
+end
 -- Every group read gets its new head's score in its source's group index.
 for _, g in ipairs(groups) do
   if g.pos > 1 then touch_g(g.key, g.src.G) end

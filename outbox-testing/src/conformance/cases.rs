@@ -73,6 +73,7 @@ macro_rules! __conformance_cases {
             late_completion_with_matching_token_is_accepted,
             extend_keeps_lease_alive,
             exhausted_rows_die_at_claim,
+            claim_kills_exhausted_rows_beyond_its_batch,
             release_refunds_and_delays,
             ordering_key_is_fifo_per_destination,
             dormant_topic_does_not_block,

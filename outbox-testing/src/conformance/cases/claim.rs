@@ -549,6 +549,33 @@ pub async fn claim_serves_only_named_sources(fx: Fixture) {
     claim_none(&fx, &for_consumer(&c1).handler(c2, 10).webhooks(6).email(6)).await;
 }
 
+/// A claim kills every exhausted due row of its sources, not only the ones its batch
+/// reaches: rows whose lease ended with the budget spent die even when a batch of one is
+/// filled by another row (a store split in shards must kill them in every shard).
+pub async fn claim_kills_exhausted_rows_beyond_its_batch(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "*").await;
+    let t = Default::default();
+    let req = |batch| ClaimRequest::new(batch, LEASE).handler(c.clone(), 1);
+    // Distinct ordering keys spread the rows over a sharded store's shards.
+    for i in 0..8 {
+        enqueue(&fx, msg("order.created").ordering_key(format!("k{i}"))).await;
+    }
+    let stranded = claim(&fx, &req(10)).await;
+    assert_eq!(stranded.len(), 8);
+    fx.clock().advance(LEASE + secs(1));
+    let fresh = enqueue(&fx, msg("order.shipped")).await;
+    let got = claim_one(&fx, &req(1)).await;
+    assert_eq!(got.delivery.message_id, fresh.message_id, "only the fresh row is claimable");
+    for s in &stranded {
+        let d = delivery(&fx, &t, s.delivery.id).await;
+        assert_eq!(
+            (d.status, d.dead_reason, d.attempts, d.lease_until),
+            (DeliveryStatus::Dead, Some(DeadReason::MaxAttempts), 1, None),
+            "an exhausted row dies at the claim even when the batch is full"
+        );
+    }
+}
+
 /// Budgets are per source: one claim may kill a row for one consumer and hand out the
 /// same message's row for another.
 pub async fn claim_budget_is_per_source(fx: Fixture) {
