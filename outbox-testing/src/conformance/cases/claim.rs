@@ -565,7 +565,10 @@ pub async fn claim_kills_exhausted_rows_beyond_its_batch(fx: Fixture) {
     fx.clock().advance(LEASE + secs(1));
     let fresh = enqueue(&fx, msg("order.shipped")).await;
     let got = claim_one(&fx, &req(1)).await;
-    assert_eq!(got.delivery.message_id, fresh.message_id, "only the fresh row is claimable");
+    assert_eq!(
+        got.delivery.message_id, fresh.message_id,
+        "only the fresh row is claimable"
+    );
     for s in &stranded {
         let d = delivery(&fx, &t, s.delivery.id).await;
         assert_eq!(
