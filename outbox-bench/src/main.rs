@@ -21,6 +21,7 @@
 mod broker;
 mod common;
 mod isolation;
+mod mail;
 mod memory;
 mod pg;
 mod pg_dispatch;
@@ -113,6 +114,10 @@ const SCENARIOS: &[(&str, &str)] = &[
     (
         "webhook",
         "webhook delivery to a local keep-alive receiver, c = 1, 16, 64",
+    ),
+    (
+        "mail-http",
+        "e-mail through HttpMailer to a local mail-API stand-in, c = 16",
     ),
     (
         "broker-nats",
@@ -419,6 +424,7 @@ async fn run(args: Args) -> ExitCode {
             ("redis-cluster", _) => vec![redis_bench::cluster(&ctx).await],
             ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
             ("webhook", _) => webhook::run(&ctx).await,
+            ("mail-http", _) => mail::run(&ctx).await,
             ("broker-nats", _) => broker::run(&ctx).await,
             ("isolation-hang", _) => vec![isolation::hang(&ctx).await],
             ("isolation-tenants", _) => isolation::tenants(&ctx).await,

@@ -97,6 +97,11 @@ impl EndpointUrl {
     pub fn url(&self) -> &url::Url {
         &self.0
     }
+
+    /// The parsed URL, taken out (no copy).
+    pub fn into_url(self) -> url::Url {
+        self.0
+    }
 }
 
 impl fmt::Display for EndpointUrl {

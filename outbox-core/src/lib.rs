@@ -56,7 +56,7 @@ pub use model::{
 };
 pub use retention::{RetentionCutoffs, RetentionPolicy};
 pub use retry::{Jitter, PolicyOverride, RetryPolicy, TenantOverrides, TenantPolicy};
-pub use signing::{sign, verify, HeaderNames, VerifyError, WebhookSecret};
+pub use signing::{sign, sign_with, verify, HeaderNames, VerifyError, WebhookSecret};
 pub use store::{
     Cursor, DeliveryFilter, DeliveryStore, DynDeliveryStore, DynEndpointStore, DynLedger,
     DynMessageStore, DynStore, EndpointStore, Enqueued, Ledger, MessageStore, Page, PageRequest,

@@ -74,11 +74,16 @@ impl WebhookSecret {
     }
 
     fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> HmacSha256 {
+        self.mac_with(id, &timestamp.to_string(), body)
+    }
+
+    /// The MAC over `id.timestamp.body`, with the timestamp already written as decimal text.
+    fn mac_with(&self, id: &str, timestamp: &str, body: &[u8]) -> HmacSha256 {
         let mut mac =
             <HmacSha256 as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
         mac.update(id.as_bytes());
         mac.update(b".");
-        mac.update(timestamp.to_string().as_bytes());
+        mac.update(timestamp.as_bytes());
         mac.update(b".");
         mac.update(body);
         mac
@@ -94,16 +99,26 @@ impl fmt::Debug for WebhookSecret {
 /// The `webhook-signature` value for `secrets` (current first): `v1,<b64>` for each,
 /// space-separated.
 pub fn sign(secrets: &[&WebhookSecret], id: &str, timestamp: i64, body: &[u8]) -> String {
-    secrets
-        .iter()
-        .map(|s| {
-            format!(
-                "v1,{}",
-                B64.encode(s.mac(id, timestamp, body).finalize().into_bytes())
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+    sign_with(secrets, id, &timestamp.to_string(), body)
+}
+
+/// [`sign`] with the timestamp already written as decimal text (the `webhook-timestamp`
+/// header's value), so a caller that sends it too writes it once. The body is read in
+/// place; the only allocation is the returned header value.
+pub fn sign_with(secrets: &[&WebhookSecret], id: &str, timestamp: &str, body: &[u8]) -> String {
+    // "v1," + 44 base64 characters, and a space between signatures.
+    let mut out = String::with_capacity(secrets.len() * 48);
+    for (i, s) in secrets.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str("v1,");
+        B64.encode_string(
+            s.mac_with(id, timestamp, body).finalize().into_bytes(),
+            &mut out,
+        );
+    }
+    out
 }
 
 /// The three Standard Webhooks header names for a prefix (`webhook-` by default).
@@ -411,6 +426,20 @@ mod tests {
             DEFAULT_TOLERANCE,
         );
         assert_eq!(r, Err(VerifyError::InvalidTimestamp));
+    }
+
+    #[test]
+    fn signing_with_the_timestamp_text_is_the_same_signature() {
+        let a = WebhookSecret::from_bytes(vec![1; 32]).unwrap();
+        let b = WebhookSecret::from_bytes(vec![2; 32]).unwrap();
+        for secrets in [vec![&a], vec![&a, &b]] {
+            let with_text = sign_with(&secrets, "msg_1", "1700000000", br#"{"a":1}"#);
+            assert_eq!(
+                with_text,
+                sign(&secrets, "msg_1", 1_700_000_000, br#"{"a":1}"#)
+            );
+            assert_eq!(with_text.split(' ').count(), secrets.len());
+        }
     }
 
     #[test]

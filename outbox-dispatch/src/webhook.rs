@@ -10,7 +10,7 @@ use outboxkit_core::endpoint::{BodyFormat, Endpoint, EndpointStatus};
 use outboxkit_core::error::Result;
 use outboxkit_core::ids::{DeliveryId, EndpointId, TenantId};
 use outboxkit_core::model::{Envelope, Message};
-use outboxkit_core::signing::{sign, HeaderNames, WebhookSecret};
+use outboxkit_core::signing::{sign_with, HeaderNames, WebhookSecret};
 use outboxkit_core::store::DynStore;
 use outboxkit_core::time::Timestamp;
 use outboxkit_core::transport::SignedRequest;
@@ -22,7 +22,7 @@ use crate::DispatcherConfig;
 /// The exact body sent for `message` to an endpoint with `format`.
 pub fn webhook_body(message: &Message, format: BodyFormat) -> Vec<u8> {
     match format {
-        BodyFormat::Envelope => Envelope::of(message).to_bytes(),
+        BodyFormat::Envelope => Envelope::bytes_of(message),
         BodyFormat::Raw => message.payload.clone(),
     }
 }
@@ -41,14 +41,17 @@ pub fn signed_request(
 ) -> SignedRequest {
     let body = webhook_body(message, endpoint.body_format);
     let id = delivery.to_string();
-    let ts = now.as_unix_seconds();
-    let refs: Vec<&WebhookSecret> = secrets.iter().collect();
-    let signature = sign(&refs, &id, ts, &body);
+    // Written once: the header and the signed text are the same digits.
+    let ts = now.as_unix_seconds().to_string();
+    let signature = match secrets {
+        [current] => sign_with(&[current], &id, &ts, &body),
+        _ => sign_with(&secrets.iter().collect::<Vec<_>>(), &id, &ts, &body),
+    };
     SignedRequest {
         url: endpoint.url.clone(),
         headers: vec![
             (names.id.clone(), id),
-            (names.timestamp.clone(), ts.to_string()),
+            (names.timestamp.clone(), ts),
             (names.signature.clone(), signature),
             ("content-type".to_owned(), "application/json".to_owned()),
         ],

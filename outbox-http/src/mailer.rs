@@ -5,7 +5,7 @@ use outboxkit_core::{
     Accepted, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage, MailOutcome,
     Mailer,
 };
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 
 use crate::config::{HttpMailerConfig, DEFAULT_MAX_BODY, DEFAULT_USER_AGENT};
 use crate::error::{mail_failure, HttpError};
@@ -45,6 +45,8 @@ use crate::error::{mail_failure, HttpError};
 pub struct HttpMailer {
     client: reqwest::Client,
     url: reqwest::Url,
+    /// `Bearer <key>`, built once (marked sensitive: never printed).
+    auth: HeaderValue,
     config: HttpMailerConfig,
 }
 
@@ -60,9 +62,19 @@ impl HttpMailer {
             .timeout(config.timeout)
             .build()
             .map_err(HttpError::Client)?;
+        // Checked as a header value by `validate`.
+        let mut auth =
+            HeaderValue::try_from(format!("Bearer {}", config.api_key)).map_err(|_| {
+                HttpError::Setting {
+                    field: "api_key",
+                    message: "is not a valid header value",
+                }
+            })?;
+        auth.set_sensitive(true);
         Ok(HttpMailer {
             client,
             url,
+            auth,
             config,
         })
     }
@@ -116,6 +128,30 @@ fn from_status(status: u16) -> MailError {
     }
 }
 
+/// The request body: `{"from_name","html","reply_to","subject","text","to"}` (keys in
+/// this order, absent ones `null`), written straight into one buffer rather than through a
+/// `serde_json::Value` tree.
+fn mail_body(message: &MailMessage, from_name: Option<&String>) -> Vec<u8> {
+    fn field(out: &mut Vec<u8>, key: &str, value: Option<&str>) {
+        out.extend_from_slice(key.as_bytes());
+        match value {
+            // Writing a `str` to a `Vec` cannot fail.
+            Some(v) => serde_json::to_writer(&mut *out, v).unwrap_or_default(),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    let m = message;
+    let mut out = Vec::with_capacity(m.to.len() + m.subject.len() + m.text.len() + 96);
+    field(&mut out, "{\"from_name\":", from_name.map(String::as_str));
+    field(&mut out, ",\"html\":", m.html.as_deref());
+    field(&mut out, ",\"reply_to\":", m.reply_to.as_deref());
+    field(&mut out, ",\"subject\":", Some(&m.subject));
+    field(&mut out, ",\"text\":", Some(&m.text));
+    field(&mut out, ",\"to\":", Some(&m.to));
+    out.push(b'}');
+    out
+}
+
 /// A JSON `id` field (a string or a number) of at most 200 characters.
 fn provider_id(body: &[u8]) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
@@ -134,28 +170,17 @@ impl Mailer for HttpMailer {
         message: &MailMessage,
         key: &IdempotencyKey,
     ) -> Result<Accepted, MailError> {
-        let body = serde_json::json!({
-            "to": message.to,
-            "subject": message.subject,
-            "text": message.text,
-            "html": message.html,
-            "reply_to": message.reply_to,
-            "from_name": message.from_name.as_ref().or(self.config.from_name.as_ref()),
-        });
-        let body = serde_json::to_vec(&body).map_err(|_| {
-            refused(
-                MailErrorCode::Other,
-                MailOutcome::NotSent,
-                "the message could not be encoded",
-            )
-        })?;
+        let from_name = message
+            .from_name
+            .as_ref()
+            .or(self.config.from_name.as_ref());
         let mut response = self
             .client
             .post(self.url.clone())
-            .header(AUTHORIZATION, format!("Bearer {}", self.config.api_key))
+            .header(AUTHORIZATION, self.auth.clone())
             .header("idempotency-key", key.as_str())
-            .header(CONTENT_TYPE, "application/json")
-            .body(body)
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(mail_body(message, from_name))
             .send()
             .await
             .map_err(|e| mail_failure(&e))?;
@@ -209,6 +234,35 @@ mod tests {
         for (status, code, outcome) in rows {
             let e = from_status(status);
             assert_eq!((e.code, e.outcome), (code, outcome), "{status}");
+        }
+    }
+
+    #[test]
+    fn the_body_is_the_json_object_of_the_mail() {
+        let mut m = MailMessage {
+            to: "a@example.com".into(),
+            subject: "Hi \"there\"".into(),
+            text: "line\nnext é \u{1}".into(),
+            html: None,
+            reply_to: Some("r@example.com".into()),
+            from_name: None,
+        };
+        let shop = Some("Shop".to_owned());
+        for from_name in [None, shop.as_ref()] {
+            let want = serde_json::json!({
+                "to": m.to,
+                "subject": m.subject,
+                "text": m.text,
+                "html": m.html,
+                "reply_to": m.reply_to,
+                "from_name": from_name,
+            });
+            assert_eq!(
+                mail_body(&m, from_name),
+                serde_json::to_vec(&want).unwrap(),
+                "the same bytes as the serde_json object"
+            );
+            m.html = Some("<p>x</p>".into());
         }
     }
 

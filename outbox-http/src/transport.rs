@@ -80,23 +80,32 @@ impl HttpTransport {
         &self.config
     }
 
-    fn build(&self, request: &SignedRequest, deadline: Duration) -> Option<reqwest::Request> {
-        let mut headers = HeaderMap::with_capacity(request.headers.len() + 2);
-        for (name, value) in &request.headers {
+    /// The reqwest request of `request`, taking its parts: the body and the URL move into
+    /// it, each header value's text becomes the header value without a copy.
+    fn build(&self, request: SignedRequest, deadline: Duration) -> Option<reqwest::Request> {
+        let SignedRequest {
+            url, headers, body, ..
+        } = request;
+        let mut map = HeaderMap::with_capacity(headers.len() + 2);
+        for (name, value) in headers {
             let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
             if name == HOST || name == CONTENT_LENGTH {
                 continue; // set by the client from the URL and the body
             }
-            headers.append(name, HeaderValue::from_str(value).ok()?);
+            // Visible ASCII only, as `HeaderValue::from_str` requires.
+            if !value.bytes().all(|b| (32..127).contains(&b) || b == b'\t') {
+                return None;
+            }
+            map.append(name, HeaderValue::try_from(value).ok()?);
         }
-        if !headers.contains_key(CONTENT_TYPE) {
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if !map.contains_key(CONTENT_TYPE) {
+            map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(request.body.len()));
+        map.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
         self.client
-            .post(request.url.url().clone())
-            .headers(headers)
-            .body(request.body.clone())
+            .post(url.into_url())
+            .headers(map)
+            .body(body)
             .timeout(deadline)
             .build()
             .ok()
@@ -157,7 +166,7 @@ impl WebhookTransport for HttpTransport {
         } else {
             request.timeout
         };
-        let Some(http) = self.build(&request, deadline) else {
+        let Some(http) = self.build(request, deadline) else {
             return failed(
                 ErrorClass::Network,
                 "a request header is not valid http".into(),

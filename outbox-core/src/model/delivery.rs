@@ -449,10 +449,14 @@ impl PayloadFingerprint {
     /// The fingerprint of `payload`.
     pub fn of(payload: &[u8]) -> Self {
         use sha2::Digest;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = sha2::Sha256::digest(payload);
+        // Two hex digits per byte, written directly (no formatting machinery per byte: this
+        // runs for every ledger record of the in-memory store).
         let mut sha256 = String::with_capacity(64);
         for b in digest {
-            sha256.push_str(&format!("{b:02x}"));
+            sha256.push(char::from(HEX[usize::from(b >> 4)]));
+            sha256.push(char::from(HEX[usize::from(b & 0x0f)]));
         }
         PayloadFingerprint {
             size: payload.len() as u64,

@@ -395,6 +395,32 @@ impl Envelope {
         }
     }
 
+    /// The exact bytes of `message`'s envelope, written in one buffer: the same bytes as
+    /// `Envelope::of(message).to_bytes()` without the intermediate strings (the payload is
+    /// checked for JSON once, then copied once, byte for byte).
+    pub fn bytes_of(message: &Message) -> Vec<u8> {
+        let kind = json_string(message.topic.as_str());
+        let timestamp = message.created_at.to_rfc3339();
+        let json = is_json_text(&message.payload);
+        let quoted;
+        let data: &[u8] = if json {
+            &message.payload
+        } else {
+            quoted = json_string(&String::from_utf8_lossy(&message.payload));
+            quoted.as_bytes()
+        };
+        // The RFC 3339 form has no character JSON escapes: quoted by hand.
+        let mut out = Vec::with_capacity(kind.len() + timestamp.len() + data.len() + 34);
+        out.extend_from_slice(b"{\"type\":");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b",\"timestamp\":\"");
+        out.extend_from_slice(timestamp.as_bytes());
+        out.extend_from_slice(b"\",\"data\":");
+        out.extend_from_slice(data);
+        out.push(b'}');
+        out
+    }
+
     /// The exact bytes sent: `{"type":…,"timestamp":…,"data":…}` with `data` written as is.
     pub fn to_bytes(&self) -> Vec<u8> {
         let kind = json_string(&self.kind);
@@ -606,6 +632,11 @@ mod tests {
             let expected =
                 format!(r#"{{"type":"a.b","timestamp":"2023-11-14T22:13:20.000Z","data":{data}}}"#);
             assert_eq!(bytes, expected.as_bytes());
+            assert_eq!(
+                Envelope::bytes_of(&message(payload)),
+                expected.as_bytes(),
+                "written in one buffer: the same bytes"
+            );
             assert!(is_json_text(&bytes), "the envelope is JSON: {expected}");
         }
     }

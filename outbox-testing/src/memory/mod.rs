@@ -116,6 +116,33 @@ mod tests {
     use crate::ManualClock;
     use outboxkit_core::{ErrorKind, MessageStore, NewMessage};
 
+    /// More claim groups than the batch (every e-mail recipient is one): each claim takes
+    /// the groups whose oldest claimable row comes first, one row each.
+    #[tokio::test]
+    async fn many_groups_are_claimed_in_the_order_of_their_oldest_row() {
+        use outboxkit_core::{ClaimRequest, DeliveryStore};
+        let store = InMemoryStore::new(ManualClock::new());
+        let mut ids = Vec::new();
+        for to in ["r0", "r1", "r2", "r3", "r0", "r4"] {
+            let m = NewMessage::raw("a.b", br#"{"subject":"s","text":"t"}"#.to_vec())
+                .email(format!("{to}@example.com"));
+            ids.push(store.enqueue(m).await.unwrap().message_id);
+        }
+        let req = ClaimRequest::new(3, std::time::Duration::from_secs(30)).email(5);
+        let claimed = |got: Vec<outboxkit_core::Claimed>| -> Vec<_> {
+            got.iter().map(|c| c.message.id).collect()
+        };
+        let first = claimed(store.claim(&req).await.unwrap());
+        assert_eq!(first, ids[..3], "r0, r1, r2: one each, oldest first");
+        let second = claimed(store.claim(&req).await.unwrap());
+        assert_eq!(
+            second,
+            ids[3..],
+            "then r3, r0's second (now its oldest claimable), r4"
+        );
+        assert!(store.claim(&req).await.unwrap().is_empty());
+    }
+
     #[tokio::test]
     async fn clones_share_data_and_limits_apply() {
         let limits = Limits {

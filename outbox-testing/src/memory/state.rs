@@ -265,6 +265,33 @@ impl State {
         })
     }
 
+    /// A group's claimable rows (at most `batch`, due by `now`, not blocked) in due order,
+    /// with the due key of the first; `None` when it has none.
+    fn group_head(
+        &self,
+        set: &BTreeSet<(Timestamp, u64, DeliveryId)>,
+        req: &ClaimRequest,
+        now: Timestamp,
+        batch: usize,
+    ) -> Option<((Timestamp, u64), Vec<DeliveryId>)> {
+        let mut ids = Vec::new();
+        let mut first = None;
+        for &(at, seq, id) in set {
+            if at > now || ids.len() >= batch {
+                break;
+            }
+            let Some(r) = self.rows.get(&id) else {
+                continue;
+            };
+            if self.blocked(r, req.dormant()) {
+                continue;
+            }
+            first.get_or_insert((at, seq));
+            ids.push(id);
+        }
+        first.map(|f| (f, ids))
+    }
+
     /// The claim protocol: kill exhausted candidates, then take the oldest unblocked ones.
     pub(super) fn claim(
         &mut self,
@@ -313,27 +340,42 @@ impl State {
         // claimable row, taken round by round.
         let batch = req.batch_size() as usize;
         let mut heads: Vec<((Timestamp, u64), Vec<DeliveryId>)> = Vec::new();
-        for ((_, destination), set) in &self.groups {
-            if !req.serves(destination) {
-                continue;
-            }
-            let mut ids = Vec::new();
-            let mut first = None;
-            for &(at, seq, id) in set {
-                if at > now || ids.len() >= batch {
+        if self.groups.len() > batch {
+            // Many groups (every e-mail recipient is one): round one of the claim takes one
+            // row from each of the `batch` groups whose oldest claimable row comes first,
+            // and no later group is reached. Find those groups by walking the due rows in
+            // order rather than reading every group's head: the same groups, in the same
+            // order, without work proportional to the number of groups.
+            let mut seen = std::collections::HashSet::new();
+            for &(at, _, id) in &self.due {
+                if at > now || seen.len() >= batch {
                     break;
                 }
                 let Some(r) = self.rows.get(&id) else {
                     continue;
                 };
-                if self.blocked(r, req.dormant()) {
+                if !req.serves(&r.d.destination) || self.blocked(r, req.dormant()) {
                     continue;
                 }
-                first.get_or_insert((at, seq));
-                ids.push(id);
+                let group = (r.d.tenant.clone(), r.d.destination.clone());
+                if seen.insert(group.clone()) {
+                    if let Some(head) = self
+                        .groups
+                        .get(&group)
+                        .and_then(|set| self.group_head(set, req, now, batch))
+                    {
+                        heads.push(head);
+                    }
+                }
             }
-            if let Some(first) = first {
-                heads.push((first, ids));
+        } else {
+            for ((_, destination), set) in &self.groups {
+                if !req.serves(destination) {
+                    continue;
+                }
+                if let Some(head) = self.group_head(set, req, now, batch) {
+                    heads.push(head);
+                }
             }
         }
         heads.sort_by_key(|(first, _)| *first);
