@@ -169,6 +169,14 @@ impl EndpointStore for RedisStore {
     async fn put_consumer(&self, c: &Consumer) -> Result<()> {
         let mut conn = self.inner.conn.clone();
         for shard in 0..self.shard_count() {
+            // Register the consumer's group index (`G:h:<name>`) for `stats.lua` first, so
+            // its deliveries stay visible there after the consumer is deleted.
+            let _: i64 = redis::cmd("SADD")
+                .arg(format!("{}:qs", self.inner.shards[shard]))
+                .arg(format!("{}:G:h:{}", self.inner.shards[shard], c.name))
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
             let _: i64 = redis::cmd("HSET")
                 .arg(self.consumers_key(shard))
                 .arg(c.name.as_str())

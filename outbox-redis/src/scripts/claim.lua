@@ -86,13 +86,25 @@ if #sources > 1 and nquota == 0 then
 end
 local CHUNK = math.min(math.floor(batch / math.max(#groups, 1)) + 8, 1000)
 
+-- A group's claimed rows move to their lease end in one `ZADD` per group (a command costs
+-- far more than the Lua around it), written before the group is read again and at the end.
+local function settle(g)
+  local l = g.leased
+  if l and #l > 0 then
+    for i = 1, #l, 2000 do redis.call('ZADD', g.key, unpack(l, i, math.min(i + 1999, #l))) end
+    g.leased = {}
+  end
+end
+
 -- The next unexamined entry of a group. Rows examined and left in place (skipped) are
 -- remembered as the anchor; the next chunk starts right after it. Claimed rows move past
--- `now` and killed rows leave, so neither shifts the ranks of what is still to come.
+-- `now` (settled before the read) and killed rows leave, so neither shifts the ranks of what
+-- is still to come.
 local function head(g)
   while true do
     if g.pos <= #g.buf then return g.buf[g.pos] end
     if g.done then return nil end
+    settle(g)
     local start = 0
     if g.anchor then
       local r = redis.call('ZRANK', g.key, g.anchor)
@@ -198,7 +210,13 @@ local function take(g)
         local h = make_h('processing', at, until_s, ARGV[tok_base + #claimed], now_s)
         -- `du`: when this attempt was due (the ledger's scheduled time).
         redis.call('HSET', dk, 'h', h, 'du', nx)
-        redis.call('ZADD', g.key, until_s, m)
+        local l = g.leased
+        if not l then
+          l = {}
+          g.leased = l
+        end
+        l[#l + 1] = until_s
+        l[#l + 1] = m
         -- A claimed row is stale-able: index it when this claim spent the last attempt of
         -- the claimer's budget (other rows are not exhausted when their lease ends).
         if tonumber(at) >= src.budget then redis.call('ZADD', src.x, at, m) end
@@ -236,7 +254,10 @@ if peek then
 end
 -- Every group read gets its new head's score in its source's group index.
 for _, g in ipairs(groups) do
-  if g.pos > 1 then touch_g(g.key, g.src.G) end
+  if g.pos > 1 then
+    settle(g)
+    touch_g(g.key, g.src.G)
+  end
 end
 flush()
 return claimed

@@ -8,11 +8,15 @@
 -- Returns per item 0 (lease lost), or 1 (written), or for a written webhook row its endpoint.
 local now, cap = ARGV[1], tonumber(ARGV[2])
 local out = {}
+-- Index writes of finished rows, batched into one command per group and per tenant at the
+-- end (a command costs far more than the Lua around it): group key -> members leaving it,
+-- group key -> its source's group index, tenant -> {completed, member, ...} for `tf`.
+local leave, source, done = {}, {}, {}
 local a = 3
 while a <= #ARGV do
   local id, tenant, token, status = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local dk = k_d(id)
-  local r = redis.call('HMGET', dk, 'h', 's')
+  local r = redis.call('HMGET', dk, 'h', 's', 'r', 'du')
   local st, tk, m, dtenant, kind, target, okey
   if r[1] then
     st, tk = string.match(r[1], '^(%l+)|%d+|%d+|(%x*)|')
@@ -37,9 +41,8 @@ while a <= #ARGV do
     local last, entry = ARGV[a + 9], ARGV[a + 10]
     if entry ~= '' then
       -- The entry gets the run and the due time of this claim: `probe|run|due|record`.
-      local ex = redis.call('HMGET', dk, 'r', 'du')
       local record = string.sub(entry, 3)
-      entry = string.sub(entry, 1, 2) .. (ex[1] or '1') .. '|' .. (ex[2] or '') .. '|' .. record
+      entry = string.sub(entry, 1, 2) .. (r[3] or '1') .. '|' .. (r[4] or '') .. '|' .. record
       if kind == 'webhook' then
         -- The endpoint's last status: this attempt's record, in the same script.
         local ek = k_e(target)
@@ -58,11 +61,22 @@ while a <= #ARGV do
       redis.call('HSET', dk, 'h', h, 'v', ARGV[a + 8])
     end
     if finished(status) then
-      -- `place` for the common case, inline.
-      redis.call('ZREM', k_g(kind, target, tenant), m)
-      touch(kind, target, tenant)
+      -- `place` for the common case, inline and batched.
+      local g = k_g(kind, target, tenant)
+      local l = leave[g]
+      if not l then
+        l = {}
+        leave[g], source[g] = l, k_G(kind, target)
+      end
+      l[#l + 1] = m
       if okey ~= '' then redis.call('ZREM', k_o(tenant, kind, target, okey), m) end
-      redis.call('ZADD', k_tf(tenant), ARGV[a + 6], m)
+      local f = done[tenant]
+      if not f then
+        f = {}
+        done[tenant] = f
+      end
+      f[#f + 1] = ARGV[a + 6]
+      f[#f + 1] = m
       purgeable[tenant] = true
     else
       place({ id = id, m = m, tenant = tenant, kind = kind, target = target,
@@ -81,6 +95,17 @@ while a <= #ARGV do
     out[#out + 1] = kind == 'webhook' and target or 1
   end
   a = a + 12
+end
+-- `unpack` takes at most a few thousand values at once.
+local STEP = 1000
+for g, l in pairs(leave) do
+  for i = 1, #l, STEP do redis.call('ZREM', g, unpack(l, i, math.min(i + STEP - 1, #l))) end
+  touch_g(g, source[g])
+end
+for t, f in pairs(done) do
+  for i = 1, #f, 2 * STEP do
+    redis.call('ZADD', k_tf(t), unpack(f, i, math.min(i + 2 * STEP - 1, #f)))
+  end
 end
 flush()
 return out

@@ -50,7 +50,6 @@ end
 
 local out = {}
 local woke = false
-local registered = {}
 -- Groups written to: each gets its head's score once, at the end.
 local touched = {}
 local a = 4
@@ -114,11 +113,11 @@ for msg_i = 1, count do
           's', m .. tail .. kind .. '\31' .. target .. '\31' .. now .. '\31' .. okey)
         local g = k_g(kind, target, tenant)
         redis.call('ZADD', g, due, m)
-        local G = k_G(kind, target)
-        touched[g] = G
-        if not registered[G] then
-          redis.call('SADD', K_QS, G)
-          registered[G] = true
+        local t = touched[g]
+        if not t then
+          touched[g] = { G = k_G(kind, target), due = due, n = tonumber(due) }
+        elseif tonumber(due) < t.n then
+          t.due, t.n = due, tonumber(due)
         end
         redis.call('ZADD', k_td(tenant), now, id)
         if okey ~= '' then redis.call('ZADD', k_o(tenant, kind, target, okey), S(seq), m) end
@@ -128,7 +127,10 @@ for msg_i = 1, count do
     out[#out + 1] = { mid, n, 0 }
   end
 end
-for g, G in pairs(touched) do touch_g(g, G) end
+-- A new row can only bring its group's head forward: the group's score in its source's
+-- index becomes the earlier of the two (`LT`; a new group is added), without reading the head.
+-- (Source indexes need no registration here: `stats.lua` finds them from the consumers.)
+for g, t in pairs(touched) do redis.call('ZADD', t.G, 'LT', t.due, g) end
 flush()
 if woke then wake() end
 return out

@@ -1,10 +1,14 @@
 -- Upgrade in place: move unfinished deliveries from the first layout's due sets, one per
 -- source (`q:h:<consumer>`, `q:w`, `q:e`, registered in `qs`), into their groups (`g:`,
--- indexed by `G:`). Run at start-up until it answers 0; each call is atomic and moves at
--- most `limit` rows, so a large outbox is upgraded in steps without blocking Redis.
+-- indexed by `G:`); register every consumer's group index. Run at start-up until it answers
+-- 0; each call is atomic and moves at most `limit` rows, so a large outbox is upgraded in
+-- steps without blocking Redis.
 -- ARGV: limit. Returns how many rows it moved.
 local limit = tonumber(ARGV[1])
 local done = 0
+-- Every consumer's group index is registered in `qs` (`put_consumer` does it since enqueue
+-- stopped doing it), so `stats.lua` still sees its deliveries after the consumer is deleted.
+for _, c in ipairs(redis.call('HKEYS', K_CONSUMERS)) do redis.call('SADD', K_QS, k_G('handler', c)) end
 for _, q in ipairs(redis.call('SMEMBERS', K_QS)) do
   if string.sub(q, 1, #P + 3) == P .. ':q:' then
     local r = redis.call('ZRANGE', q, 0, limit - done - 1, 'WITHSCORES')

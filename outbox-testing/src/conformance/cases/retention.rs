@@ -138,6 +138,23 @@ pub async fn purge_rotates_over_tenants(fx: Fixture) {
     assert_eq!(fx.store().stats().await.expect("stats").total(), 0);
 }
 
+/// A deleted consumer's deliveries stay (and can still be claimed for it), so a due one still
+/// counts in the store's oldest due time.
+pub async fn stats_oldest_due_counts_a_deleted_consumers_deliveries(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "*").await;
+    let t0 = now(&fx);
+    enqueue(&fx, msg("order.created")).await;
+    fx.clock().advance(secs(10));
+    fx.store()
+        .delete_consumer(&c)
+        .await
+        .expect("delete_consumer");
+    let s = fx.store().stats().await.expect("stats");
+    assert_eq!((s.pending, s.total()), (1, 1));
+    assert_eq!(s.oldest_due_at, Some(t0));
+    assert_eq!(s.oldest_due_age, Some(secs(10)));
+}
+
 /// Stats count deliveries per status over every tenant, and the oldest due delivery.
 pub async fn stats_counts_and_oldest_due_age(fx: Fixture) {
     assert_eq!(fx.store().stats().await.expect("stats"), Stats::default());
