@@ -39,7 +39,7 @@ struct PurgeSql {
 
 impl Sql {
     pub fn new(t: &Tables) -> Self {
-        let (d, m) = (&t.deliveries, &t.messages);
+        let (d, m) = (&t.all, &t.messages);
         let dcols = delivery_cols("d");
         Sql {
             list_deliveries: list_text(t),
@@ -62,7 +62,7 @@ impl Sql {
 /// $6 topic, $7 since, $8 until, $9/$10 cursor (created at, id), $11 limit, $12 ordering
 /// key, $13 lowercase text to find in excerpts (each NULL when not filtered).
 fn list_text(t: &Tables) -> String {
-    let (d, a) = (&t.deliveries, &t.attempts);
+    let (d, a) = (&t.all, &t.attempts);
     let dcols = delivery_cols("d");
     format!(
         "SELECT {dcols} FROM {d} d \
@@ -155,7 +155,7 @@ impl PostgresStore {
 /// A delivery's attempts with its payload's fingerprint (one row of NULL attempt columns
 /// when it has none): $1 delivery, $2 tenant.
 fn attempts_text(t: &Tables) -> String {
-    let (d, m, a) = (&t.deliveries, &t.messages, &t.attempts);
+    let (d, m, a) = (&t.all, &t.messages, &t.attempts);
     format!(
         "SELECT a.number, a.probe, a.started_at, a.finished_at, a.outcome, a.status_code, \
                 a.excerpt, a.run, a.scheduled_at, x.p_size, x.p_sha256 \
@@ -200,11 +200,11 @@ impl PostgresStore {
 /// $3/$4 the per-tenant cutoffs (tenants, times); `purge_deliveries` and `purge_messages`
 /// take $1 tenant, $2 cutoff, $3 limit.
 fn purge_texts(t: &Tables) -> PurgeSql {
-    let (d, m, a, p) = (&t.deliveries, &t.messages, &t.attempts, &t.purge_cursor);
-    // A message's deliveries share its tenant and created_at: found through the listing
-    // index, so no index on message_id is needed.
+    let (all, d, m, a, p) = (&t.all, &t.done, &t.messages, &t.attempts, &t.purge_cursor);
+    // A message's deliveries (in either table) share its tenant and created_at: found
+    // through the listing indexes, so no index on message_id is needed.
     let no_delivery = format!(
-        "SELECT 1 FROM {d} y WHERE y.tenant = x.tenant AND y.created_at = x.created_at \
+        "SELECT 1 FROM {all} y WHERE y.tenant = x.tenant AND y.created_at = x.created_at \
             AND y.message_id = x.id"
     );
     let lock_purge_cursor = format!("SELECT tenant FROM {p} WHERE singleton FOR UPDATE");
