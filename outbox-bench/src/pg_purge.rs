@@ -22,7 +22,8 @@ const CUTOFF_MS: i64 = 2000;
 const PURGE_LIMIT: u32 = 10_000;
 
 /// Write `n` finished (succeeded) deliveries with one attempt each and their messages, in
-/// tenant `default`, completed at [`OLD_MS`], by `INSERT … SELECT` (not timed).
+/// tenant `default`, completed at [`OLD_MS`], by `INSERT … SELECT` into the history table
+/// (where finished deliveries live from schema version 6; not timed).
 async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
     let pool = loader_pool(&ctx.pg_url).await?;
     let s = format!("\"{schema}\"");
@@ -30,7 +31,7 @@ async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
         "INSERT INTO {s}.messages (id, tenant, topic, payload, available_at, created_at) \
          SELECT gen_random_uuid(), 'default', '{TOPIC}', '\\x7b7d'::bytea, {OLD_MS}, {OLD_MS} \
            FROM generate_series(1, {n}); \
-         INSERT INTO {s}.deliveries (id, message_id, tenant, topic, kind, target, status, \
+         INSERT INTO {s}.deliveries_done (id, message_id, tenant, topic, kind, target, status, \
                 attempts, next_attempt_at, ledger_len, created_at, updated_at, completed_at) \
          SELECT gen_random_uuid(), id, tenant, topic, 'handler', '{CONSUMER}', 'succeeded', \
                 1, {OLD_MS}, 1, created_at, {OLD_MS}, {OLD_MS} \
@@ -38,13 +39,13 @@ async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
          INSERT INTO {s}.attempts (delivery_id, number, tenant, probe, started_at, \
                 finished_at, outcome) \
          SELECT id, 1, tenant, false, {OLD_MS}, {OLD_MS}, 'succeeded' \
-           FROM {s}.deliveries WHERE completed_at = {OLD_MS};"
+           FROM {s}.deliveries_done WHERE completed_at = {OLD_MS};"
     );
     sqlx::raw_sql(&sql)
         .execute(&pool)
         .await
         .map_err(|e| format!("load finished rows: {e}"))?;
-    analyze(&pool, schema, &["messages", "deliveries", "attempts"]).await?;
+    analyze(&pool, schema, &["messages", "deliveries_done", "attempts"]).await?;
     pool.close().await;
     Ok(())
 }

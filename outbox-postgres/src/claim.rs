@@ -20,7 +20,7 @@ use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
 use crate::error::DbResult;
-use crate::rows::{self, delivery_cols, get, int4, ms, UNFINISHED};
+use crate::rows::{self, delivery_cols, get, int4, ms, ROW_COLS, UNFINISHED};
 use crate::schema::Tables;
 use crate::store::PostgresStore;
 
@@ -62,8 +62,9 @@ fn budget(d: &str) -> String {
 /// endpoints (ids as text).
 ///
 /// Its steps:
-/// 1. `exhausted`/`killed`: rows that spent their budget become `dead` (at most 1,000 per
-///    claim), found through the small `deliveries_spent` index.
+/// 1. `exhausted`/`killed`/`buried`: rows that spent their budget become `dead` (at most
+///    1,000 per claim), found through the small `deliveries_spent` index, and move from the
+///    hot table to the history.
 /// 2. `groups`: every (tenant, kind, target) with unfinished rows, by a skip scan of the
 ///    `deliveries_group` index (one index probe per group, whatever its backlog).
 /// 3. `heads`: of the groups this claim serves (and does not exclude), those with a due row,
@@ -81,7 +82,7 @@ fn budget(d: &str) -> String {
 ///    the statement ends.
 /// 6. `claimed`: the update (token, lease, attempt), returned with the message columns.
 fn claim_text(t: &Tables) -> String {
-    let (d, m) = (&t.deliveries, &t.messages);
+    let (d, m, done) = (&t.deliveries, &t.messages, &t.done);
     let dcols = delivery_cols("d");
     let excluded_endpoint =
         |x: &str| format!("({x}.kind = 'webhook' AND {x}.target = ANY($11::text[]))");
@@ -96,11 +97,15 @@ fn claim_text(t: &Tables) -> String {
             LIMIT 1000 \
             FOR UPDATE OF d SKIP LOCKED), \
          killed AS ( \
-           UPDATE {d} d SET status = 'dead', dead_reason = 'max_attempts', \
-                  completed_at = $1::int8, claim_token = NULL, lease_until = NULL, \
-                  updated_at = $1::int8 \
-             FROM exhausted x WHERE d.id = x.id \
-           RETURNING d.id), \
+           DELETE FROM {d} d USING exhausted x WHERE d.id = x.id \
+           RETURNING d.seq, d.id, d.message_id, d.tenant, d.topic, d.ordering_key, d.kind, \
+                     d.target, 'dead'::text AS status, d.attempts, d.snoozes, \
+                     d.next_attempt_at, NULL::int8 AS lease_until, \
+                     NULL::uuid AS claim_token, d.last_outcome, d.last_status_code, \
+                     d.last_excerpt, d.last_at, 'max_attempts'::text AS dead_reason, \
+                     d.ledger_len, d.created_at, $1::int8 AS updated_at, \
+                     $1::int8 AS completed_at, d.run, d.due_at), \
+         buried AS (INSERT INTO {done} ({ROW_COLS}) SELECT {ROW_COLS} FROM killed), \
          groups AS ( \
            (SELECT d.tenant, d.kind, d.target FROM {d} d \
              WHERE d.status IN {UNFINISHED} \
@@ -294,8 +299,21 @@ struct CompletionArrays {
 
 /// The completion statement: $1 now, then one array per field of [`CompletionArrays`], in
 /// its order ($2 ids … $23 awaits), bound by [`PostgresStore::complete_now`].
+///
+/// A row that stays unfinished is updated in place (`upd`); one that finishes (succeeded,
+/// dead) is deleted from the hot table (`fin`, its new values computed in `RETURNING`) and
+/// appended to the history (`ins`) in the same statement. Both feed the attempt insert and
+/// the endpoint's last status.
 fn complete_text(t: &Tables) -> String {
-    let (d, a, e) = (&t.deliveries, &t.attempts, &t.endpoints);
+    let (d, a, e, done) = (&t.deliveries, &t.attempts, &t.endpoints, &t.done);
+    let finished = "u.status IN ('succeeded', 'dead')";
+    let fenced = "d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant \
+                  AND d.status IN ('processing', 'sending')";
+    let endpoint_id = "CASE WHEN d.kind = 'webhook' THEN d.target::uuid END AS endpoint_id";
+    let attempt_cols = "u.disable, u.a_set, u.a_probe, u.a_started, u.a_finished, \
+                        u.a_outcome, u.a_code, u.a_excerpt";
+    let res_cols = "id, tenant, ledger_len, run, due_at, endpoint_id, disable, a_set, a_probe, \
+                    a_started, a_finished, a_outcome, a_code, a_excerpt";
     format!(
         "WITH u AS ( \
            SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int4[], $6::int4[], \
@@ -315,33 +333,43 @@ fn complete_text(t: &Tables) -> String {
                   completed_at = u.completed_at, \
                   dead_reason = u.dead_reason, \
                   last_outcome = coalesce(u.lo_outcome, d.last_outcome), \
-                  last_status_code = CASE WHEN u.lo_outcome IS NULL \
-                                          THEN d.last_status_code ELSE u.lo_code END, \
-                  last_excerpt = CASE WHEN u.lo_outcome IS NULL \
-                                      THEN d.last_excerpt ELSE u.lo_excerpt END, \
-                  last_at = CASE WHEN u.lo_outcome IS NULL THEN d.last_at ELSE u.lo_at END, \
+                  last_status_code = {lo_code}, \
+                  last_excerpt = {lo_excerpt}, \
+                  last_at = {lo_at}, \
                   claim_token = NULL, lease_until = NULL, updated_at = $1::int8, \
                   ledger_len = d.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END \
              FROM u \
-            WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant \
-              AND d.status IN ('processing', 'sending') \
-           RETURNING d.id, d.tenant, d.ledger_len, d.run, d.due_at, \
-                     CASE WHEN d.kind = 'webhook' THEN d.target::uuid END AS endpoint_id, \
-                     u.disable, u.a_set, u.a_probe, u.a_started, u.a_finished, u.a_outcome, \
-                     u.a_code, u.a_excerpt), \
+            WHERE {fenced} AND NOT {finished} \
+           RETURNING d.id, d.tenant, d.ledger_len, d.run, d.due_at, {endpoint_id}, \
+                     {attempt_cols}), \
+         fin AS ( \
+           DELETE FROM {d} d USING u \
+            WHERE {fenced} AND {finished} \
+           RETURNING d.seq, d.id, d.message_id, d.tenant, d.topic, d.ordering_key, d.kind, \
+                     d.target, u.status, u.attempts, u.snoozes, \
+                     u.next_at AS next_attempt_at, NULL::int8 AS lease_until, \
+                     NULL::uuid AS claim_token, \
+                     coalesce(u.lo_outcome, d.last_outcome) AS last_outcome, \
+                     {lo_code} AS last_status_code, {lo_excerpt} AS last_excerpt, \
+                     {lo_at} AS last_at, u.dead_reason, \
+                     d.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END AS ledger_len, \
+                     d.created_at, $1::int8 AS updated_at, u.completed_at, d.run, d.due_at, \
+                     {endpoint_id}, {attempt_cols}), \
+         ins AS (INSERT INTO {done} ({ROW_COLS}) SELECT {ROW_COLS} FROM fin), \
+         res AS (SELECT {res_cols} FROM upd UNION ALL SELECT {res_cols} FROM fin), \
          att AS ( \
            INSERT INTO {a} (delivery_id, number, tenant, probe, started_at, finished_at, \
                             outcome, status_code, excerpt, run, scheduled_at) \
            SELECT id, ledger_len, tenant, a_probe, a_started, a_finished, a_outcome, a_code, \
                   a_excerpt, run, due_at \
-             FROM upd WHERE a_set), \
+             FROM res WHERE a_set), \
          ep AS ( \
            SELECT endpoint_id, tenant, bool_or(disable) AS gone, \
                   (array_agg(a_outcome ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] \
                     AS o, \
                   (array_agg(a_code ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] AS c, \
                   max(a_finished) FILTER (WHERE a_set) AS at \
-             FROM upd WHERE endpoint_id IS NOT NULL AND (disable OR a_set) \
+             FROM res WHERE endpoint_id IS NOT NULL AND (disable OR a_set) \
             GROUP BY endpoint_id, tenant), \
          dis AS ( \
            UPDATE {e} e SET \
@@ -352,10 +380,14 @@ fn complete_text(t: &Tables) -> String {
                   last_status_code = CASE WHEN {newer} THEN ep.c ELSE e.last_status_code END, \
                   last_at = CASE WHEN {newer} THEN ep.at ELSE e.last_at END \
              FROM ep WHERE e.id = ep.endpoint_id AND e.tenant = ep.tenant) \
-         SELECT id FROM upd",
+         SELECT id FROM res",
         newer = "(ep.at IS NOT NULL AND (e.last_at IS NULL OR ep.at >= e.last_at))",
+        lo_code = "CASE WHEN u.lo_outcome IS NULL THEN d.last_status_code ELSE u.lo_code END",
+        lo_excerpt = "CASE WHEN u.lo_outcome IS NULL THEN d.last_excerpt ELSE u.lo_excerpt END",
+        lo_at = "CASE WHEN u.lo_outcome IS NULL THEN d.last_at ELSE u.lo_at END",
         // A wait for an endpoint that a resume or delete made while the delivery was
-        // claimed (`DeliveryUpdate::endpoint_is_back`): pending, due now.
+        // claimed (`DeliveryUpdate::endpoint_is_back`): pending, due now. Only a `held`
+        // verdict waits, so a finishing row never comes back.
         back = format!(
             "(u.awaits AND NOT EXISTS (SELECT 1 FROM {e} x \
                WHERE x.id = (CASE WHEN d.kind = 'webhook' THEN d.target END)::uuid \

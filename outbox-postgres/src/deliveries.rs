@@ -10,7 +10,7 @@ use outboxkit_core::{
 };
 
 use crate::error::DbResult;
-use crate::rows::{self, get, ms, UNFINISHED};
+use crate::rows::{self, get, ms, ROW_COLS, UNFINISHED};
 use crate::schema::Tables;
 use crate::store::PostgresStore;
 
@@ -35,8 +35,8 @@ impl Sql {
             retry_now: retry_now_text(t),
             reset: reset_text(t),
             status_of: format!(
-                "SELECT status FROM {d} WHERE id = $1::uuid AND tenant = $2::text",
-                d = t.deliveries
+                "SELECT status FROM {d} d WHERE id = $1::uuid AND tenant = $2::text",
+                d = t.all
             ),
             stats: stats_text(t),
         }
@@ -114,17 +114,24 @@ impl PostgresStore {
 // The operator changes on one delivery, each with the parameters $1 delivery, $2 tenant,
 // $3 now, $4 channel, bound by [`PostgresStore::operator_change`].
 
+/// Replay a dead delivery: it moves from the history back to the hot table, in its first
+/// place in enqueue order (same `seq`), with a fresh run.
 fn replay_text(t: &Tables) -> String {
-    let d = &t.deliveries;
-    counted_with_notify(
-        &format!(
-            "UPDATE {d} SET status = 'pending', attempts = 0, snoozes = 0, \
-                    next_attempt_at = $3::int8, dead_reason = NULL, completed_at = NULL, \
-                    claim_token = NULL, lease_until = NULL, updated_at = $3::int8, \
-                    run = run + 1 \
-              WHERE id = $1::uuid AND tenant = $2::text AND status = 'dead'"
-        ),
-        "$4::text",
+    let (d, done) = (&t.deliveries, &t.done);
+    format!(
+        "WITH x AS ( \
+           DELETE FROM {done} WHERE id = $1::uuid AND tenant = $2::text AND status = 'dead' \
+           RETURNING *), \
+         u AS ( \
+           INSERT INTO {d} ({ROW_COLS}) \
+           SELECT seq, id, message_id, tenant, topic, ordering_key, kind, target, 'pending', \
+                  0, 0, $3::int8, NULL, NULL, last_outcome, last_status_code, last_excerpt, \
+                  last_at, NULL, ledger_len, created_at, $3::int8, NULL, run + 1, due_at \
+             FROM x \
+           RETURNING 1), \
+         n AS (SELECT count(*) AS n FROM u) \
+         SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify($4::text, '')::text END AS notified \
+           FROM n"
     )
 }
 
@@ -213,9 +220,9 @@ impl PostgresStore {
     }
 }
 
-/// Counts per status and the oldest due time: $1 now.
+/// Counts per status (both tables) and the oldest due time (the hot table's): $1 now.
 fn stats_text(t: &Tables) -> String {
-    let d = &t.deliveries;
+    let (d, all) = (&t.deliveries, &t.all);
     format!(
         "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
                 count(*) FILTER (WHERE status = 'processing') AS processing, \
@@ -225,7 +232,7 @@ fn stats_text(t: &Tables) -> String {
                 count(*) FILTER (WHERE status = 'dead') AS dead, \
                 (SELECT min(next_attempt_at) FROM {d} \
                   WHERE status IN {UNFINISHED} AND next_attempt_at <= $1::int8) AS oldest \
-           FROM {d}"
+           FROM {all} x"
     )
 }
 

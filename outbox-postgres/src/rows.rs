@@ -18,6 +18,13 @@ use crate::error::{DbResult, StoreError};
 /// The statuses of an unfinished delivery, as an SQL list.
 pub(crate) const UNFINISHED: &str = "('pending', 'held', 'processing', 'sending')";
 
+/// Every column of a delivery row, in table order (the hot table's and the history's), for
+/// the statements that move a row from one to the other.
+pub(crate) const ROW_COLS: &str = "seq, id, message_id, tenant, topic, ordering_key, kind, \
+     target, status, attempts, snoozes, next_attempt_at, lease_until, claim_token, \
+     last_outcome, last_status_code, last_excerpt, last_at, dead_reason, ledger_len, \
+     created_at, updated_at, completed_at, run, due_at";
+
 /// The columns of a delivery row, in the order [`delivery`] reads them.
 const DELIVERY_COLS: [&str; 21] = [
     "id",

@@ -35,15 +35,18 @@ pub(crate) async fn tenant_stats(
     endpoint: Option<EndpointId>,
 ) -> Result<Stats> {
     let now = store.inner.clock.now();
-    let s = &store.inner.sql.tables.schema;
+    let (d, all) = (
+        &store.inner.sql.tables.deliveries,
+        &store.inner.sql.tables.all,
+    );
     let scope =
         "tenant = $2::text AND ($3::text IS NULL OR (kind = 'webhook' AND target = $3::text))";
     let text = format!(
         "SELECT {cols}, \
-                (SELECT min(next_attempt_at) FROM {s}.deliveries \
+                (SELECT min(next_attempt_at) FROM {d} \
                   WHERE {scope} AND status IN {UNFINISHED} AND next_attempt_at <= $1::int8) \
                   AS oldest \
-           FROM {s}.deliveries WHERE {scope}",
+           FROM {all} x WHERE {scope}",
         cols = count_cols(),
     );
     let row = sqlx::query(&text)
@@ -60,14 +63,15 @@ pub(crate) async fn tenant_stats(
 pub(crate) async fn tenants(store: &PostgresStore) -> Result<Vec<TenantStats>> {
     let now = store.inner.clock.now();
     let s = &store.inner.sql.tables.schema;
+    let all = &store.inner.sql.tables.all;
     let text = format!(
         "SELECT t.tenant, c.*, coalesce(m.n, 0) AS messages \
-           FROM (SELECT tenant FROM {s}.deliveries UNION SELECT tenant FROM {s}.messages) t \
+           FROM (SELECT tenant FROM {all} x UNION SELECT tenant FROM {s}.messages) t \
            LEFT JOIN (SELECT tenant AS c_tenant, {cols}, \
                              min(next_attempt_at) FILTER (WHERE status IN {UNFINISHED} \
                                                             AND next_attempt_at <= $1::int8) \
                                AS oldest \
-                        FROM {s}.deliveries GROUP BY tenant) c ON c.c_tenant = t.tenant \
+                        FROM {all} x GROUP BY tenant) c ON c.c_tenant = t.tenant \
            LEFT JOIN (SELECT tenant AS m_tenant, count(*) AS n FROM {s}.messages \
                        GROUP BY tenant) m ON m.m_tenant = t.tenant \
           ORDER BY t.tenant",

@@ -18,6 +18,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "ledger", include_str!("0003_ledger.sql")),
     (4, "fair_claim", include_str!("0004_fair_claim.sql")),
     (5, "tokens", include_str!("0005_tokens.sql")),
+    (6, "history", include_str!("0006_history.sql")),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.
@@ -26,7 +27,12 @@ pub(crate) struct Tables {
     /// `"schema"`.
     pub schema: String,
     pub messages: String,
+    /// The hot queue: unfinished deliveries only.
     pub deliveries: String,
+    /// The history: finished deliveries (succeeded, dead), same columns.
+    pub done: String,
+    /// Both, as a subquery usable wherever a table is (`{all} d`).
+    pub all: String,
     pub attempts: String,
     pub endpoints: String,
     pub consumers: String,
@@ -40,6 +46,10 @@ impl Tables {
         Tables {
             messages: format!("{s}.messages"),
             deliveries: format!("{s}.deliveries"),
+            done: format!("{s}.deliveries_done"),
+            all: format!(
+                "(SELECT * FROM {s}.deliveries UNION ALL SELECT * FROM {s}.deliveries_done)"
+            ),
             attempts: format!("{s}.attempts"),
             endpoints: format!("{s}.endpoints"),
             consumers: format!("{s}.consumers"),

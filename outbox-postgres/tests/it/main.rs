@@ -5,6 +5,7 @@
 mod claims;
 mod enqueue;
 mod faults;
+mod legacy;
 mod notify;
 mod script;
 mod support;
@@ -12,3 +13,4 @@ mod tls;
 mod upgrade;
 mod upgrade_fair;
 mod upgrade_ledger;
+mod upgrade_v6;

@@ -1,0 +1,244 @@
+//! A database at an older schema version with deliveries in every status, for the upgrade
+//! tests. The rows are written by the store's own statements (the current ones, which
+//! write the same fields as every version since 3) into a scratch schema at the latest
+//! version, then copied row for row into the test's schema, created at the older version:
+//! exactly the rows the older code left, in the tables that version had.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outboxkit_core::{
+    AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, DeliveryStore, Endpoint,
+    EndpointId, EndpointStatus, EndpointStore, EndpointUpdate, EndpointUrl, Lease, MessageStore,
+    NewMessage, OsEntropy, SealedSecret, TenantId, TopicFilter, Verdict,
+};
+use outboxkit_postgres::{migrations, sqlx, PostgresConfig, PostgresStore};
+use outboxkit_testing::ManualClock;
+
+use crate::support::{success, worker, TestDb, LEASE};
+
+/// Every row of the outbox's tables, as JSON text in a stable order. A delivery is listed
+/// once whichever table holds it (the hot table, or from version 6 the history).
+pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
+    let history: Option<String> =
+        sqlx::query_scalar(&format!("SELECT to_regclass('{s}.deliveries_done')::text"))
+            .fetch_one(admin)
+            .await
+            .unwrap();
+    let deliveries = match history {
+        Some(_) => {
+            format!("(SELECT * FROM {s}.deliveries UNION ALL SELECT * FROM {s}.deliveries_done)")
+        }
+        None => format!("{s}.deliveries"),
+    };
+    let mut out = Vec::new();
+    for (table, name, key) in [
+        (format!("{s}.messages"), "messages", "id"),
+        (deliveries, "deliveries", "id"),
+        (format!("{s}.attempts"), "attempts", "delivery_id, number"),
+        (format!("{s}.endpoints"), "endpoints", "id"),
+        (format!("{s}.consumers"), "consumers", "name"),
+    ] {
+        let rows: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT row_to_json(t)::text FROM {table} t ORDER BY {key}"
+        ))
+        .fetch_all(admin)
+        .await
+        .unwrap();
+        out.push(format!("{name}: {}", rows.len()));
+        out.extend(rows);
+    }
+    out
+}
+
+fn dead() -> Completion {
+    Completion {
+        verdict: Verdict::Dead {
+            reason: outboxkit_core::DeadReason::Permanent,
+        },
+        attempt: None,
+    }
+}
+
+/// What [`every_status_at`] left, for the checks after the upgrade.
+pub struct Legacy {
+    pub tenant: TenantId,
+    pub hook: EndpointId,
+    /// The handler deliveries leased at the end (`processing`), still live.
+    pub processing: Vec<Lease>,
+    /// The handler delivery marked `sending`, leased.
+    pub sending: Lease,
+}
+
+/// The test's schema at `version` (migrations up to it, recorded as its migrate() did),
+/// holding: 6 handler and 6 webhook deliveries of keys k0 (n = 0, 2, 4) and k1 (1, 3, 5),
+/// and one unkeyed message's two. Handler: 2 succeeded, 1 dead, 1 sending, 2 processing
+/// (leased), 1 pending behind its key's leased head; webhook: one failed attempt back to
+/// pending with a due time, then the endpoint paused (its 7 deliveries held).
+pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualClock>) -> Legacy {
+    let s = format!("\"{}\"", db.schema);
+    sqlx::raw_sql(&format!(
+        "CREATE SCHEMA {s}; CREATE TABLE {s}.schema_migrations (version integer \
+         PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)"
+    ))
+    .execute(&db.admin)
+    .await
+    .unwrap();
+    for m in migrations().iter().filter(|m| m.version <= version) {
+        sqlx::raw_sql(&m.sql(&db.schema).unwrap())
+            .execute(&db.admin)
+            .await
+            .unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {s}.schema_migrations VALUES ($1, $2, 0)"
+        ))
+        .bind(m.version)
+        .bind(m.name)
+        .execute(&db.admin)
+        .await
+        .unwrap();
+    }
+
+    // The scratch schema the store writes in.
+    let scratch = format!("{}_src", db.schema);
+    let store = PostgresStore::new(
+        db.pool(&db.app("legacy"), 2).await,
+        PostgresConfig::new(scratch.clone()),
+        clock.clone(),
+        Arc::new(OsEntropy),
+    )
+    .unwrap();
+    store.migrate().await.unwrap();
+    let acme = TenantId::new("acme").unwrap();
+    outboxkit_core::EndpointStore::put_consumer(
+        &store,
+        &outboxkit_core::Consumer {
+            name: worker(),
+            filter: TopicFilter::all(),
+            created_at: clock.now(),
+        },
+    )
+    .await
+    .unwrap();
+    let hook = Endpoint {
+        id: EndpointId::generate(clock.now(), &OsEntropy),
+        tenant: acme.clone(),
+        url: EndpointUrl::parse("https://hooks.example.com/in").unwrap(),
+        description: String::new(),
+        filter: TopicFilter::all(),
+        status: EndpointStatus::Active,
+        secret: SealedSecret(vec![1; 8]),
+        previous_secret: None,
+        body_format: Default::default(),
+        rate_limit: None,
+        last_delivery: None,
+        created_at: clock.now(),
+        updated_at: clock.now(),
+    };
+    store.create_endpoint(&hook).await.unwrap();
+    for n in 0..6 {
+        let m = NewMessage::new("order.created", serde_json::json!({ "n": n }))
+            .tenant("acme")
+            .ordering_key(format!("k{}", n % 2));
+        store.enqueue(m).await.unwrap();
+        clock.advance(Duration::from_millis(1));
+    }
+    let handler = ClaimRequest::new(5, LEASE).handler(worker(), 5);
+    let claimed = store.claim(&handler).await.unwrap();
+    assert_eq!(claimed.len(), 2, "one per ordering key is claimable");
+    for c in &claimed {
+        store
+            .complete(&c.lease, &success(clock.now()))
+            .await
+            .unwrap();
+    }
+    let claimed = store.claim(&handler).await.unwrap();
+    store.complete(&claimed[0].lease, &dead()).await.unwrap();
+    store.mark_sending(&claimed[1].lease).await.unwrap();
+    let sending = claimed[1].lease.clone();
+    let unkeyed = store
+        .enqueue(NewMessage::new("order.created", serde_json::json!({})).tenant("acme"))
+        .await
+        .unwrap();
+    assert_eq!(unkeyed.deliveries, 2);
+    let hooks = ClaimRequest::new(1, LEASE).webhooks(5);
+    let failed = store.claim(&hooks).await.unwrap();
+    let now = clock.now();
+    store
+        .complete(
+            &failed[0].lease,
+            &Completion {
+                verdict: Verdict::Retry {
+                    at: now.saturating_add(Duration::from_secs(60)),
+                },
+                attempt: Some(AttemptRecord {
+                    started_at: now,
+                    finished_at: now,
+                    outcome: AttemptOutcome::Failed(outboxkit_core::ErrorClass::Timeout),
+                    status_code: Some(503),
+                    excerpt: Some("busy".into()),
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .update_endpoint(
+            &acme,
+            hook.id,
+            &EndpointUpdate {
+                status: Some(EndpointStatus::Paused),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let handler_claim = store.claim(&handler).await.unwrap();
+    assert_eq!(
+        handler_claim.len(),
+        2,
+        "k0's third (its head is dead) and the unkeyed one"
+    );
+    let stats = store.stats().await.unwrap();
+    assert_eq!(
+        (
+            stats.succeeded,
+            stats.dead,
+            stats.sending,
+            stats.processing,
+            stats.held,
+            stats.pending
+        ),
+        (2, 1, 1, 2, 7, 1),
+        "every status is present before the upgrade: {stats:?}"
+    );
+
+    // Row for row into the older tables (a delivery from either of the scratch tables),
+    // and the enqueue-order sequence past the copied rows, as the older code left it.
+    let src = format!("\"{scratch}\"");
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {s}.messages SELECT * FROM {src}.messages; \
+         INSERT INTO {s}.endpoints SELECT * FROM {src}.endpoints; \
+         INSERT INTO {s}.consumers SELECT * FROM {src}.consumers; \
+         INSERT INTO {s}.deliveries SELECT * FROM {src}.deliveries \
+           UNION ALL SELECT * FROM {src}.deliveries_done; \
+         INSERT INTO {s}.attempts SELECT * FROM {src}.attempts; \
+         SELECT setval(pg_get_serial_sequence('{s}.deliveries', 'seq'), \
+                       (SELECT max(seq) FROM {s}.deliveries)); \
+         DROP SCHEMA {src} CASCADE;"
+    ))
+    .execute(&db.admin)
+    .await
+    .unwrap();
+    let copied: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {s}.deliveries"))
+        .fetch_one(&db.admin)
+        .await
+        .unwrap();
+    assert_eq!(copied, 14, "every delivery is in the older schema");
+    Legacy {
+        tenant: acme,
+        hook: hook.id,
+        processing: handler_claim.into_iter().map(|c| c.lease).collect(),
+        sending,
+    }
+}

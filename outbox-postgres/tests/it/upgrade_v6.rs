@@ -1,0 +1,181 @@
+//! A database made by schema version 5 (the last one whose `deliveries` table held finished
+//! rows), with deliveries in every status, their attempts and endpoints, upgrades to the
+//! hot-queue-and-history layout of version 6 in place while several processes call
+//! `migrate()` at once: exactly one applies it, every row keeps every field (finished ones
+//! now in the history), a live lease's token still completes its delivery, finished
+//! deliveries stay finished, and every unfinished one is still claimable.
+
+use std::time::Duration;
+
+use outboxkit_core::{
+    ClaimRequest, Clock, DeliveryStatus, DeliveryStore, EndpointStatus, EndpointStore,
+    EndpointUpdate, Ledger,
+};
+use outboxkit_postgres::{migrations, sqlx};
+use outboxkit_testing::ManualClock;
+
+use crate::legacy::{every_status_at, snapshot};
+use crate::support::{count, success, with_db, worker, LEASE};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurrent_migrates() {
+    with_db(|db| async move {
+        let s = format!("\"{}\"", db.schema);
+        let clock = ManualClock::new();
+        let legacy = every_status_at(&db, 5, &clock).await;
+        let before = snapshot(&db.admin, &s).await;
+
+        let stores: Vec<_> = futures::future::join_all((0..4).map(|i| {
+            let db = db.clone();
+            let clock = clock.clone();
+            async move {
+                let pool = db.pool(&db.app(&format!("m{i}")), 1).await;
+                db.store(pool, clock)
+            }
+        }))
+        .await;
+        let applied: Vec<u32> = futures::future::join_all(stores.iter().map(|st| st.migrate()))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let newer = migrations().iter().filter(|m| m.version > 5).count() as u32;
+        assert!(newer >= 1, "version 6 is shipped");
+        assert_eq!(
+            applied.iter().filter(|n| **n > 0).count(),
+            1,
+            "exactly one call applies: {applied:?}"
+        );
+        assert_eq!(applied.iter().sum::<u32>(), newer, "{applied:?}");
+        assert_eq!(
+            snapshot(&db.admin, &s).await,
+            before,
+            "every message, delivery, attempt, endpoint and consumer kept every field"
+        );
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM {s}.deliveries_done").await,
+            3,
+            "the 2 succeeded and the dead delivery are in the history"
+        );
+        assert_eq!(
+            count(
+                &db,
+                "SELECT count(*) FROM {s}.deliveries \
+                  WHERE status IN ('pending', 'held', 'processing', 'sending')"
+            )
+            .await,
+            11,
+            "the hot table holds the 11 unfinished deliveries"
+        );
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.deliveries").await, 11);
+
+        let store = stores.into_iter().next().unwrap();
+        let acme = legacy.tenant.clone();
+        // Finished deliveries stay finished, with their attempts.
+        let stats = store.stats().await.unwrap();
+        assert_eq!(
+            (
+                stats.succeeded,
+                stats.dead,
+                stats.sending,
+                stats.processing,
+                stats.held,
+                stats.pending
+            ),
+            (2, 1, 1, 2, 7, 1),
+            "{stats:?}"
+        );
+        let finished: Vec<(uuid::Uuid, String)> = sqlx::query_as(&format!(
+            "SELECT id, status FROM {s}.deliveries_done ORDER BY seq"
+        ))
+        .fetch_all(&db.admin)
+        .await
+        .unwrap();
+        for (id, status) in &finished {
+            let id = outboxkit_core::DeliveryId::from_uuid(*id).unwrap();
+            let d = store.get_delivery(&acme, id).await.unwrap();
+            assert_eq!(d.status.as_str(), status);
+            let attempts = store.attempts(&acme, id).await.unwrap();
+            let expected = if status == "succeeded" { 1 } else { 0 };
+            assert_eq!(attempts.len(), expected, "{status}: {attempts:?}");
+        }
+
+        // The live leases' tokens still complete their deliveries, before their leases end.
+        let both = ClaimRequest::new(100, LEASE)
+            .handler(worker(), 5)
+            .webhooks(5);
+        assert!(
+            store.claim(&both).await.unwrap().is_empty(),
+            "nothing is due while the leases live"
+        );
+        for lease in legacy.processing.iter().chain([&legacy.sending]) {
+            store
+                .complete(lease, &success(clock.now()))
+                .await
+                .expect("a live lease completes after the upgrade");
+            let d = store.get_delivery(&acme, lease.delivery_id).await.unwrap();
+            assert_eq!(d.status, DeliveryStatus::Succeeded);
+            assert_eq!(
+                store
+                    .attempts(&acme, lease.delivery_id)
+                    .await
+                    .unwrap()
+                    .len(),
+                1
+            );
+        }
+
+        // The dead one replays out of the history into the queue.
+        let (dead, _) = finished.iter().find(|(_, st)| st == "dead").unwrap();
+        let dead = outboxkit_core::DeliveryId::from_uuid(*dead).unwrap();
+        store.replay(&acme, dead).await.unwrap();
+        assert_eq!(
+            store.get_delivery(&acme, dead).await.unwrap().status,
+            DeliveryStatus::Pending
+        );
+
+        // Every unfinished delivery is still claimable: resume the endpoint and drain.
+        store
+            .update_endpoint(
+                &acme,
+                legacy.hook,
+                &EndpointUpdate {
+                    status: Some(EndpointStatus::Active),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(61));
+        let mut drained = 0;
+        for _ in 0..20 {
+            let batch = store.claim(&both).await.unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for c in &batch {
+                store
+                    .complete(&c.lease, &success(clock.now()))
+                    .await
+                    .unwrap();
+            }
+            drained += batch.len();
+        }
+        assert_eq!(
+            drained, 9,
+            "the pending handler delivery, the 7 held webhook ones and the replayed one"
+        );
+        let stats = store.stats().await.unwrap();
+        assert_eq!(
+            (stats.succeeded, stats.dead, stats.total()),
+            (14, 0, 14),
+            "{stats:?}"
+        );
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.deliveries").await, 0);
+        assert_eq!(
+            count(&db, "SELECT count(*) FROM {s}.deliveries_done").await,
+            14
+        );
+    })
+    .await;
+}
