@@ -152,6 +152,11 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
             .select_by_value("dead")
             .await?;
         c.find(Locator::Id("filter")).await?.click().await?;
+        // The filtered page, not the unfiltered one still showing while it loads: only the
+        // server marks the chosen option `selected` in the markup.
+        c.wait()
+            .for_element(Locator::Css(r#"#status option[value="dead"][selected]"#))
+            .await?;
         c.wait().for_element(Locator::Css("a.delivery")).await?;
         let links = c.find_all(Locator::Css("a.delivery")).await?;
         assert_eq!(links.len(), 1, "one dead delivery");
