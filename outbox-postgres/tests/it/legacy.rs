@@ -242,3 +242,40 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
         sending,
     }
 }
+
+/// Four processes (each a store on its own one-connection pool) call `migrate()` on a
+/// database at `from` at once: exactly one call applies, and it applies every migration
+/// after `from` (at least one). Returns the stores.
+pub async fn migrate_concurrently(
+    db: &Arc<TestDb>,
+    clock: &Arc<ManualClock>,
+    from: i32,
+) -> Vec<PostgresStore> {
+    let stores: Vec<_> = futures::future::join_all((0..4).map(|i| {
+        let db = db.clone();
+        let clock = clock.clone();
+        async move {
+            let pool = db.pool(&db.app(&format!("m{i}")), 1).await;
+            db.store(pool, clock)
+        }
+    }))
+    .await;
+    let applied: Vec<u32> = futures::future::join_all(stores.iter().map(|st| st.migrate()))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let newer = migrations().iter().filter(|m| m.version > from).count() as u32;
+    assert!(newer >= 1, "a migration after version {from} is shipped");
+    assert_eq!(
+        applied.iter().filter(|n| **n > 0).count(),
+        1,
+        "exactly one call applies: {applied:?}"
+    );
+    assert_eq!(
+        applied.iter().sum::<u32>(),
+        newer,
+        "it applies every migration after version {from}: {applied:?}"
+    );
+    stores
+}

@@ -12,7 +12,7 @@ use outboxkit_core::{
 use outboxkit_postgres::{migrations, sqlx};
 use outboxkit_testing::ManualClock;
 
-use crate::legacy::{every_status_at, snapshot};
+use crate::legacy::{every_status_at, migrate_concurrently, snapshot};
 use crate::support::{success, with_db, worker, LEASE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,31 +27,7 @@ async fn a_version_3_database_with_every_status_upgrades_in_place_under_concurre
         let before = snapshot(&db.admin, &s).await;
 
         // Four processes migrate at once: one applies version 4, the others find it done.
-        let stores: Vec<_> = futures::future::join_all((0..4).map(|i| {
-            let db = db.clone();
-            let clock = clock.clone();
-            async move {
-                let pool = db.pool(&db.app(&format!("m{i}")), 1).await;
-                db.store(pool, clock)
-            }
-        }))
-        .await;
-        let applied: Vec<u32> = futures::future::join_all(stores.iter().map(|st| st.migrate()))
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
-        let newer = migrations().iter().filter(|m| m.version > 3).count() as u32;
-        assert_eq!(
-            applied.iter().filter(|n| **n > 0).count(),
-            1,
-            "exactly one call applies: {applied:?}"
-        );
-        assert_eq!(
-            applied.iter().sum::<u32>(),
-            newer,
-            "it applies every migration after version 3: {applied:?}"
-        );
+        let stores = migrate_concurrently(&db, &clock, 3).await;
         assert_eq!(snapshot(&db.admin, &s).await, before, "no row changed");
         let versions: Vec<i32> = sqlx::query_scalar(&format!(
             "SELECT version FROM {s}.schema_migrations ORDER BY version"

@@ -11,10 +11,10 @@ use outboxkit_core::{
     ClaimRequest, Clock, DeliveryStatus, DeliveryStore, EndpointStatus, EndpointStore,
     EndpointUpdate, Ledger,
 };
-use outboxkit_postgres::{migrations, sqlx};
+use outboxkit_postgres::sqlx;
 use outboxkit_testing::ManualClock;
 
-use crate::legacy::{every_status_at, snapshot};
+use crate::legacy::{every_status_at, migrate_concurrently, snapshot};
 use crate::support::{count, success, with_db, worker, LEASE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -25,28 +25,7 @@ async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurren
         let legacy = every_status_at(&db, 5, &clock).await;
         let before = snapshot(&db.admin, &s).await;
 
-        let stores: Vec<_> = futures::future::join_all((0..4).map(|i| {
-            let db = db.clone();
-            let clock = clock.clone();
-            async move {
-                let pool = db.pool(&db.app(&format!("m{i}")), 1).await;
-                db.store(pool, clock)
-            }
-        }))
-        .await;
-        let applied: Vec<u32> = futures::future::join_all(stores.iter().map(|st| st.migrate()))
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
-        let newer = migrations().iter().filter(|m| m.version > 5).count() as u32;
-        assert!(newer >= 1, "version 6 is shipped");
-        assert_eq!(
-            applied.iter().filter(|n| **n > 0).count(),
-            1,
-            "exactly one call applies: {applied:?}"
-        );
-        assert_eq!(applied.iter().sum::<u32>(), newer, "{applied:?}");
+        let stores = migrate_concurrently(&db, &clock, 5).await;
         assert_eq!(
             snapshot(&db.admin, &s).await,
             before,
