@@ -2,17 +2,16 @@
 //! [`crate::webhook`], answering `{"id":…}` like a provider), beside raw `reqwest` POSTs of
 //! the same request bodies with the same headers to the same stand-in, at concurrency 16.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use outboxkit_core::{DynStore, MessageStore, NewMessage, Stopwatch, SystemClock, TenantId};
+use outboxkit_core::{DynStore, MessageStore, NewMessage, SystemClock, TenantId};
 use outboxkit_dispatch::{Dispatcher, DispatcherConfig};
 use outboxkit_http::{HttpMailer, HttpMailerConfig};
 use outboxkit_testing::InMemoryStore;
-use tokio::task::JoinSet;
 
-use crate::common::{burn_down, chunks, err, secs, BenchResult, Progress, TOPIC};
+use crate::common::{burn_down, chunks, err, BenchResult, Progress, TOPIC};
 use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::webhook::Receiver;
 use crate::Ctx;
@@ -96,43 +95,11 @@ async fn raw(url: &str, bodies: Arc<Vec<Bytes>>, c: usize) -> BenchResult<f64> {
         .build()
         .map_err(|e| format!("reqwest: {e}"))?;
     let auth = format!("Bearer {API_KEY}");
-    let next = Arc::new(AtomicUsize::new(0));
-    let sw = Stopwatch::start();
-    let mut set = JoinSet::new();
-    for _ in 0..c {
-        let (client, bodies, next, url, auth) = (
-            client.clone(),
-            bodies.clone(),
-            next.clone(),
-            url.to_owned(),
-            auth.clone(),
-        );
-        set.spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(body) = bodies.get(i) else {
-                    return Ok::<(), String>(());
-                };
-                let r = client
-                    .post(&url)
-                    .header("authorization", &auth)
-                    .header("idempotency-key", format!("outbox-mail-{i:036}"))
-                    .header("content-type", "application/json")
-                    .body(body.clone())
-                    .send()
-                    .await
-                    .map_err(|e| format!("post: {e}"))?;
-                if !r.status().is_success() {
-                    return Err(format!("status {}", r.status()));
-                }
-                let _ = r.bytes().await;
-            }
-        });
-    }
-    while let Some(r) = set.join_next().await {
-        r.map_err(|e| format!("task: {e}"))??;
-    }
-    Ok(secs(&sw))
+    let decorate: crate::webhook::Decorate = Arc::new(move |i, r| {
+        r.header("authorization", &auth)
+            .header("idempotency-key", format!("outbox-mail-{i:036}"))
+    });
+    crate::webhook::post_all(client, url, bodies, c, decorate).await
 }
 
 /// E-mail through `HttpMailer` at concurrency 16 (with `OUTBOX_BENCH_WEBHOOK_SIDE=ours` or

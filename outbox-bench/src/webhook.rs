@@ -183,20 +183,40 @@ async fn raw(url: &str, bodies: Arc<Vec<Bytes>>, c: usize) -> BenchResult<f64> {
         .tcp_nodelay(true)
         .build()
         .map_err(|e| format!("reqwest: {e}"))?;
+    post_all(client, url, bodies, c, Arc::new(|_, r| r)).await
+}
+
+/// Adds a raw request's own headers (beyond `content-type`) for body number `i`.
+pub(crate) type Decorate =
+    Arc<dyn Fn(usize, reqwest::RequestBuilder) -> reqwest::RequestBuilder + Send + Sync>;
+
+/// `c` tasks POSTing `bodies` (JSON) to `url` with `client`, each body once, until all are
+/// sent; every answer must be a 2xx and is read to the end. Returns the seconds it took.
+pub(crate) async fn post_all(
+    client: reqwest::Client,
+    url: &str,
+    bodies: Arc<Vec<Bytes>>,
+    c: usize,
+    decorate: Decorate,
+) -> BenchResult<f64> {
     let next = Arc::new(AtomicUsize::new(0));
     let sw = Stopwatch::start();
     let mut set = JoinSet::new();
     for _ in 0..c {
-        let (client, bodies, next, url) =
-            (client.clone(), bodies.clone(), next.clone(), url.to_owned());
+        let (client, bodies, next, url, decorate) = (
+            client.clone(),
+            bodies.clone(),
+            next.clone(),
+            url.to_owned(),
+            decorate.clone(),
+        );
         set.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(body) = bodies.get(i) else {
                     return Ok::<(), String>(());
                 };
-                let r = client
-                    .post(&url)
+                let r = decorate(i, client.post(&url))
                     .header("content-type", "application/json")
                     .body(body.clone())
                     .send()
