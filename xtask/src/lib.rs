@@ -16,8 +16,16 @@ pub struct Problem {
 }
 
 /// The workspace root (the parent of this crate's folder).
+///
+/// `cargo run` (behind `cargo xtask`) sets `CARGO_MANIFEST_DIR` for the running binary too, and
+/// that one is taken first: a target directory shared between checkouts (a clean clone in CI, a
+/// worktree) may hold an xtask built from another checkout, whose compile-time path would make
+/// `tidy` check and `bench` measure that other checkout.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
