@@ -85,3 +85,81 @@ async fn each_delivery_is_claimed_once_across_pools() {
     })
     .await;
 }
+
+/// A backlog of more than 1 MiB switches the claim to its generic plan once a claim comes
+/// back full; on that plan a group that turns up later still gets its turn in the next
+/// claim (fair rounds), every delivery is claimed once, and an emptied queue goes back to
+/// custom plans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generic_claim_plan_keeps_fair_rounds() {
+    with_db(|db| async move {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let store = db
+            .ready_store(db.pool(&db.app("generic"), 2).await, clock.clone())
+            .await;
+        let big = 8_000;
+        let out = store
+            .enqueue_batch((0..big).map(|n| order(n).tenant("big")).collect())
+            .await
+            .unwrap();
+        assert!(out.iter().all(|e| e.deliveries == 1));
+        let bytes = count(&db, "SELECT pg_relation_size('{s}.deliveries')").await;
+        assert!(bytes >= 1 << 20, "the backlog takes {bytes} bytes");
+        assert!(!store.claim_plan_is_generic(), "custom plans at first");
+
+        let mut seen: HashMap<DeliveryId, u32> = HashMap::new();
+        let mut drain = |claimed: Vec<outboxkit_core::Claimed>| {
+            for c in &claimed {
+                *seen.entry(c.lease.delivery_id).or_default() += 1;
+            }
+            claimed
+                .into_iter()
+                .map(|c| (c.lease, success(clock.now())))
+                .collect::<Vec<_>>()
+        };
+        let first = store.claim(&claim_request(50)).await.unwrap();
+        assert_eq!(first.len(), 50);
+        assert!(first.iter().all(|c| c.delivery.tenant.as_str() == "big"));
+        for r in store.complete_many(&drain(first)).await.unwrap() {
+            r.unwrap();
+        }
+        assert!(store.claim_plan_is_generic(), "a full claim on a big table");
+
+        // A second group turns up behind the backlog: the generic plan gives it its
+        // rounds in the very next claim.
+        store
+            .enqueue_batch((0..3).map(|n| order(n).tenant("late")).collect())
+            .await
+            .unwrap();
+        let second = store.claim(&claim_request(50)).await.unwrap();
+        assert_eq!(second.len(), 50);
+        let late: Vec<_> = second
+            .iter()
+            .filter(|c| c.delivery.tenant.as_str() == "late")
+            .collect();
+        assert_eq!(late.len(), 3, "the late group's three deliveries");
+        // Rounds: the groups' first rows come first, in the order of their oldest row.
+        assert_eq!(second[0].delivery.tenant.as_str(), "big");
+        assert_eq!(second[1].delivery.tenant.as_str(), "late");
+        for r in store.complete_many(&drain(second)).await.unwrap() {
+            r.unwrap();
+        }
+
+        loop {
+            let claimed = store.claim(&claim_request(200)).await.unwrap();
+            if claimed.is_empty() {
+                break;
+            }
+            for r in store.complete_many(&drain(claimed)).await.unwrap() {
+                r.unwrap();
+            }
+        }
+        assert!(!store.claim_plan_is_generic(), "custom plans once emptied");
+        assert_eq!(seen.len(), big + 3, "every delivery was claimed");
+        assert!(seen.values().all(|&n| n == 1), "none claimed twice");
+        let stats = store.stats().await.unwrap();
+        assert_eq!(stats.succeeded, big as u64 + 3);
+        assert_eq!(stats.total(), big as u64 + 3);
+    })
+    .await;
+}
