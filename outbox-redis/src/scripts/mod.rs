@@ -24,14 +24,19 @@ struct Def {
 }
 
 /// The prelude's top-level definitions in order. Each starts at a line beginning with
-/// `local ` and runs to the next such line (comment lines just above a definition belong
-/// to the previous one: harmless). Lines before the first definition (comments) are dropped.
+/// `local ` (or at the comment lines right above it, which describe it) and runs to the
+/// next one. Lines before the first definition are dropped.
 fn defs() -> Vec<Def> {
     let mut starts: Vec<usize> = Vec::new();
+    let mut comment: Option<usize> = None;
     let mut pos = 0;
     for line in COMMON.split_inclusive('\n') {
         if line.starts_with("local ") {
-            starts.push(pos);
+            starts.push(comment.take().unwrap_or(pos));
+        } else if line.starts_with("--") {
+            comment.get_or_insert(pos);
+        } else {
+            comment = None;
         }
         pos += line.len();
     }
@@ -40,7 +45,10 @@ fn defs() -> Vec<Def> {
         .windows(2)
         .map(|w| {
             let text = &COMMON[w[0]..w[1]];
-            let first = text.lines().next().unwrap_or_default();
+            let first = text
+                .lines()
+                .find(|l| l.starts_with("local "))
+                .unwrap_or_default();
             let decl = first.trim_start_matches("local ");
             let names = match decl.strip_prefix("function ") {
                 Some(f) => vec![f.split('(').next().unwrap_or_default().trim()],
@@ -201,7 +209,9 @@ mod tests {
         ] {
             assert!(names.contains(&n), "{n} missing from {names:?}");
         }
-        assert!(defs.iter().all(|d| d.text.starts_with("local ")));
+        assert!(defs
+            .iter()
+            .all(|d| d.text.starts_with("local ") || d.text.starts_with("--")));
     }
 
     /// A script carries what its body reaches (also through other definitions) and
@@ -209,7 +219,7 @@ mod tests {
     #[test]
     fn a_script_carries_only_the_prelude_it_uses() {
         let enqueue = super::enqueue_source();
-        assert!(enqueue.starts_with("#!lua\nlocal P = KEYS[1]"));
+        assert!(enqueue.starts_with("#!lua\n-- Shared prelude"));
         // Used by the body, and reached through `flush` and `k_o`.
         for used in [
             "local function matches(",
@@ -224,6 +234,9 @@ mod tests {
             "local function place(",
             "local function load(",
             "local function hold_for_endpoint(",
+            // Only named in the comment of a definition enqueue uses: comments go with
+            // the definition below them.
+            "local function owns(",
         ] {
             assert!(!enqueue.contains(unused), "{unused}");
         }
