@@ -435,8 +435,11 @@ fn sources(request: &ClaimRequest) -> Vec<(&'static str, String, u32)> {
 }
 
 fn claimed(v: Value) -> Result<Claimed> {
-    let parts = items(v)?;
-    let [from, row @ .., payload, packed] = parts.as_slice() else {
+    let mut parts = items(v)?;
+    let (Some(packed), Some(payload)) = (parts.pop(), parts.pop()) else {
+        return Err(corrupt("reply"));
+    };
+    let [from, row @ ..] = parts.as_slice() else {
         return Err(corrupt("reply"));
     };
     let claimed_from = text(from)
@@ -448,7 +451,7 @@ fn claimed(v: Value) -> Result<Claimed> {
         .and_then(|h| h.split('|').nth(3).and_then(|t| ClaimToken::parse(t).ok()))
         .ok_or_else(|| corrupt("reply"))?;
     let delivery = delivery(row)?;
-    let message = message(payload, packed)?;
+    let message = message(payload, &packed)?;
     let lease = Lease {
         delivery_id: delivery.id,
         tenant: delivery.tenant.clone(),

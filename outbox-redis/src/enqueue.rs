@@ -9,7 +9,7 @@ use outboxkit_core::{
 
 use crate::error::corrupt;
 use crate::rows::{enqueued, items, pack_message, Args};
-use crate::scripts::ENQUEUE;
+use crate::scripts::enqueue_source;
 use crate::store::RedisStore;
 
 /// Sequence numbers reserved per message when the outbox has several shards (the most
@@ -154,7 +154,10 @@ impl RedisStore {
         let shard = rows.first().map_or(0, |r| r.0);
         let args = self.enqueue_args(now, &[], rows.iter().map(|r| &r.1))?;
         let prefix = &self.inner.shards[shard];
-        pipe.cmd("EVAL").arg(ENQUEUE).arg(1).arg(prefix.as_str());
+        pipe.cmd("EVAL")
+            .arg(enqueue_source())
+            .arg(1)
+            .arg(prefix.as_str());
         for a in &args.0 {
             pipe.arg(a.as_slice());
         }

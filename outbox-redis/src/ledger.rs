@@ -124,10 +124,11 @@ impl Ledger for RedisStore {
     }
 
     async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        let Some((_, v)) = self.find_row("m", id, &MESSAGE_FIELDS).await? else {
+        let Some((_, mut v)) = self.find_row("m", id, &MESSAGE_FIELDS).await? else {
             return Err(Error::not_found("message"));
         };
-        let m = message(&v[0], &v[1])?;
+        let payload = std::mem::replace(&mut v[0], redis::Value::Nil);
+        let m = message(payload, &v[1])?;
         if &m.tenant != tenant {
             return Err(Error::not_found("message"));
         }

@@ -235,11 +235,12 @@ pub(crate) fn pack_message(m: &Message) -> Result<String> {
 }
 
 /// A message from its `p` (payload) and `x` (packed) fields.
-pub(crate) fn message(payload: &Value, packed: &Value) -> Result<Message> {
+pub(crate) fn message(payload: Value, packed: &Value) -> Result<Message> {
     decode_message(payload, packed).map_err(|()| corrupt("message"))
 }
 
-fn decode_message(payload: &Value, packed: &Value) -> Result<Message, ()> {
+/// The payload is moved out of its reply item, not copied.
+fn decode_message(payload: Value, packed: &Value) -> Result<Message, ()> {
     let Value::BulkString(payload) = payload else {
         return Err(());
     };
@@ -248,7 +249,7 @@ fn decode_message(payload: &Value, packed: &Value) -> Result<Message, ()> {
     Ok(Message {
         id: ok(MessageId::parse(id))?,
         topic: ok(Topic::new(topic))?,
-        payload: payload.clone(),
+        payload,
         tenant: ok(TenantId::new(tenant))?,
         ordering_key: (!okey.is_empty())
             .then(|| ok(OrderingKey::new(okey)))

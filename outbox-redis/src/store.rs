@@ -344,23 +344,34 @@ impl RedisStore {
     }
 
     /// [`RedisStore::run`] on shard `shard`: its prefix is the script's only key, so the
-    /// call goes to the node serving that shard's slot.
+    /// call goes to the node serving that shard's slot. The `EVALSHA` is built straight from
+    /// `args` (one copy of each argument into the command's buffer); a `NOSCRIPT` loads the
+    /// script and sends the same command again.
     pub(crate) async fn run_on<T: FromRedisValue>(
         &self,
         shard: usize,
         script: &Script,
         args: &Args,
     ) -> Result<T> {
-        let mut inv = script.prepare_invoke();
-        inv.key(self.inner.shards[shard].as_str());
+        let key = self.inner.shards[shard].as_str();
+        let size = key.len() + 48 + args.0.iter().map(Vec::len).sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(4 + args.0.len(), size);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(1).arg(key);
         for a in &args.0 {
-            inv.arg(a.as_slice());
+            cmd.arg(a.as_slice());
         }
         let mut conn = self.inner.conn.clone();
         let mut rounds = 0;
         loop {
-            match inv.invoke_async(&mut conn).await {
-                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && rounds < 3 => rounds += 1,
+            match cmd.query_async(&mut conn).await {
+                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && rounds < 3 => {
+                    rounds += 1;
+                    script
+                        .prepare_invoke()
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(redis_err)?;
+                }
                 r => return r.map_err(redis_err),
             }
         }

@@ -1,4 +1,6 @@
--- Shared prelude of every outbox script (prepended by `scripts.rs`).
+-- Shared prelude of the outbox scripts: `scripts/mod.rs` prepends to each script the
+-- definitions below that its body reaches (the comment lines right above a definition go with
+-- it; keep each `local` at the start of its line and refer to earlier definitions only).
 --
 -- Cluster safety: KEYS[1] is the configured prefix, which contains a hash tag such as
 -- `{outbox}`. Every key below is built as `prefix .. ':' .. suffix`, so every key a script
