@@ -1,25 +1,37 @@
 //! The run loop of one `run` or `run_once` call, as a handful of named steps:
-//! [`RunLoop::reap`] joins finished delivery tasks, [`RunLoop::settle_step`] hands what
-//! finished to a settle task, [`RunLoop::claim_step`] claims and spawns, [`RunLoop::wait`]
-//! sleeps until something happens, and [`RunLoop::finish`] drains at the end.
+//! [`RunLoop::reap`] collects finished deliveries, [`RunLoop::settle_step`] starts writing
+//! what finished, [`RunLoop::claim_step`] claims and starts, [`RunLoop::wait`] sleeps until
+//! something happens, and [`RunLoop::finish`] drains at the end.
+//!
+//! Handler deliveries run user code and get a task each (a `JoinSet`), so a handler that
+//! blocks its thread stalls nothing else. Webhook and e-mail deliveries are async I/O:
+//! they run on the loop's own task (a `FuturesUnordered` it polls, see [`Inline`]), as
+//! does the settle, so a delivery costs no task, no hand-off between worker threads and
+//! no wake-up of the loop from another thread.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::task::{Id, JoinError, JoinHandle, JoinSet};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::task::{Id, JoinError, JoinSet};
 use tracing::Instrument;
 
 use super::deliver::{deliver, Done, RunState};
 use super::report::{observe, ClaimEvent};
-use super::settle::{settle, settled};
+use super::settle::settle;
 use super::webhook::EndpointCache;
 use super::{Dispatcher, Shared};
 use crate::report::Report;
 use crate::timer::TimerExt;
 use outboxkit_core::claim::{Claimed, Lease};
 use outboxkit_core::error::{ErrorKind, Result};
+use outboxkit_core::model::Destination;
 use outboxkit_core::time::Timestamp;
 use outboxkit_core::wake::WakeListener;
 
@@ -33,6 +45,39 @@ pub(crate) enum Mode<S> {
 
 /// Deliveries claimed ahead at least, whatever the concurrency (bounded by the batch size).
 const AHEAD_MIN: usize = 32;
+
+/// A settle in flight, polled by the loop; a panic in it is caught and logged.
+type Settling = Pin<Box<dyn Future<Output = Report> + Send>>;
+
+/// A webhook or e-mail delivery run on the loop's own task. Dropping it aborts it (its
+/// lease is then released, attempt refunded, as for an aborted task); a panic is caught
+/// and releases the delivery the same way, as a panicking task does.
+struct Inline {
+    lease: Lease,
+    run: Pin<Box<dyn Future<Output = std::thread::Result<Done>> + Send>>,
+}
+
+impl Future for Inline {
+    type Output = Done;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
+        let this = self.get_mut();
+        match this.run.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(done)) => Poll::Ready(done),
+            Poll::Ready(Err(_)) => {
+                tracing::error!(delivery_id = %this.lease.delivery_id, "a delivery panicked; releasing it");
+                Poll::Ready(Done::release_now(this.lease.clone()))
+            }
+        }
+    }
+}
+
+/// Whether a delivery runs on the loop's task (webhooks, e-mail: the transports' async
+/// I/O) or on a task of its own (handlers and broker sinks: user code that may block).
+fn runs_inline(destination: &Destination) -> bool {
+    matches!(destination, Destination::Webhook(_) | Destination::Email(_))
+}
 
 /// What one claim step did.
 enum Claim {
@@ -52,13 +97,17 @@ pub(crate) struct RunLoop<S> {
     mode: Mode<S>,
     start: Timestamp,
     report: Report,
+    /// Handler deliveries, a task each.
     tasks: JoinSet<Done>,
     /// The lease of every running task, to release it when the task is aborted.
     leases: HashMap<Id, Lease>,
-    /// Finished deliveries not yet handed to a settle task.
+    /// Webhook and e-mail deliveries, polled by the loop itself.
+    inline: FuturesUnordered<Inline>,
+    /// Finished deliveries not yet handed to a settle.
     finished: Vec<Done>,
-    /// At most one batch of completions is being written while the loop claims on.
-    settling: Option<JoinHandle<Report>>,
+    /// At most one batch of completions is being written while the loop claims on (polled
+    /// by the loop beside everything else it waits for).
+    settling: Option<Settling>,
     /// How many deliveries that settle holds: they still hold their leases, so they count
     /// against `concurrency` like running ones (memory and completion size stay bounded).
     settling_len: usize,
@@ -101,6 +150,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             report: Report::default(),
             tasks: JoinSet::new(),
             leases: HashMap::new(),
+            inline: FuturesUnordered::new(),
             finished: Vec::new(),
             settling: None,
             settling_len: 0,
@@ -124,10 +174,8 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             match self.claim_step().await? {
                 Claim::Spawned => continue,
                 Claim::Failed => {
-                    tokio::time::sleep(
-                        self.shared.config.poll_interval.min(Duration::from_secs(1)),
-                    )
-                    .await;
+                    let pause = self.shared.config.poll_interval.min(Duration::from_secs(1));
+                    self.pause(pause).await;
                     continue;
                 }
                 Claim::Idle => {}
@@ -140,24 +188,68 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         self.finish().await
     }
 
-    /// Collect the tasks that have finished, without waiting.
+    /// Collect the deliveries that have finished, without waiting (this also drives the
+    /// inline ones as far as they can go).
     fn reap(&mut self) {
         while let Some(r) = self.tasks.try_join_next_with_id() {
             let done = joined(r, &mut self.leases);
+            self.finished.push(done);
+        }
+        while let Some(Some(done)) = self.inline.next().now_or_never() {
             self.finished.push(done);
         }
     }
 
     /// Absorb a finished settle; start the next one when there is something to write.
     async fn settle_step(&mut self) {
-        if self.settling.as_ref().is_some_and(|h| h.is_finished()) {
-            let r = settled(&mut self.settling).await;
-            self.settled(r);
-        }
+        self.poll_settle();
         if self.settling.is_none() && !self.finished.is_empty() {
             self.settling_len = self.finished.len();
             let batch = std::mem::take(&mut self.finished);
-            self.settling = Some(tokio::spawn(settle(self.shared.clone(), batch)));
+            let write = AssertUnwindSafe(settle(self.shared.clone(), batch))
+                .catch_unwind()
+                .map(|r| {
+                    r.unwrap_or_else(|_| {
+                        tracing::error!("writing completions panicked; their leases will expire");
+                        Report::default()
+                    })
+                });
+            self.settling = Some(Box::pin(write));
+            // An in-process store finishes at once; a remote one has its request sent.
+            self.poll_settle();
+        }
+    }
+
+    /// Drive the settle in flight without waiting; absorb it if it is done.
+    fn poll_settle(&mut self) {
+        if let Some(f) = &mut self.settling {
+            if let Some(r) = f.as_mut().now_or_never() {
+                self.settled(r);
+            }
+        }
+    }
+
+    /// Sleep for `pause` while the inline deliveries and the settle go on.
+    async fn pause(&mut self, pause: Duration) {
+        let sleep = tokio::time::sleep(pause);
+        tokio::pin!(sleep);
+        loop {
+            let woke = tokio::select! {
+                () = &mut sleep => return,
+                Some(done) = self.inline.next(), if !self.inline.is_empty() => Woke::Task(done),
+                r = settled(&mut self.settling), if self.settling.is_some() => Woke::Settled(r),
+            };
+            self.woke(woke);
+        }
+    }
+
+    /// Record what a wait returned.
+    fn woke(&mut self, woke: Woke) {
+        match woke {
+            Woke::Task(done) => self.finished.push(done),
+            Woke::Settled(r) => self.settled(r),
+            Woke::Shutdown => self.run.shut_down(),
+            Woke::Other => {}
         }
     }
 
@@ -192,7 +284,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
 
     /// Deliveries that hold a running slot: running, or finished and not yet written.
     fn running(&self) -> usize {
-        self.tasks.len() + self.finished.len() + self.settling_len
+        self.tasks.len() + self.inline.len() + self.finished.len() + self.settling_len
     }
 
     /// Start ready deliveries while slots are free. One whose lease no longer covers its
@@ -240,7 +332,18 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         };
         let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
         let watch = outboxkit_core::Stopwatch::start();
-        let claim = s.store.claim(&req).instrument(span).await;
+        // The inline deliveries and the settle go on while the store answers.
+        let claim = s.store.claim(&req).instrument(span);
+        tokio::pin!(claim);
+        let claim = loop {
+            let woke = tokio::select! {
+                biased;
+                r = &mut claim => break r,
+                Some(done) = self.inline.next(), if !self.inline.is_empty() => Woke::Task(done),
+                r = settled(&mut self.settling), if self.settling.is_some() => Woke::Settled(r),
+            };
+            self.woke(woke);
+        };
         if let Some(o) = &s.observer {
             let event = ClaimEvent {
                 size: claim.as_ref().map_or(0, Vec::len),
@@ -282,7 +385,8 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
     }
 
-    /// One task per delivery; the deliveries started together share one endpoint cache.
+    /// One task per handler delivery, webhooks and e-mail on the loop's task; the
+    /// deliveries started together share one endpoint cache.
     fn spawn_batch(&mut self, batch: Vec<Claimed>) {
         let s = &self.shared;
         let endpoints = Arc::new(EndpointCache::default());
@@ -300,10 +404,18 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                     .map(tracing::field::display),
             );
             let lease = claimed.lease.clone();
-            let h = self.tasks.spawn(
-                deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span),
-            );
-            self.leases.insert(h.id(), lease);
+            let inline = runs_inline(&claimed.delivery.destination);
+            let run =
+                deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span);
+            if inline {
+                self.inline.push(Inline {
+                    lease,
+                    run: Box::pin(AssertUnwindSafe(run).catch_unwind()),
+                });
+            } else {
+                let h = self.tasks.spawn(run);
+                self.leases.insert(h.id(), lease);
+            }
         }
     }
 
@@ -312,6 +424,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         matches!(self.mode, Mode::Once)
             && self.ready.is_empty()
             && self.tasks.is_empty()
+            && self.inline.is_empty()
             && self.settling.is_none()
             && self.finished.is_empty()
     }
@@ -338,29 +451,20 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             }
         };
         let tasks = &mut self.tasks;
+        let leases = &mut self.leases;
+        let inline = &mut self.inline;
         let settling = &mut self.settling;
-        enum Woke {
-            Task(std::result::Result<(Id, Done), JoinError>),
-            Settled(Report),
-            Shutdown,
-            Other,
-        }
         let woke = tokio::select! {
-            Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => Woke::Task(r),
+            Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
+            Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                Woke::Task(joined(r, leases))
+            }
             r = settled(settling), if settling.is_some() => Woke::Settled(r),
             () = woken => Woke::Other,
             () = s.clock.sleep(s.config.poll_interval) => Woke::Other,
             () = shutdown => Woke::Shutdown,
         };
-        match woke {
-            Woke::Task(r) => {
-                let done = joined(r, &mut self.leases);
-                self.finished.push(done);
-            }
-            Woke::Settled(r) => self.settled(r),
-            Woke::Shutdown => self.run.shut_down(),
-            Woke::Other => {}
-        }
+        self.woke(woke);
     }
 
     /// Stop: let in-flight work finish within the grace period (`run`) or by its
@@ -377,22 +481,29 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             Some(d) => d.saturating_add(s.config.reservation_margin),
             None => s.clock.now().saturating_add(s.config.shutdown_grace),
         };
-        loop {
-            tokio::select! {
-                r = self.tasks.join_next_with_id() => match r {
-                    Some(r) => {
-                        let done = joined(r, &mut self.leases);
-                        self.finished.push(done);
-                    }
-                    None => break,
-                },
+        while !(self.tasks.is_empty() && self.inline.is_empty()) {
+            let tasks = &mut self.tasks;
+            let leases = &mut self.leases;
+            let inline = &mut self.inline;
+            let settling = &mut self.settling;
+            let woke = tokio::select! {
+                Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
+                Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    Woke::Task(joined(r, leases))
+                }
+                r = settled(settling), if settling.is_some() => Woke::Settled(r),
                 () = s.clock.sleep_until(grace_end) => break,
-            }
+            };
+            self.woke(woke);
         }
         self.tasks.abort_all();
         while let Some(r) = self.tasks.join_next_with_id().await {
             let done = joined(r, &mut self.leases);
             self.finished.push(done);
+        }
+        // Still running at the end of the grace period: dropped (aborted), back unstarted.
+        for aborted in std::mem::take(&mut self.inline) {
+            self.finished.push(Done::release_now(aborted.lease));
         }
         if self.settling.is_some() {
             let r = settled(&mut self.settling).await;
@@ -408,6 +519,26 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             .and_then(|r| r.ok());
         tracing::info!(%report, "outbox dispatcher run finished");
         Ok(report)
+    }
+}
+
+/// What woke a wait of the loop.
+enum Woke {
+    Task(Done),
+    Settled(Report),
+    Shutdown,
+    Other,
+}
+
+/// Wait for the settle in flight (never resolves when there is none); it is done then.
+async fn settled(settling: &mut Option<Settling>) -> Report {
+    match settling {
+        Some(f) => {
+            let r = f.as_mut().await;
+            *settling = None;
+            r
+        }
+        None => std::future::pending().await,
     }
 }
 
