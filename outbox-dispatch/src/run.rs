@@ -54,6 +54,7 @@ type Settling = Pin<Box<dyn Future<Output = Report> + Send>>;
 /// and releases the delivery the same way, as a panicking task does.
 struct Inline {
     lease: Lease,
+    state: Arc<RunState>,
     run: Pin<Box<dyn Future<Output = std::thread::Result<Done>> + Send>>,
 }
 
@@ -67,7 +68,7 @@ impl Future for Inline {
             Poll::Ready(Ok(done)) => Poll::Ready(done),
             Poll::Ready(Err(_)) => {
                 tracing::error!(delivery_id = %this.lease.delivery_id, "a delivery panicked; releasing it");
-                Poll::Ready(Done::release_now(this.lease.clone()))
+                Poll::Ready(unfinished(&this.state, this.lease.clone()))
             }
         }
     }
@@ -192,7 +193,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// inline ones as far as they can go).
     fn reap(&mut self) {
         while let Some(r) = self.tasks.try_join_next_with_id() {
-            let done = joined(r, &mut self.leases);
+            let done = joined(r, &mut self.leases, &self.run);
             self.finished.push(done);
         }
         while let Some(Some(done)) = self.inline.next().now_or_never() {
@@ -410,6 +411,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             if inline {
                 self.inline.push(Inline {
                     lease,
+                    state: self.run.clone(),
                     run: Box::pin(AssertUnwindSafe(run).catch_unwind()),
                 });
             } else {
@@ -452,12 +454,13 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         };
         let tasks = &mut self.tasks;
         let leases = &mut self.leases;
+        let run = &self.run;
         let inline = &mut self.inline;
         let settling = &mut self.settling;
         let woke = tokio::select! {
             Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
             Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                Woke::Task(joined(r, leases))
+                Woke::Task(joined(r, leases, run))
             }
             r = settled(settling), if settling.is_some() => Woke::Settled(r),
             () = woken => Woke::Other,
@@ -484,12 +487,13 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         while !(self.tasks.is_empty() && self.inline.is_empty()) {
             let tasks = &mut self.tasks;
             let leases = &mut self.leases;
+            let run = &self.run;
             let inline = &mut self.inline;
             let settling = &mut self.settling;
             let woke = tokio::select! {
                 Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
                 Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    Woke::Task(joined(r, leases))
+                    Woke::Task(joined(r, leases, run))
                 }
                 r = settled(settling), if settling.is_some() => Woke::Settled(r),
                 () = s.clock.sleep_until(grace_end) => break,
@@ -498,7 +502,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
         self.tasks.abort_all();
         while let Some(r) = self.tasks.join_next_with_id().await {
-            let done = joined(r, &mut self.leases);
+            let done = joined(r, &mut self.leases, &self.run);
             self.finished.push(done);
         }
         // Still running at the end of the grace period: dropped (aborted), back unstarted.
@@ -544,15 +548,29 @@ async fn settled(settling: &mut Option<Settling>) -> Report {
 
 /// What a joined task hands back; a task that did not finish (aborted at shutdown, or a
 /// bug panicked it) puts its delivery back unstarted.
-fn joined(r: std::result::Result<(Id, Done), JoinError>, leases: &mut HashMap<Id, Lease>) -> Done {
+fn joined(
+    r: std::result::Result<(Id, Done), JoinError>,
+    leases: &mut HashMap<Id, Lease>,
+    run: &RunState,
+) -> Done {
     match r {
         Ok((id, done)) => {
             leases.remove(&id);
             done
         }
         Err(e) => match leases.remove(&e.id()) {
-            Some(lease) => Done::release_now(lease),
+            Some(lease) => unfinished(run, lease),
             None => Done::LeaseLost,
         },
     }
+}
+
+/// A delivery that did not finish (panicked, or aborted at shutdown) goes back unstarted,
+/// and this run may start it again when it is handed out again (as after any release).
+fn unfinished(run: &RunState, lease: Lease) -> Done {
+    run.started
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&lease.delivery_id);
+    Done::release_now(lease)
 }
