@@ -513,8 +513,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             let r = settled(&mut self.settling).await;
             self.report.absorb(r);
         }
-        let mut report = self.report;
-        report.absorb(settle(s.clone(), self.finished).await);
+        let mut report = std::mem::take(&mut self.report);
+        let finished = std::mem::take(&mut self.finished);
+        report.absorb(settle(s.clone(), finished).await);
         report.run_time = s.clock.now().duration_since(self.start);
         report.circuits = s.breakers.not_closed();
         report.stats = tokio::time::timeout(s.config.stats_deadline, s.store.stats())
@@ -523,6 +524,46 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             .and_then(|r| r.ok());
         tracing::info!(%report, "outbox dispatcher run finished");
         Ok(report)
+    }
+}
+
+/// The run loop spawned as a task of its own, aborted when this is dropped (as the loop
+/// was when it ran inside the caller's future). A panic of the loop is the caller's.
+pub(crate) struct Aborting(tokio::task::JoinHandle<Result<Report>>);
+
+impl Aborting {
+    pub(crate) fn spawn(drive: impl Future<Output = Result<Report>> + Send + 'static) -> Self {
+        Aborting(tokio::spawn(drive))
+    }
+
+    /// Wait for the loop's report.
+    pub(crate) async fn join(&mut self) -> Result<Report> {
+        match (&mut self.0).await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(outboxkit_core::error::Error::new(
+                ErrorKind::Unavailable,
+                "the dispatcher's run loop was cancelled (the runtime is shutting down)",
+            )),
+        }
+    }
+}
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A settle still in flight when the loop is dropped (its caller dropped `run`) finishes
+/// on a task of its own: completions handed to the store are written.
+impl<S> Drop for RunLoop<S> {
+    fn drop(&mut self) {
+        if let Some(write) = self.settling.take() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                drop(rt.spawn(write));
+            }
+        }
     }
 }
 
