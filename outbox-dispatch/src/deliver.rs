@@ -14,7 +14,7 @@ use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
 use super::lease::{keep_alive, LiveLease};
 use super::limits::Admit;
-use super::webhook::{endpoint_gate, open_secrets, signed_request, EndpointCache};
+use super::webhook::{endpoint_gate, signed_request, EndpointCache};
 
 use super::Shared;
 use crate::timer::TimerExt;
@@ -429,7 +429,7 @@ async fn webhook_path(
     let Some(endpoint) = endpoint else {
         return Done::release(lease, shared.config.poll_interval);
     };
-    let secrets = match open_secrets(&*ch.vault, &endpoint).await {
+    let secrets = match endpoints.secrets(&*ch.vault, &endpoint).await {
         Ok(s) => s,
         Err(e) => {
             // Our configuration, not the receiver: park it without spending an attempt.

@@ -169,9 +169,19 @@ impl Dispatcher {
     pub async fn run(&self, shutdown: impl Future<Output = ()> + Send) -> Result<Report> {
         self.register().await?;
         let run = Arc::new(RunState::new(None));
-        RunLoop::new(self, run, Mode::Forever(Box::pin(shutdown)))
-            .drive()
-            .await
+        // The loop runs as a task of the runtime (a worker thread of a multi-thread
+        // runtime), not on the caller's thread, which is often `block_on`'s: there every
+        // wake-up by the I/O driver would cross threads. The caller's `shutdown` is
+        // watched here and passed on.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let signal = Box::pin(stop.clone().cancelled_owned());
+        let mut task = run::Aborting::spawn(RunLoop::new(self, run, Mode::Forever(signal)).drive());
+        tokio::pin!(shutdown);
+        tokio::select! {
+            r = task.join() => return r,
+            () = &mut shutdown => stop.cancel(),
+        }
+        task.join().await
     }
 
     /// Drain what is due until the soft `budget` is spent: a delivery starts only when its
@@ -184,13 +194,13 @@ impl Dispatcher {
         self.register().await?;
         let deadline = self.shared.clock.now().saturating_add(budget);
         let run = Arc::new(RunState::new(Some(deadline)));
-        RunLoop::new(
+        let once = RunLoop::new(
             self,
             run,
             Mode::<std::pin::Pin<Box<std::future::Ready<()>>>>::Once,
-        )
-        .drive()
-        .await
+        );
+        // On a task of its own, as in `run`.
+        run::Aborting::spawn(once.drive()).join().await
     }
 
     /// The deadline of one attempt to `destination`.

@@ -1,25 +1,37 @@
 //! The run loop of one `run` or `run_once` call, as a handful of named steps:
-//! [`RunLoop::reap`] joins finished delivery tasks, [`RunLoop::settle_step`] hands what
-//! finished to a settle task, [`RunLoop::claim_step`] claims and spawns, [`RunLoop::wait`]
-//! sleeps until something happens, and [`RunLoop::finish`] drains at the end.
+//! [`RunLoop::reap`] collects finished deliveries, [`RunLoop::settle_step`] starts writing
+//! what finished, [`RunLoop::claim_step`] claims and starts, [`RunLoop::wait`] sleeps until
+//! something happens, and [`RunLoop::finish`] drains at the end.
+//!
+//! Handler deliveries run user code and get a task each (a `JoinSet`), so a handler that
+//! blocks its thread stalls nothing else. Webhook and e-mail deliveries are async I/O:
+//! they run on the loop's own task (a `FuturesUnordered` it polls, see [`Inline`]), as
+//! does the settle, so a delivery costs no task, no hand-off between worker threads and
+//! no wake-up of the loop from another thread.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::task::{Id, JoinError, JoinHandle, JoinSet};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::task::{Id, JoinError, JoinSet};
 use tracing::Instrument;
 
 use super::deliver::{deliver, Done, RunState};
 use super::report::{observe, ClaimEvent};
-use super::settle::{settle, settled};
+use super::settle::settle;
 use super::webhook::EndpointCache;
 use super::{Dispatcher, Shared};
 use crate::report::Report;
 use crate::timer::TimerExt;
 use outboxkit_core::claim::{Claimed, Lease};
 use outboxkit_core::error::{ErrorKind, Result};
+use outboxkit_core::model::Destination;
 use outboxkit_core::time::Timestamp;
 use outboxkit_core::wake::WakeListener;
 
@@ -33,6 +45,40 @@ pub(crate) enum Mode<S> {
 
 /// Deliveries claimed ahead at least, whatever the concurrency (bounded by the batch size).
 const AHEAD_MIN: usize = 32;
+
+/// A settle in flight, polled by the loop; a panic in it is caught and logged.
+type Settling = Pin<Box<dyn Future<Output = Report> + Send>>;
+
+/// A webhook or e-mail delivery run on the loop's own task. Dropping it aborts it (its
+/// lease is then released, attempt refunded, as for an aborted task); a panic is caught
+/// and releases the delivery the same way, as a panicking task does.
+struct Inline {
+    lease: Lease,
+    state: Arc<RunState>,
+    run: Pin<Box<dyn Future<Output = std::thread::Result<Done>> + Send>>,
+}
+
+impl Future for Inline {
+    type Output = Done;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
+        let this = self.get_mut();
+        match this.run.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(done)) => Poll::Ready(done),
+            Poll::Ready(Err(_)) => {
+                tracing::error!(delivery_id = %this.lease.delivery_id, "a delivery panicked; releasing it");
+                Poll::Ready(unfinished(&this.state, this.lease.clone()))
+            }
+        }
+    }
+}
+
+/// Whether a delivery runs on the loop's task (webhooks, e-mail: the transports' async
+/// I/O) or on a task of its own (handlers and broker sinks: user code that may block).
+fn runs_inline(destination: &Destination) -> bool {
+    matches!(destination, Destination::Webhook(_) | Destination::Email(_))
+}
 
 /// What one claim step did.
 enum Claim {
@@ -52,13 +98,17 @@ pub(crate) struct RunLoop<S> {
     mode: Mode<S>,
     start: Timestamp,
     report: Report,
+    /// Handler deliveries, a task each.
     tasks: JoinSet<Done>,
     /// The lease of every running task, to release it when the task is aborted.
     leases: HashMap<Id, Lease>,
-    /// Finished deliveries not yet handed to a settle task.
+    /// Webhook and e-mail deliveries, polled by the loop itself.
+    inline: FuturesUnordered<Inline>,
+    /// Finished deliveries not yet handed to a settle.
     finished: Vec<Done>,
-    /// At most one batch of completions is being written while the loop claims on.
-    settling: Option<JoinHandle<Report>>,
+    /// At most one batch of completions is being written while the loop claims on (polled
+    /// by the loop beside everything else it waits for).
+    settling: Option<Settling>,
     /// How many deliveries that settle holds: they still hold their leases, so they count
     /// against `concurrency` like running ones (memory and completion size stay bounded).
     settling_len: usize,
@@ -101,6 +151,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             report: Report::default(),
             tasks: JoinSet::new(),
             leases: HashMap::new(),
+            inline: FuturesUnordered::new(),
             finished: Vec::new(),
             settling: None,
             settling_len: 0,
@@ -124,10 +175,8 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             match self.claim_step().await? {
                 Claim::Spawned => continue,
                 Claim::Failed => {
-                    tokio::time::sleep(
-                        self.shared.config.poll_interval.min(Duration::from_secs(1)),
-                    )
-                    .await;
+                    let pause = self.shared.config.poll_interval.min(Duration::from_secs(1));
+                    self.pause(pause).await;
                     continue;
                 }
                 Claim::Idle => {}
@@ -140,24 +189,68 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         self.finish().await
     }
 
-    /// Collect the tasks that have finished, without waiting.
+    /// Collect the deliveries that have finished, without waiting (this also drives the
+    /// inline ones as far as they can go).
     fn reap(&mut self) {
         while let Some(r) = self.tasks.try_join_next_with_id() {
-            let done = joined(r, &mut self.leases);
+            let done = joined(r, &mut self.leases, &self.run);
+            self.finished.push(done);
+        }
+        while let Some(Some(done)) = self.inline.next().now_or_never() {
             self.finished.push(done);
         }
     }
 
     /// Absorb a finished settle; start the next one when there is something to write.
     async fn settle_step(&mut self) {
-        if self.settling.as_ref().is_some_and(|h| h.is_finished()) {
-            let r = settled(&mut self.settling).await;
-            self.settled(r);
-        }
+        self.poll_settle();
         if self.settling.is_none() && !self.finished.is_empty() {
             self.settling_len = self.finished.len();
             let batch = std::mem::take(&mut self.finished);
-            self.settling = Some(tokio::spawn(settle(self.shared.clone(), batch)));
+            let write = AssertUnwindSafe(settle(self.shared.clone(), batch))
+                .catch_unwind()
+                .map(|r| {
+                    r.unwrap_or_else(|_| {
+                        tracing::error!("writing completions panicked; their leases will expire");
+                        Report::default()
+                    })
+                });
+            self.settling = Some(Box::pin(write));
+            // An in-process store finishes at once; a remote one has its request sent.
+            self.poll_settle();
+        }
+    }
+
+    /// Drive the settle in flight without waiting; absorb it if it is done.
+    fn poll_settle(&mut self) {
+        if let Some(f) = &mut self.settling {
+            if let Some(r) = f.as_mut().now_or_never() {
+                self.settled(r);
+            }
+        }
+    }
+
+    /// Sleep for `pause` while the inline deliveries and the settle go on.
+    async fn pause(&mut self, pause: Duration) {
+        let sleep = tokio::time::sleep(pause);
+        tokio::pin!(sleep);
+        loop {
+            let woke = tokio::select! {
+                () = &mut sleep => return,
+                Some(done) = self.inline.next(), if !self.inline.is_empty() => Woke::Task(done),
+                r = settled(&mut self.settling), if self.settling.is_some() => Woke::Settled(r),
+            };
+            self.woke(woke);
+        }
+    }
+
+    /// Record what a wait returned.
+    fn woke(&mut self, woke: Woke) {
+        match woke {
+            Woke::Task(done) => self.finished.push(done),
+            Woke::Settled(r) => self.settled(r),
+            Woke::Shutdown => self.run.shut_down(),
+            Woke::Other => {}
         }
     }
 
@@ -192,7 +285,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
 
     /// Deliveries that hold a running slot: running, or finished and not yet written.
     fn running(&self) -> usize {
-        self.tasks.len() + self.finished.len() + self.settling_len
+        self.tasks.len() + self.inline.len() + self.finished.len() + self.settling_len
     }
 
     /// Start ready deliveries while slots are free. One whose lease no longer covers its
@@ -240,7 +333,18 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         };
         let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
         let watch = outboxkit_core::Stopwatch::start();
-        let claim = s.store.claim(&req).instrument(span).await;
+        // The inline deliveries and the settle go on while the store answers.
+        let claim = s.store.claim(&req).instrument(span);
+        tokio::pin!(claim);
+        let claim = loop {
+            let woke = tokio::select! {
+                biased;
+                r = &mut claim => break r,
+                Some(done) = self.inline.next(), if !self.inline.is_empty() => Woke::Task(done),
+                r = settled(&mut self.settling), if self.settling.is_some() => Woke::Settled(r),
+            };
+            self.woke(woke);
+        };
         if let Some(o) = &s.observer {
             let event = ClaimEvent {
                 size: claim.as_ref().map_or(0, Vec::len),
@@ -282,7 +386,8 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
     }
 
-    /// One task per delivery; the deliveries started together share one endpoint cache.
+    /// One task per handler delivery, webhooks and e-mail on the loop's task; the
+    /// deliveries started together share one endpoint cache.
     fn spawn_batch(&mut self, batch: Vec<Claimed>) {
         let s = &self.shared;
         let endpoints = Arc::new(EndpointCache::default());
@@ -300,10 +405,19 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                     .map(tracing::field::display),
             );
             let lease = claimed.lease.clone();
-            let h = self.tasks.spawn(
-                deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span),
-            );
-            self.leases.insert(h.id(), lease);
+            let inline = runs_inline(&claimed.delivery.destination);
+            let run =
+                deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span);
+            if inline {
+                self.inline.push(Inline {
+                    lease,
+                    state: self.run.clone(),
+                    run: Box::pin(AssertUnwindSafe(run).catch_unwind()),
+                });
+            } else {
+                let h = self.tasks.spawn(run);
+                self.leases.insert(h.id(), lease);
+            }
         }
     }
 
@@ -312,6 +426,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         matches!(self.mode, Mode::Once)
             && self.ready.is_empty()
             && self.tasks.is_empty()
+            && self.inline.is_empty()
             && self.settling.is_none()
             && self.finished.is_empty()
     }
@@ -338,29 +453,21 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             }
         };
         let tasks = &mut self.tasks;
+        let leases = &mut self.leases;
+        let run = &self.run;
+        let inline = &mut self.inline;
         let settling = &mut self.settling;
-        enum Woke {
-            Task(std::result::Result<(Id, Done), JoinError>),
-            Settled(Report),
-            Shutdown,
-            Other,
-        }
         let woke = tokio::select! {
-            Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => Woke::Task(r),
+            Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
+            Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                Woke::Task(joined(r, leases, run))
+            }
             r = settled(settling), if settling.is_some() => Woke::Settled(r),
             () = woken => Woke::Other,
             () = s.clock.sleep(s.config.poll_interval) => Woke::Other,
             () = shutdown => Woke::Shutdown,
         };
-        match woke {
-            Woke::Task(r) => {
-                let done = joined(r, &mut self.leases);
-                self.finished.push(done);
-            }
-            Woke::Settled(r) => self.settled(r),
-            Woke::Shutdown => self.run.shut_down(),
-            Woke::Other => {}
-        }
+        self.woke(woke);
     }
 
     /// Stop: let in-flight work finish within the grace period (`run`) or by its
@@ -377,29 +484,38 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             Some(d) => d.saturating_add(s.config.reservation_margin),
             None => s.clock.now().saturating_add(s.config.shutdown_grace),
         };
-        loop {
-            tokio::select! {
-                r = self.tasks.join_next_with_id() => match r {
-                    Some(r) => {
-                        let done = joined(r, &mut self.leases);
-                        self.finished.push(done);
-                    }
-                    None => break,
-                },
+        while !(self.tasks.is_empty() && self.inline.is_empty()) {
+            let tasks = &mut self.tasks;
+            let leases = &mut self.leases;
+            let run = &self.run;
+            let inline = &mut self.inline;
+            let settling = &mut self.settling;
+            let woke = tokio::select! {
+                Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
+                Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    Woke::Task(joined(r, leases, run))
+                }
+                r = settled(settling), if settling.is_some() => Woke::Settled(r),
                 () = s.clock.sleep_until(grace_end) => break,
-            }
+            };
+            self.woke(woke);
         }
         self.tasks.abort_all();
         while let Some(r) = self.tasks.join_next_with_id().await {
-            let done = joined(r, &mut self.leases);
+            let done = joined(r, &mut self.leases, &self.run);
             self.finished.push(done);
+        }
+        // Still running at the end of the grace period: dropped (aborted), back unstarted.
+        for aborted in std::mem::take(&mut self.inline) {
+            self.finished.push(Done::release_now(aborted.lease));
         }
         if self.settling.is_some() {
             let r = settled(&mut self.settling).await;
             self.report.absorb(r);
         }
-        let mut report = self.report;
-        report.absorb(settle(s.clone(), self.finished).await);
+        let mut report = std::mem::take(&mut self.report);
+        let finished = std::mem::take(&mut self.finished);
+        report.absorb(settle(s.clone(), finished).await);
         report.run_time = s.clock.now().duration_since(self.start);
         report.circuits = s.breakers.not_closed();
         report.stats = tokio::time::timeout(s.config.stats_deadline, s.store.stats())
@@ -411,17 +527,91 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     }
 }
 
+/// The run loop spawned as a task of its own, aborted when this is dropped (as the loop
+/// was when it ran inside the caller's future). A panic of the loop is the caller's.
+pub(crate) struct Aborting(tokio::task::JoinHandle<Result<Report>>);
+
+impl Aborting {
+    pub(crate) fn spawn(drive: impl Future<Output = Result<Report>> + Send + 'static) -> Self {
+        Aborting(tokio::spawn(drive))
+    }
+
+    /// Wait for the loop's report.
+    pub(crate) async fn join(&mut self) -> Result<Report> {
+        match (&mut self.0).await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(outboxkit_core::error::Error::new(
+                ErrorKind::Unavailable,
+                "the dispatcher's run loop was cancelled (the runtime is shutting down)",
+            )),
+        }
+    }
+}
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A settle still in flight when the loop is dropped (its caller dropped `run`) finishes
+/// on a task of its own: completions handed to the store are written.
+impl<S> Drop for RunLoop<S> {
+    fn drop(&mut self) {
+        if let Some(write) = self.settling.take() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                drop(rt.spawn(write));
+            }
+        }
+    }
+}
+
+/// What woke a wait of the loop.
+enum Woke {
+    Task(Done),
+    Settled(Report),
+    Shutdown,
+    Other,
+}
+
+/// Wait for the settle in flight (never resolves when there is none); it is done then.
+async fn settled(settling: &mut Option<Settling>) -> Report {
+    match settling {
+        Some(f) => {
+            let r = f.as_mut().await;
+            *settling = None;
+            r
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// What a joined task hands back; a task that did not finish (aborted at shutdown, or a
 /// bug panicked it) puts its delivery back unstarted.
-fn joined(r: std::result::Result<(Id, Done), JoinError>, leases: &mut HashMap<Id, Lease>) -> Done {
+fn joined(
+    r: std::result::Result<(Id, Done), JoinError>,
+    leases: &mut HashMap<Id, Lease>,
+    run: &RunState,
+) -> Done {
     match r {
         Ok((id, done)) => {
             leases.remove(&id);
             done
         }
         Err(e) => match leases.remove(&e.id()) {
-            Some(lease) => Done::release_now(lease),
+            Some(lease) => unfinished(run, lease),
             None => Done::LeaseLost,
         },
     }
+}
+
+/// A delivery that did not finish (panicked, or aborted at shutdown) goes back unstarted,
+/// and this run may start it again when it is handed out again (as after any release).
+fn unfinished(run: &RunState, lease: Lease) -> Done {
+    run.started
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&lease.delivery_id);
+    Done::release_now(lease)
 }

@@ -172,17 +172,6 @@ fn dead_letter(shared: &Shared, lease: &Lease, meta: &Meta, reason: DeadReason) 
     }
 }
 
-/// Wait for the settle in flight (never resolves when there is none).
-pub(crate) async fn settled(settling: &mut Option<tokio::task::JoinHandle<Report>>) -> Report {
-    match settling {
-        Some(h) => h.await.unwrap_or_else(|e| {
-            tracing::error!(error = %e, "writing completions failed; their leases will expire");
-            Report::default()
-        }),
-        None => std::future::pending().await,
-    }
-}
-
 /// Call the store up to three times while it says the failure is retryable.
 async fn retry_store<T, F, Fut>(mut f: F) -> Result<T>
 where

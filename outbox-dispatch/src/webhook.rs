@@ -106,14 +106,19 @@ pub fn endpoint_gate(endpoint: Option<&Endpoint>) -> Option<Outcome> {
 /// Endpoint reads shared by the deliveries of one claim batch: a batch claimed after a
 /// secret rotation or URL change always reads the endpoint afresh. Single-flight: the
 /// deliveries of one batch to one endpoint wait for one read rather than each reading it
-/// (a failed read is not kept: the next delivery tries again).
+/// (a failed read is not kept: the next delivery tries again). The endpoint's secrets are
+/// opened once per batch the same way, from the endpoint read for that batch.
 #[derive(Debug, Default)]
 pub(crate) struct EndpointCache {
     entries: Mutex<HashMap<(TenantId, EndpointId), Arc<EndpointRead>>>,
+    secrets: Mutex<HashMap<(TenantId, EndpointId), Arc<SecretsOpened>>>,
 }
 
 /// One endpoint read of a batch (`None`: the endpoint does not exist).
 type EndpointRead = OnceCell<Option<Endpoint>>;
+
+/// The secrets of one endpoint, opened once for a batch.
+type SecretsOpened = OnceCell<Arc<Vec<WebhookSecret>>>;
 
 impl EndpointCache {
     pub(crate) async fn get(
@@ -139,6 +144,26 @@ impl EndpointCache {
             })
             .await?;
         Ok(read.clone())
+    }
+
+    /// `endpoint`'s secrets (current, then previous), opened through `vault` once for the
+    /// deliveries started together; a failure is not kept (the next delivery tries again).
+    pub(crate) async fn secrets(
+        &self,
+        vault: &DynSecretVault,
+        endpoint: &Endpoint,
+    ) -> Result<Arc<Vec<WebhookSecret>>> {
+        let cell = self
+            .secrets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((endpoint.tenant.clone(), endpoint.id))
+            .or_default()
+            .clone();
+        let opened = cell
+            .get_or_try_init(|| async { open_secrets(vault, endpoint).await.map(Arc::new) })
+            .await?;
+        Ok(opened.clone())
     }
 }
 

@@ -294,3 +294,70 @@ async fn endpoint_admin_refuses_what_its_url_policy_refuses_and_writes_nothing()
     assert_eq!(endpoints.len(), 1);
     assert_eq!(endpoints[0].url.as_str(), "https://hooks.example/x");
 }
+
+/// Answers 200, except that it panics on the first send of `{"i":0}` and never answers
+/// `{"i":1}`.
+#[derive(Debug, Default)]
+struct Unruly {
+    panicked: std::sync::atomic::AtomicBool,
+    sends: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl outboxkit_core::WebhookTransport for Unruly {
+    async fn send(&self, request: outboxkit_core::SignedRequest) -> WebhookResponse {
+        use std::sync::atomic::Ordering;
+        self.sends.fetch_add(1, Ordering::SeqCst);
+        let body = String::from_utf8_lossy(&request.body).into_owned();
+        if body.contains(r#"{"i":0}"#) && !self.panicked.swap(true, Ordering::SeqCst) {
+            panic!("the transport fell over");
+        }
+        if body.contains(r#"{"i":1}"#) {
+            std::future::pending::<()>().await;
+        }
+        WebhookResponse::answered(200, None, "")
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_or_hanging_send_is_released_and_the_others_go_on() {
+    let w = world();
+    let transport = Arc::new(Unruly::default());
+    let d = w.webhook_dispatcher(transport.clone());
+    w.endpoint("https://hooks.example/x").await;
+    w.enqueue_n(5).await;
+    let (tx, run) = crate::spawn_run(&d);
+    // The panic releases its delivery with the attempt refunded; it runs again and
+    // succeeds. The hanging one holds its slot; the rest are delivered meanwhile.
+    for _ in 0..500 {
+        if w.count(DeliveryStatus::Succeeded).await == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 4);
+    tx.send(()).unwrap();
+    // The hanging send gets the grace period, then is aborted and released.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    w.advance(Duration::from_secs(11));
+    let r = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.succeeded, r.released), (4, 2), "{r}");
+    assert_eq!(transport.sends.load(std::sync::atomic::Ordering::SeqCst), 6);
+    let mut ledger = 0;
+    for del in w.deliveries().await {
+        let attempts = w.store.attempts(&w.tenant, del.id).await.unwrap();
+        match del.status {
+            DeliveryStatus::Succeeded => assert_eq!((del.attempts, attempts.len()), (1, 1)),
+            // Aborted at shutdown: back, unstarted, nothing in its ledger.
+            _ => assert_eq!(
+                (del.status, del.attempts, attempts.len()),
+                (DeliveryStatus::Pending, 0, 0)
+            ),
+        }
+        ledger += attempts.len();
+    }
+    assert_eq!(ledger, 4);
+}
