@@ -49,9 +49,9 @@ const GROUP_MAX: usize = 64;
 /// A transaction body sent to the writer thread and the caller waiting for its result.
 trait TxWork: Send {
     /// Run the body in `tx` and keep its result: `Ok(true)` it succeeded, `Ok(false)` it
-    /// failed (its writes are to be rolled back), `Err` busy (the transaction is retried).
+    /// failed (the transaction is to be rolled back), `Err` busy (it is retried).
     fn run(&mut self, tx: &Transaction<'_>) -> Result<bool>;
-    /// Hand the kept result to the caller (after the commit, or after its rollback).
+    /// Hand the kept result to the caller (after the commit).
     fn finish(self: Box<Self>);
     /// Hand `error` to the caller instead: nothing of it was committed.
     fn fail(self: Box<Self>, error: SqliteError);
@@ -206,9 +206,10 @@ impl Pool {
     }
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction on the writer thread, retried while busy.
-    /// The thread may commit it in one transaction with the bodies queued behind it (each in
-    /// a savepoint: a body that fails rolls back alone), so `f` learns nothing of the
-    /// commit: its result reaches the caller only once its writes are committed.
+    /// The thread may commit it in one transaction with the bodies queued behind it (if one
+    /// fails, each runs again alone), so `f` may run more than once and must not assume it
+    /// owns the transaction; its result reaches the caller only once its writes are
+    /// committed.
     pub(crate) async fn write_tx<T, F>(&self, f: F) -> outboxkit_core::Result<T>
     where
         T: Send + 'static,
@@ -369,10 +370,12 @@ fn spawn_writer(
     Ok(tx)
 }
 
-/// Run `group` in one `BEGIN IMMEDIATE` transaction, each body in a savepoint, and hand
-/// each caller its result after the commit. A transaction that cannot commit for any
-/// reason but a lock held past the busy timeout is rolled back and every body runs again
-/// in a transaction of its own, so each caller gets its own outcome.
+/// Run `group` in one `BEGIN IMMEDIATE` transaction and hand each caller its result after
+/// the commit. If a body fails, or the commit fails for any reason but a lock held past the
+/// busy timeout, the transaction is rolled back and every body runs again in a transaction
+/// of its own, so each caller gets its own outcome. (No savepoint per body: inside one,
+/// SQLite copies every page a body first changes to the statement journal, which showed in
+/// `perf`; a failed body is rare enough to pay for the rerun.)
 fn run_group(conn: &mut Connection, busy: Duration, mut group: Vec<Box<dyn TxWork>>) {
     if group.len() == 1 {
         if let Some(w) = group.pop() {
@@ -383,11 +386,10 @@ fn run_group(conn: &mut Connection, busy: Duration, mut group: Vec<Box<dyn TxWor
     let committed = retry_busy(busy, || {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for w in group.iter_mut() {
-            tx.prepare_cached("SAVEPOINT outbox_group")?.execute([])?;
             if !w.run(&tx)? {
-                tx.prepare_cached("ROLLBACK TO outbox_group")?.execute([])?;
+                // Not busy: rolled back below, then every body alone.
+                return Err(SqliteError::Corrupt("a body of the group failed"));
             }
-            tx.prepare_cached("RELEASE outbox_group")?.execute([])?;
         }
         tx.commit()?;
         Ok(())
