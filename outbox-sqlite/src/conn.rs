@@ -554,16 +554,20 @@ mod tests {
         .unwrap();
         // Hold the writer thread so the bodies below queue up behind it.
         let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = oneshot::channel::<()>();
         let held = {
             let pool = pool.clone();
             tokio::spawn(async move {
                 pool.write(move |_| {
+                    let _ = started_tx.send(());
                     let _ = hold_rx.recv();
                     Ok(())
                 })
                 .await
             })
         };
+        // The writer thread is inside the holding job before any body is queued.
+        started_rx.await.unwrap();
         let mut calls = Vec::new();
         for n in 0..40_i64 {
             let pool = pool.clone();
@@ -604,7 +608,16 @@ mod tests {
             .unwrap();
         let expected: Vec<i64> = (0..40).filter(|n| n % 3 != 0).collect();
         assert_eq!(stored, expected);
-        assert_eq!(pool.queued.load(Ordering::Acquire), 0);
+        // The thread counts a job down just after handing over its result.
+        let watch = Stopwatch::start();
+        while pool.queued.load(Ordering::Acquire) != 0 && watch.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(
+            pool.queued.load(Ordering::Acquire),
+            0,
+            "every job counted down"
+        );
     }
 
     #[test]

@@ -178,6 +178,30 @@ impl SqliteStore {
             .await
     }
 
+    /// [`SqliteStore::write`], but on the caller's thread when the writer is idle and SQLite
+    /// grants the write lock at once (`Pool::write_inline`): no hand-off to the writer
+    /// thread and back. For a lone enqueue only: running claims and completion batches here
+    /// too was measured without a clear gain (BENCHMARKS.md) and would block the executor
+    /// for a 100-row claim.
+    async fn write_here<T, F>(&self, mut f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Transaction<'_>, Timestamp, &dyn Entropy) -> crate::error::Result<T>
+            + Send
+            + 'static,
+    {
+        let inline = {
+            let (clock, entropy) = (&self.inner.clock, &self.inner.entropy);
+            self.inner
+                .pool
+                .write_inline(|tx| f(tx, clock.now(), &**entropy))
+        };
+        match inline {
+            Some(out) => out.map_err(Error::from),
+            None => self.write(f).await,
+        }
+    }
+
     /// Run `f` in a read transaction on a reader thread, with the current time.
     async fn read<T, F>(&self, mut f: F) -> Result<T>
     where
@@ -300,27 +324,16 @@ impl MessageStore for SqliteStore {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         let now = self.inner.clock.now();
         let valid = enqueue::validate_all(vec![message], &self.inner.limits, now)?;
-        // The result is taken inside the transaction: once it commits, nothing can fail.
-        let one = move |tx: &Transaction<'_>, valid: &[_], entropy: &dyn Entropy| {
-            enqueue::write(tx, valid, now, entropy)?.pop().ok_or(
-                crate::error::SqliteError::Corrupt("enqueue without a result"),
-            )
-        };
-        // A lone enqueue on an idle writer runs here, without the two thread hand-offs
-        // (a single insert costs less than them); otherwise, or when another process
-        // holds the write lock, on the writer thread.
-        let entropy = self.inner.entropy.clone();
-        let out = match self
-            .inner
-            .pool
-            .write_inline(|tx| one(tx, &valid, &*entropy))
-        {
-            Some(out) => out?,
-            None => {
-                self.write(move |tx, _, entropy| one(tx, &valid, entropy))
-                    .await?
-            }
-        };
+        // The result is taken inside the transaction: once it commits, nothing can fail. A
+        // lone enqueue on an idle writer runs here, without the two thread hand-offs (a
+        // single insert costs less than them).
+        let out = self
+            .write_here(move |tx, _, entropy| {
+                enqueue::write(tx, &valid, now, entropy)?.pop().ok_or(
+                    crate::error::SqliteError::Corrupt("enqueue without a result"),
+                )
+            })
+            .await?;
         self.wake_if(!out.duplicate);
         Ok(out)
     }
