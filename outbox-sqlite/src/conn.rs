@@ -242,7 +242,7 @@ impl Pool {
     /// thread, which may be an async executor's.
     pub(crate) fn write_inline<T>(
         &self,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
+        f: impl FnMut(&rusqlite::Transaction<'_>) -> Result<T>,
     ) -> Option<Result<T>> {
         if self.queued.load(Ordering::Acquire) != 0 {
             return None;
@@ -257,12 +257,8 @@ impl Pool {
         if let Err(e) = conn.busy_timeout(Duration::ZERO) {
             return Some(Err(e.into()));
         }
-        let out = (|| -> Result<T> {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
-        })();
+        // One try: `immediate` with no time to retry in.
+        let out = immediate(&mut conn, Duration::ZERO, f);
         if let Err(e) = conn.busy_timeout(self.busy_timeout) {
             return Some(Err(e.into()));
         }
