@@ -494,30 +494,54 @@ impl PostgresStore {
     }
 
     /// `MessageStore::enqueue`: one statement on a pooled connection (atomic without an
-    /// explicit transaction, committed when it returns), then the wake-ups. Nothing after the
-    /// statement can fail, so a committed enqueue is never reported as an error.
+    /// explicit transaction, committed when it returns), then the wake-up `NOTIFY` on the
+    /// same connection before returning, so a producer that exits right after `enqueue`
+    /// still wakes every listening dispatcher. Nothing after the statement can fail, so a
+    /// committed enqueue is never reported as an error.
     pub(crate) async fn enqueue_own(&self, message: NewMessage) -> Result<Enqueued> {
         let mut conn = self.inner.pool.acquire().await.db()?;
         let e = self.enqueue_on(&mut conn, message, None).await?;
         if e.deliveries > 0 {
-            self.notify();
+            self.notify_on(&mut conn).await;
         }
         Ok(e)
     }
 
     /// `MessageStore::enqueue_batch`: the batch statement and the look-ups of duplicates
     /// that raced with it in one transaction, so an error means nothing was written; then
-    /// the wake-ups.
+    /// the wake-up `NOTIFY` on the same connection before returning.
     pub(crate) async fn enqueue_batch_own(
         &self,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<Enqueued>> {
-        let mut tx = self.inner.pool.begin().await.db()?;
+        let mut conn = self.inner.pool.acquire().await.db()?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.db()?;
         let out = self.enqueue_batch_on(&mut tx, messages, None).await?;
         tx.commit().await.db()?;
         if out.iter().any(|e| e.deliveries > 0) {
-            self.notify();
+            self.notify_on(&mut conn).await;
         }
         Ok(out)
+    }
+
+    /// Wake this process's dispatchers, then send the outbox's `NOTIFY` on `conn` (after the
+    /// caller's commit) and wait for it: the notification is queued in PostgreSQL when this
+    /// returns, whatever happens to this process next. Its own transaction commits without
+    /// waiting for a disk flush (`synchronous_commit` off for it alone): a wake-up hint lost
+    /// to a crash of the server costs one poll interval, never a message. A failed send is
+    /// handed to the store's notifier task, which retries it; it never fails the caller.
+    pub(crate) async fn notify_on(&self, conn: &mut PgConnection) {
+        self.inner.wake.wakeups().wake();
+        // $1 channel. `set_config(…, true)` lasts for this statement's own transaction.
+        let sent = sqlx::query(
+            "SELECT pg_notify($1, ''), set_config('synchronous_commit', 'off', true)",
+        )
+        .bind(&self.inner.channel)
+        .execute(&mut *conn)
+        .await;
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "outbox wake-up notification failed; the notifier retries it");
+            self.inner.wake.notify_later();
+        }
     }
 }

@@ -214,9 +214,31 @@ impl PostgresStore {
     /// with concurrent calls, after this call). Call it after committing a transaction that
     /// used [`PostgresStore::enqueue_in`] when [`PostgresConfig::notify_in_transaction`] is
     /// off. Never blocks and never fails.
+    ///
+    /// The `NOTIFY` is sent by a background task: a process that exits right after calling
+    /// this may exit before it is sent (the other processes then find the message at their
+    /// next poll). A producer that may exit soon calls [`PostgresStore::notify_now`] instead.
     pub fn notify(&self) {
         self.inner.wake.wakeups().wake();
         self.inner.wake.notify_later();
+    }
+
+    /// As [`PostgresStore::notify`], but the `NOTIFY` is sent on a pooled connection before
+    /// this returns, so it reaches every listening dispatcher even if this process exits
+    /// next (what [`MessageStore::enqueue`](outboxkit_core::MessageStore::enqueue) does for
+    /// itself). Never fails: when no connection can be had or the send fails, the
+    /// notification is handed to the background task, which retries it.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the notification sent or not; nothing else changes.
+    pub async fn notify_now(&self) {
+        match self.inner.pool.acquire().await {
+            Ok(mut conn) => self.notify_on(&mut conn).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox wake-up notification failed; the notifier retries it");
+                self.notify();
+            }
+        }
     }
 }
 

@@ -9,18 +9,20 @@
 //!   (doubling, capped) and reconnects, and after every (re)connect it fires one wake-up,
 //!   since notifications sent while it was away are lost: a dispatcher then re-polls at once
 //!   instead of at its next poll interval.
-//! - The **notifier** sends the after-commit `NOTIFY` of `enqueue` and `enqueue_batch`.
-//!   PostgreSQL serialises the commits of all transactions that sent a `NOTIFY` (a
-//!   database-wide lock held through the commit's WAL flush), so a `NOTIFY` inside every
-//!   enqueue transaction caps concurrent enqueues at about one commit per disk flush.
-//!   `enqueue_in` cannot see the caller's commit (so it notifies inside the transaction
-//!   unless configured otherwise), but `enqueue` and `enqueue_batch` commit their own
-//!   statement: after the commit they ask this task, which has its own connection
-//!   (`synchronous_commit = off`: a lost wake-up hint needs no disk flush), to send one
-//!   `NOTIFY`. Requests that arrive while one is being sent are coalesced into one more
-//!   `NOTIFY` afterwards, so every enqueue is followed by a notification sent after its
-//!   commit, and there are never more than one per enqueue. A failed send is retried with
-//!   backoff; it never fails the enqueue that asked for it.
+//! - The **notifier** sends the `NOTIFY`s owed by [`crate::PostgresStore::notify`] and the
+//!   retries of after-commit notifications that failed. PostgreSQL serialises the commits
+//!   of all transactions that sent a `NOTIFY` (a database-wide lock held through the
+//!   commit's WAL flush), so a `NOTIFY` inside every enqueue transaction caps concurrent
+//!   enqueues at about one commit per disk flush. `enqueue_in` cannot see the caller's
+//!   commit (so it notifies inside the transaction unless configured otherwise), but
+//!   `enqueue` and `enqueue_batch` commit their own statement: after the commit they send
+//!   one `NOTIFY` on the same connection, in a transaction of its own that commits without
+//!   a disk flush, and wait for it before returning (`PostgresStore::notify_on`), so a
+//!   producer that exits right after `enqueue` still wakes the relays. This task has its
+//!   own connection (`synchronous_commit = off`). Requests that arrive while one is being
+//!   sent are coalesced into one more `NOTIFY` afterwards. A failed send is retried with
+//!   backoff; it never fails the enqueue that asked for it. Being a task, it dies with the
+//!   process: what it still owes then is found at the relays' next poll.
 //!
 //! Both stop when the store (its last clone) is dropped.
 

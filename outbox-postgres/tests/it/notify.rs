@@ -97,6 +97,78 @@ async fn enqueue_from_another_pool_wakes_the_listener_even_after_a_cut() {
     .await;
 }
 
+/// Run `produce` against a store of its own on a runtime of its own, then drop the runtime
+/// at once, as a process that exits right after its enqueue (`outbox enqueue`, a cron job)
+/// does: every task the store started dies with it.
+fn in_an_exiting_process<F, Fut>(db: &Arc<TestDb>, produce: F)
+where
+    F: FnOnce(PostgresStore) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let db = db.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let pool = db.pool(&db.app("exiting"), 1).await;
+            produce(db.store(pool, Arc::new(SystemClock))).await;
+        });
+        rt.shutdown_background();
+    })
+    .join()
+    .expect("the producer thread");
+}
+
+/// A committed `enqueue` or `enqueue_batch` wakes a listening dispatcher even when the
+/// producer exits right after it returns: the `NOTIFY` is sent before it returns, not owed
+/// to a task that dies with the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_that_exits_right_after_enqueue_still_wakes_the_listener() {
+    with_db(|db| async move {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let app = db.app("listen4");
+        let listening = db.ready_store(db.pool(&app, 2).await, clock).await;
+        let mut listener = listening
+            .wake_listener()
+            .expect("postgres has a wake listener");
+        assert!(woken(&mut listener).await, "no wake-up after connecting");
+        listening_backend(&db, &app, None).await;
+        drain(&mut listener).await;
+
+        in_an_exiting_process(&db, |writer| async move {
+            writer.enqueue(order(1)).await.unwrap();
+        });
+        assert!(
+            woken(&mut listener).await,
+            "an enqueue by a producer that exited did not wake the listener"
+        );
+        drain(&mut listener).await;
+
+        in_an_exiting_process(&db, |writer| async move {
+            writer.enqueue_batch(vec![order(2), order(3)]).await.unwrap();
+        });
+        assert!(
+            woken(&mut listener).await,
+            "an enqueue_batch by a producer that exited did not wake the listener"
+        );
+        drain(&mut listener).await;
+
+        in_an_exiting_process(&db, |writer| async move {
+            let mut tx = writer.pool().begin().await.unwrap();
+            writer.enqueue_in(&mut tx, order(4)).await.unwrap();
+            tx.commit().await.unwrap();
+        });
+        assert!(
+            woken(&mut listener).await,
+            "an enqueue_in committed by a producer that exited did not wake the listener"
+        );
+        assert_eq!(listening.stats().await.unwrap().pending, 4);
+    })
+    .await;
+}
+
 /// The pid of the notifier backend of the store whose pool is named `app`, once it has sent a
 /// notification.
 async fn notifier_backend(db: &TestDb, app: &str) -> i32 {
@@ -104,7 +176,7 @@ async fn notifier_backend(db: &TestDb, app: &str) -> i32 {
     loop {
         let pid: Option<i32> = sqlx::query_scalar(
             "SELECT pid FROM pg_stat_activity \
-              WHERE application_name = $1 AND query LIKE 'SELECT pg_notify%'",
+              WHERE application_name = $1 AND query = 'SELECT pg_notify($1, '''')'",
         )
         .bind(app)
         .fetch_optional(&db.admin)
@@ -118,8 +190,9 @@ async fn notifier_backend(db: &TestDb, app: &str) -> i32 {
     }
 }
 
-/// The after-commit notifier reconnects when its connection is cut: the next enqueue still
-/// wakes another process's listener, and the enqueue itself never fails for it.
+/// The notifier task (behind `PostgresStore::notify`, and the retries of failed after-commit
+/// notifications) reconnects when its connection is cut: the next `notify()` still wakes
+/// another process's listener, and never fails for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_notifier_recovers_from_a_cut_connection() {
     with_db(|db| async move {
@@ -128,15 +201,24 @@ async fn the_notifier_recovers_from_a_cut_connection() {
             .ready_store(db.pool(&db.app("listen3"), 2).await, clock.clone())
             .await;
         let app = db.app("writer3");
-        let writer = db.store(db.pool(&app, 2).await, clock);
+        let config = PostgresConfig {
+            notify_in_transaction: false,
+            ..PostgresConfig::new(db.schema.clone())
+        };
+        let writer =
+            PostgresStore::new(db.pool(&app, 2).await, config, clock, Arc::new(OsEntropy))
+                .unwrap();
         let mut listener = listening
             .wake_listener()
             .expect("postgres has a wake listener");
         assert!(woken(&mut listener).await, "no wake-up after connecting");
         drain(&mut listener).await;
 
-        writer.enqueue(order(1)).await.unwrap();
-        assert!(woken(&mut listener).await, "the first enqueue did not wake");
+        let mut tx = writer.pool().begin().await.unwrap();
+        writer.enqueue_in(&mut tx, order(1)).await.unwrap();
+        tx.commit().await.unwrap();
+        writer.notify();
+        assert!(woken(&mut listener).await, "the first notify() did not wake");
         let pid = notifier_backend(&db, &app).await;
         let cut: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
             .bind(pid)
@@ -146,10 +228,13 @@ async fn the_notifier_recovers_from_a_cut_connection() {
         assert!(cut);
         drain(&mut listener).await;
 
-        writer.enqueue(order(2)).await.unwrap();
+        let mut tx = writer.pool().begin().await.unwrap();
+        writer.enqueue_in(&mut tx, order(2)).await.unwrap();
+        tx.commit().await.unwrap();
+        writer.notify();
         assert!(
             woken(&mut listener).await,
-            "an enqueue after the notifier's connection was cut did not wake"
+            "a notify() after the notifier's connection was cut did not wake"
         );
         assert_eq!(listening.stats().await.unwrap().pending, 2);
     })
