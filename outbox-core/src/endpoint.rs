@@ -371,7 +371,7 @@ impl From<&AttemptRecord> for LastDelivery {
 /// A change to an endpoint; `None` leaves a field as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EndpointUpdate {
-    /// A new URL. Releases held deliveries.
+    /// A new URL. Releases held deliveries (of an endpoint that is active after the update).
     pub url: Option<EndpointUrl>,
     /// A new description.
     pub description: Option<String>,
@@ -380,7 +380,7 @@ pub struct EndpointUpdate {
     /// A new status.
     pub status: Option<EndpointStatus>,
     /// A new current secret; the old current becomes the previous one. Releases held
-    /// deliveries.
+    /// deliveries (of an endpoint that is active after the update).
     pub rotate_secret: Option<SealedSecret>,
     /// Forget the previous secret (end of a rotation).
     pub drop_previous_secret: bool,
@@ -391,13 +391,17 @@ pub struct EndpointUpdate {
 }
 
 impl EndpointUpdate {
-    /// Whether applying this update releases the endpoint's held deliveries: a
-    /// new URL or secret, or a status set to active (a resume or re-enable, which also ends
-    /// the wait of deliveries held for the endpoint). Stores do it in the same transaction.
-    pub fn releases_held(&self) -> bool {
-        self.url.is_some()
-            || self.rotate_secret.is_some()
-            || self.status == Some(EndpointStatus::Active)
+    /// Whether applying this update releases the endpoint's held deliveries: a new URL or
+    /// secret, or a status set to active (a resume or re-enable, which also ends the wait of
+    /// deliveries held for the endpoint) — and only when the endpoint is `active` once the
+    /// update is applied (`after`): a paused or disabled endpoint's deliveries keep waiting
+    /// for the resume or re-enable, with their hold unchanged, whatever else changes.
+    /// Stores do it in the same transaction.
+    pub fn releases_held(&self, after: &EndpointStatus) -> bool {
+        *after == EndpointStatus::Active
+            && (self.url.is_some()
+                || self.rotate_secret.is_some()
+                || self.status == Some(EndpointStatus::Active))
     }
 
     /// When this update pauses or disables the endpoint: the time until which its `pending`
@@ -565,18 +569,58 @@ mod tests {
         };
         let paused = set(EndpointStatus::Paused);
         assert_eq!(paused.holds_until(now), Some(Timestamp::MAX));
-        assert!(!paused.releases_held());
-        let off = set(EndpointStatus::Disabled(DisabledReason::Manual));
+        assert!(!paused.releases_held(&EndpointStatus::Paused));
+        let disabled = EndpointStatus::Disabled(DisabledReason::Manual);
+        let off = set(disabled.clone());
         assert_eq!(
             off.holds_until(now),
             Some(now.saturating_add(DISABLED_HOLD))
         );
-        assert!(!off.releases_held());
+        assert!(!off.releases_held(&disabled));
         let on = set(EndpointStatus::Active);
         assert_eq!(on.holds_until(now), None);
-        assert!(on.releases_held());
+        assert!(on.releases_held(&EndpointStatus::Active));
         assert_eq!(EndpointUpdate::default().holds_until(now), None);
-        assert!(!EndpointUpdate::default().releases_held());
+        assert!(!EndpointUpdate::default().releases_held(&EndpointStatus::Active));
+    }
+
+    #[test]
+    fn a_new_secret_or_url_releases_only_an_active_endpoints_holds() {
+        let rotate = EndpointUpdate {
+            rotate_secret: Some(SealedSecret(vec![1])),
+            ..Default::default()
+        };
+        let moved = EndpointUpdate {
+            url: Some(EndpointUrl::parse("https://b.example/hook").unwrap()),
+            ..Default::default()
+        };
+        let paused_and_rotated = EndpointUpdate {
+            status: Some(EndpointStatus::Paused),
+            ..rotate.clone()
+        };
+        for (update, after, releases) in [
+            (&rotate, EndpointStatus::Active, true),
+            (&moved, EndpointStatus::Active, true),
+            (&rotate, EndpointStatus::Paused, false),
+            (&moved, EndpointStatus::Paused, false),
+            (
+                &rotate,
+                EndpointStatus::Disabled(DisabledReason::Gone),
+                false,
+            ),
+            (
+                &moved,
+                EndpointStatus::Disabled(DisabledReason::Manual),
+                false,
+            ),
+            (&paused_and_rotated, EndpointStatus::Paused, false),
+        ] {
+            assert_eq!(
+                update.releases_held(&after),
+                releases,
+                "{update:?} -> {after:?}"
+            );
+        }
     }
 
     #[test]

@@ -397,7 +397,10 @@ pub trait MessageStore: Send + Sync + fmt::Debug + 'static {
 ///   endpoint's held deliveries in the same step (`secret_rotation_releases_held`,
 ///   `paused_endpoint_holds_then_resumes_in_order`); one that pauses or disables it MUST make
 ///   its `pending` and `held` deliveries `held` until [`EndpointUpdate::holds_until`] in the
-///   same step (`pause_holds_queued_deliveries`).
+///   same step (`pause_holds_queued_deliveries`). Releasing is decided by
+///   [`EndpointUpdate::releases_held`] on the status after the update: a new URL or secret
+///   of a paused or disabled endpoint MUST leave its waiting deliveries and their hold as
+///   they were (`rotating_a_waiting_endpoints_secret_keeps_its_hold`).
 /// - `delete_endpoint` MUST make the endpoint's held deliveries `pending`, due now, so the
 ///   next claim ends them as `endpoint-removed` (`deleted_endpoint_gets_nothing`).
 /// - `create_endpoint` with an id that exists MUST fail with `Conflict`.

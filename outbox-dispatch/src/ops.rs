@@ -198,7 +198,7 @@ impl EndpointAdmin {
 
     /// Rotate the secret (to `given`, or a new one): the old one keeps signing as the
     /// previous secret until [`EndpointAdmin::drop_previous_secret`]. Releases held
-    /// deliveries.
+    /// deliveries of an active endpoint; a paused or disabled one's keep waiting.
     ///
     /// # Cancel safety
     /// One write, last: dropped before it, nothing changes; dropped during it, the rotation

@@ -173,7 +173,7 @@ impl EndpointStore for PostgresStore {
         update.apply(&mut endpoint, now);
         self.write_endpoint(&mut tx, &endpoint, false).await?;
         let mut released = 0;
-        if update.releases_held() {
+        if update.releases_held(&endpoint.status) {
             let row = sqlx::query(&self.inner.sql.deliveries.release_held)
                 .bind(tenant.as_str()) // $1
                 .bind(id.to_string()) // $2

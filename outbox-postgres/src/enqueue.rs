@@ -533,12 +533,11 @@ impl PostgresStore {
     pub(crate) async fn notify_on(&self, conn: &mut PgConnection) {
         self.inner.wake.wakeups().wake();
         // $1 channel. `set_config(…, true)` lasts for this statement's own transaction.
-        let sent = sqlx::query(
-            "SELECT pg_notify($1, ''), set_config('synchronous_commit', 'off', true)",
-        )
-        .bind(&self.inner.channel)
-        .execute(&mut *conn)
-        .await;
+        let sent =
+            sqlx::query("SELECT pg_notify($1, ''), set_config('synchronous_commit', 'off', true)")
+                .bind(&self.inner.channel)
+                .execute(&mut *conn)
+                .await;
         if let Err(e) = sent {
             tracing::warn!(error = %e, "outbox wake-up notification failed; the notifier retries it");
             self.inner.wake.notify_later();

@@ -110,7 +110,11 @@ impl EndpointStore for RedisStore {
                 .s(id.to_string())
                 .s(tenant.as_str())
                 .s(&ver)
-                .s(if update.releases_held() { "1" } else { "0" })
+                .s(if update.releases_held(&e.status) {
+                    "1"
+                } else {
+                    "0"
+                })
                 .t(now);
             match update.holds_until(now) {
                 Some(until) => a.t(until),

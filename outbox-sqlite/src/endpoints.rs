@@ -101,7 +101,7 @@ pub(crate) fn update_endpoint(
     update.apply(&mut e, now);
     conn.prepare_cached(UPDATE_ENDPOINT)?
         .execute(rusqlite::params_from_iter(endpoint_params(&e).iter()))?;
-    let released = if update.releases_held() {
+    let released = if update.releases_held(&e.status) {
         release_held(conn, tenant, id, now)?
     } else {
         0

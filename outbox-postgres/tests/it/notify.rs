@@ -147,7 +147,10 @@ async fn a_producer_that_exits_right_after_enqueue_still_wakes_the_listener() {
         drain(&mut listener).await;
 
         in_an_exiting_process(&db, |writer| async move {
-            writer.enqueue_batch(vec![order(2), order(3)]).await.unwrap();
+            writer
+                .enqueue_batch(vec![order(2), order(3)])
+                .await
+                .unwrap();
         });
         assert!(
             woken(&mut listener).await,
@@ -206,8 +209,7 @@ async fn the_notifier_recovers_from_a_cut_connection() {
             ..PostgresConfig::new(db.schema.clone())
         };
         let writer =
-            PostgresStore::new(db.pool(&app, 2).await, config, clock, Arc::new(OsEntropy))
-                .unwrap();
+            PostgresStore::new(db.pool(&app, 2).await, config, clock, Arc::new(OsEntropy)).unwrap();
         let mut listener = listening
             .wake_listener()
             .expect("postgres has a wake listener");
@@ -218,7 +220,10 @@ async fn the_notifier_recovers_from_a_cut_connection() {
         writer.enqueue_in(&mut tx, order(1)).await.unwrap();
         tx.commit().await.unwrap();
         writer.notify();
-        assert!(woken(&mut listener).await, "the first notify() did not wake");
+        assert!(
+            woken(&mut listener).await,
+            "the first notify() did not wake"
+        );
         let pid = notifier_backend(&db, &app).await;
         let cut: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
             .bind(pid)

@@ -121,6 +121,7 @@ macro_rules! __conformance_cases {
             paused_endpoint_holds_then_resumes_in_order,
             pause_holds_queued_deliveries,
             disabled_endpoint_holds_until_reenabled,
+            rotating_a_waiting_endpoints_secret_keeps_its_hold,
             disabled_endpoint_hold_expires,
             deleted_endpoint_gets_nothing,
             await_endpoint_after_resume_is_pending,

@@ -65,7 +65,7 @@ impl State {
             .ok_or_else(|| not_found("endpoint"))?;
         update.apply(e, now);
         let e = e.clone();
-        let released = if update.releases_held() {
+        let released = if update.releases_held(&e.status) {
             self.release_held(tenant, id, now)
         } else {
             0

@@ -304,3 +304,75 @@ pub async fn await_endpoint_after_resume_is_pending(fx: Fixture) {
         }
     }
 }
+
+/// Rotating the secret of (or moving) a paused or disabled endpoint leaves what waits for it
+/// as it was: still `held`, the disabled hold not restarted, nothing reported as due; the
+/// resume or re-enable then releases it.
+pub async fn rotating_a_waiting_endpoints_secret_keeps_its_hold(fx: Fixture) {
+    let acme = tenant("acme");
+    let paused = add_endpoint_with(&fx, "acme", "*", EndpointStatus::Paused).await;
+    let disabled = add_endpoint(&fx, "acme", "*").await;
+    set_status(
+        &fx,
+        &acme,
+        disabled.id,
+        EndpointStatus::Disabled(DisabledReason::Manual),
+    )
+    .await;
+    let disabled_until = now(&fx).saturating_add(DISABLED_HOLD);
+    enqueue(&fx, msg("order.created").tenant("acme")).await;
+    let waits = |id: EndpointId| {
+        if id == paused.id {
+            Timestamp::MAX
+        } else {
+            disabled_until
+        }
+    };
+    let check = |all: Vec<outboxkit_core::Delivery>| {
+        assert_eq!(all.len(), 2);
+        for d in all {
+            let outboxkit_core::Destination::Webhook(id) = d.destination else {
+                panic!("only webhook deliveries were enqueued")
+            };
+            assert_eq!(
+                (d.status, d.attempts, d.next_attempt_at),
+                (DeliveryStatus::Held, 0, waits(id)),
+                "a rotation changed what waits for {id}"
+            );
+        }
+    };
+    check(list_all(&fx, &acme, &Default::default()).await);
+    for round in 0..2u8 {
+        fx.clock().advance(secs(3600));
+        for e in [&paused, &disabled] {
+            let rotate = EndpointUpdate {
+                rotate_secret: Some(outboxkit_core::SealedSecret(vec![round; 8])),
+                ..Default::default()
+            };
+            fx.store()
+                .update_endpoint(&acme, e.id, &rotate)
+                .await
+                .expect("rotate");
+            let moved = EndpointUpdate {
+                url: Some(
+                    outboxkit_core::EndpointUrl::parse("https://moved.example/h").expect("url"),
+                ),
+                ..Default::default()
+            };
+            fx.store()
+                .update_endpoint(&acme, e.id, &moved)
+                .await
+                .expect("move");
+        }
+        check(list_all(&fx, &acme, &Default::default()).await);
+        let stats = fx.store().stats().await.expect("stats");
+        assert_eq!(
+            (stats.held, stats.pending, stats.oldest_due_at),
+            (2, 0, None)
+        );
+        claim_none(&fx, &for_webhooks()).await;
+    }
+    set_status(&fx, &acme, paused.id, EndpointStatus::Active).await;
+    set_status(&fx, &acme, disabled.id, EndpointStatus::Active).await;
+    assert_eq!(claim(&fx, &for_webhooks()).await.len(), 2);
+}
