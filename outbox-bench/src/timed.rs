@@ -154,6 +154,9 @@ impl DeliveryStore for Timed {
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }
+    async fn queue_stats(&self) -> Result<Stats> {
+        self.inner.queue_stats().await
+    }
     async fn tenant_stats(
         &self,
         tenant: &outboxkit_core::TenantId,

@@ -3,7 +3,10 @@
 //!
 //! The figures come from `outboxkit_dispatch::MetricsObserver` through the `metrics` facade
 //! into a Prometheus recorder installed here; the queue gauges are read from the store's
-//! statistics at each scrape. Nothing here prints a URL, a secret or a payload.
+//! unfinished counts (`queue_stats`) at each scrape, which never read the finished history.
+//! `/readyz` is a probe of constant cost: one read of the (small) consumers table, which
+//! answers only when the store is reachable and its schema is in place. Nothing here prints
+//! a URL, a secret or a payload.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,7 +24,7 @@ use tokio::net::TcpListener;
 
 use crate::error::{CliError, CliResult};
 
-/// How long `/readyz` and a scrape wait for the store's statistics.
+/// How long `/readyz` and a scrape wait for the store.
 const STORE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Histogram buckets in seconds: 1 ms to 60 s.
@@ -87,9 +90,11 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
     r
 }
 
-/// The store's statistics within the deadline, or why not (a message without secrets).
-async fn stats(store: &dyn Store) -> Result<outboxkit_core::Stats, String> {
-    match tokio::time::timeout(STORE_DEADLINE, store.stats()).await {
+/// `call`'s answer within the deadline, or why not (a message without secrets).
+async fn within_deadline<T>(
+    call: impl std::future::Future<Output = outboxkit_core::Result<T>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(STORE_DEADLINE, call).await {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!(
@@ -110,7 +115,7 @@ async fn answer(
     }
     match req.uri().path() {
         "/metrics" => {
-            match stats(store).await {
+            match within_deadline(store.queue_stats()).await {
                 Ok(s) => outboxkit_dispatch::record_stats(&s),
                 Err(why) => tracing::warn!(error = %why, "queue gauges not refreshed"),
             }
@@ -122,7 +127,7 @@ async fn answer(
             )
         }
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n".into()),
-        "/readyz" => match stats(store).await {
+        "/readyz" => match within_deadline(store.list_consumers()).await {
             Ok(_) => reply(StatusCode::OK, TEXT, "ready\n".into()),
             Err(why) => reply(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -79,6 +79,16 @@ impl Stats {
     pub fn total(&self) -> u64 {
         DeliveryStatus::ALL.iter().map(|s| self.count(*s)).sum()
     }
+
+    /// These counts without the finished ones (`succeeded` and `dead` set to 0): what
+    /// [`DeliveryStore::queue_stats`] answers.
+    pub fn unfinished(self) -> Stats {
+        Stats {
+            succeeded: 0,
+            dead: 0,
+            ..self
+        }
+    }
 }
 
 /// One tenant's delivery counts, as [`Ledger::tenants`] lists them.
@@ -353,6 +363,18 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// Counts by status and the age of the oldest due delivery.
     async fn stats(&self) -> Result<Stats>;
 
+    /// The unfinished part of [`DeliveryStore::stats`], for gauges read at every scrape:
+    /// the `pending`, `processing`, `sending` and `held` counts and the oldest due delivery,
+    /// with `succeeded` and `dead` left at 0 (not counted).
+    ///
+    /// # Contract
+    /// - It MUST equal `stats()` with `succeeded` and `dead` set to 0
+    ///   (`queue_stats_are_the_unfinished_part_of_stats`).
+    /// - Its cost SHOULD grow with the unfinished deliveries only, never with the finished
+    ///   history kept for the ledger: a scrape of a store holding millions of finished
+    ///   deliveries stays as cheap as one of an empty store.
+    async fn queue_stats(&self) -> Result<Stats>;
+
     /// [`DeliveryStore::stats`] over one tenant's deliveries only, and only those to
     /// `endpoint` when given (an endpoint of another tenant counts nothing).
     async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats>;
@@ -549,6 +571,9 @@ macro_rules! forward {
             }
             async fn stats(&self) -> Result<Stats> {
                 (**self).stats().await
+            }
+            async fn queue_stats(&self) -> Result<Stats> {
+                (**self).queue_stats().await
             }
             async fn tenant_stats(
                 &self,

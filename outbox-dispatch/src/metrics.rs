@@ -12,7 +12,7 @@
 //! | `outbox_claimed_total` | counter | | deliveries claimed |
 //! | `outbox_claim_duration_seconds` | histogram | | the store's claim |
 //! | `outbox_completion_duration_seconds` | histogram | | the store's write-back of a group of finished deliveries |
-//! | `outbox_deliveries` | gauge | `status` | deliveries by status, from [`record_stats`] |
+//! | `outbox_deliveries` | gauge | `status` (`pending`, `processing`, `sending`, `held`) | unfinished deliveries by status, from [`record_stats`]; finished ones are counted by `outbox_deliveries_total` |
 //! | `outbox_oldest_due_age_seconds` | gauge | | how long the oldest due delivery has waited, from [`record_stats`] (0 when none is due) |
 //!
 //! No label carries a tenant, a topic, an endpoint, an address or a payload: the label sets
@@ -64,16 +64,16 @@ impl Observer for MetricsObserver {
     }
 }
 
-/// Set the queue gauges from the store's statistics (`store.stats()`): call it on a timer
-/// or before each scrape.
+/// Set the queue gauges from the store's unfinished counts (`store.queue_stats()`, whose
+/// cost does not grow with the finished history): call it on a timer or before each scrape.
+/// Only the unfinished statuses get a gauge; `succeeded` and `dead` are totals of history,
+/// which `outbox_deliveries_total` counts as they happen.
 pub fn record_stats(stats: &Stats) {
     for status in [
         DeliveryStatus::Pending,
         DeliveryStatus::Processing,
         DeliveryStatus::Sending,
-        DeliveryStatus::Succeeded,
         DeliveryStatus::Held,
-        DeliveryStatus::Dead,
     ] {
         metrics::gauge!("outbox_deliveries", "status" => status.as_str())
             .set(stats.count(status) as f64);

@@ -24,6 +24,7 @@ pub(crate) struct Sql {
     reset: String,
     status_of: String,
     stats: String,
+    queue_stats: String,
 }
 
 impl Sql {
@@ -38,7 +39,14 @@ impl Sql {
                 "SELECT status FROM {d} d WHERE id = $1::uuid AND tenant = $2::text",
                 d = t.all
             ),
-            stats: stats_text(t),
+            stats: stats_text(t, &t.all),
+            queue_stats: stats_text(
+                t,
+                &format!(
+                    "(SELECT status FROM {} WHERE status IN {UNFINISHED})",
+                    t.deliveries
+                ),
+            ),
         }
     }
 }
@@ -221,8 +229,10 @@ impl PostgresStore {
 }
 
 /// Counts per status (both tables) and the oldest due time (the hot table's): $1 now.
-fn stats_text(t: &Tables) -> String {
-    let (d, all) = (&t.deliveries, &t.all);
+/// Counts per status over `from` (a table or a subquery) and the oldest due
+/// delivery.
+fn stats_text(t: &Tables, from: &str) -> String {
+    let d = &t.deliveries;
     format!(
         "SELECT count(*) FILTER (WHERE status = 'pending') AS pending, \
                 count(*) FILTER (WHERE status = 'processing') AS processing, \
@@ -232,15 +242,25 @@ fn stats_text(t: &Tables) -> String {
                 count(*) FILTER (WHERE status = 'dead') AS dead, \
                 (SELECT min(next_attempt_at) FROM {d} \
                   WHERE status IN {UNFINISHED} AND next_attempt_at <= $1::int8) AS oldest \
-           FROM {all} x"
+           FROM {from} x"
     )
 }
 
 impl PostgresStore {
-    /// `DeliveryStore::stats`: [`stats_text`].
+    /// `DeliveryStore::stats`: [`stats_text`] over every delivery, finished ones included.
     pub(crate) async fn stats_now(&self) -> Result<Stats> {
+        self.stats_of(&self.inner.sql.deliveries.stats).await
+    }
+
+    /// `DeliveryStore::queue_stats`: [`stats_text`] over the hot table's unfinished rows;
+    /// finished deliveries live in the history table, which it never reads.
+    pub(crate) async fn queue_stats_now(&self) -> Result<Stats> {
+        self.stats_of(&self.inner.sql.deliveries.queue_stats).await
+    }
+
+    async fn stats_of(&self, text: &str) -> Result<Stats> {
         let now = self.inner.clock.now();
-        let row = sqlx::query(&self.inner.sql.deliveries.stats)
+        let row = sqlx::query(text)
             .bind(ms(now)) // $1
             .fetch_one(&self.inner.pool)
             .await

@@ -320,6 +320,10 @@ impl DeliveryStore for PostgresStore {
         self.stats_now().await
     }
 
+    async fn queue_stats(&self) -> Result<Stats> {
+        self.queue_stats_now().await
+    }
+
     fn wake_listener(&self) -> Option<WakeListener> {
         let listener = self.inner.wake.wakeups().listener();
         self.inner.wake.listen();

@@ -130,10 +130,26 @@ const STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries GROUP
 const STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) FROM outbox_deliveries \
      WHERE status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?1";
 
+/// Counts per unfinished status, through the claim index (unfinished rows only), so the
+/// finished history is never read.
+const QUEUE_STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries \
+     INDEXED BY outbox_deliveries_claim \
+     WHERE status IN ('pending', 'held', 'processing', 'sending') GROUP BY status";
+
 /// Counts per status and the oldest due delivery.
 pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
+    counted(conn, STATS_COUNTS, now)
+}
+
+/// [`stats`] over unfinished deliveries only (`DeliveryStore::queue_stats`).
+pub(crate) fn queue_stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
+    counted(conn, QUEUE_STATS_COUNTS, now)
+}
+
+/// The counts of `counts` (status, count rows) and the oldest due delivery.
+fn counted(conn: &Connection, counts: &str, now: Timestamp) -> Result<Stats> {
     let mut stats = Stats::default();
-    let mut stmt = conn.prepare_cached(STATS_COUNTS)?;
+    let mut stmt = conn.prepare_cached(counts)?;
     let mut rows = stmt.query([])?;
     while let Some(row) = rows.next()? {
         let status: String = row.get(0)?;

@@ -308,6 +308,10 @@ impl DeliveryStore for SqliteStore {
         self.read(|tx, now| deliveries::stats(tx, now)).await
     }
 
+    async fn queue_stats(&self) -> Result<Stats> {
+        self.read(|tx, now| deliveries::queue_stats(tx, now)).await
+    }
+
     async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
         let tenant = tenant.clone();
         self.read(move |tx, now| tenancy::tenant_stats(tx, &tenant, endpoint, now))

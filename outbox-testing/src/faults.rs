@@ -158,6 +158,10 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
         self.gate("stats").await?;
         self.inner.stats().await
     }
+    async fn queue_stats(&self) -> Result<Stats> {
+        self.gate("queue_stats").await?;
+        self.inner.queue_stats().await
+    }
     async fn tenant_stats(
         &self,
         tenant: &outboxkit_core::TenantId,

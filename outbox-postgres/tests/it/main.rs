@@ -8,6 +8,7 @@ mod faults;
 mod legacy;
 mod notify;
 mod script;
+mod stats;
 mod support;
 mod tls;
 mod upgrade;

@@ -112,6 +112,7 @@ macro_rules! __conformance_cases {
             purge_removes_only_finished_before_cutoff,
             purge_rotates_over_tenants,
             stats_counts_and_oldest_due_age,
+            queue_stats_are_the_unfinished_part_of_stats,
             stats_oldest_due_counts_a_deleted_consumers_deliveries,
             messages_round_trip_byte_for_byte,
             endpoints_round_trip,

@@ -89,6 +89,11 @@ impl DeliveryStore for InMemoryStore {
         Ok(self.lock().stats(now))
     }
 
+    async fn queue_stats(&self) -> Result<Stats> {
+        let now = self.now();
+        Ok(self.lock().stats(now).unfinished())
+    }
+
     async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
         let now = self.now();
         Ok(self.lock().stats_where(now, |d| {

@@ -229,6 +229,9 @@ impl outboxkit_core::DeliveryStore for Doubling {
     async fn stats(&self) -> outboxkit_core::Result<Stats> {
         self.0.stats().await
     }
+    async fn queue_stats(&self) -> outboxkit_core::Result<Stats> {
+        self.0.queue_stats().await
+    }
     async fn tenant_stats(
         &self,
         t: &outboxkit_core::TenantId,

@@ -212,3 +212,68 @@ pub async fn stats_counts_and_oldest_due_age(fx: Fixture) {
     assert_eq!(s.oldest_due_age, Some(secs(3600) - LEASE));
     assert_eq!(s.count(DeliveryStatus::Sending), 1);
 }
+
+/// `queue_stats` is `stats` without the finished counts, at every step: empty, with work of
+/// every unfinished status, after completions and after a purge of the finished history.
+pub async fn queue_stats_are_the_unfinished_part_of_stats(fx: Fixture) {
+    async fn same(fx: &Fixture) -> Stats {
+        let all = fx.store().stats().await.expect("stats");
+        let queue = fx.store().queue_stats().await.expect("queue_stats");
+        assert_eq!(queue, all.clone().unfinished());
+        assert_eq!((queue.succeeded, queue.dead), (0, 0));
+        all
+    }
+    same(&fx).await;
+    let c = add_consumer(&fx, "worker", "*").await;
+    add_endpoint_with(&fx, "acme", "*", outboxkit_core::EndpointStatus::Paused).await;
+    for _ in 0..4 {
+        enqueue(&fx, msg("order.created").tenant("acme")).await;
+    }
+    enqueue(&fx, msg("order.created").delay(secs(60))).await;
+    fx.clock().advance(secs(5));
+    let one = |n| outboxkit_core::ClaimRequest::new(n, LEASE).handler(c.clone(), 10);
+    let got = claim(&fx, &one(3)).await;
+    assert_eq!(got.len(), 3);
+    complete_with(&fx, &got[0], Verdict::Succeeded, None).await;
+    complete_with(
+        &fx,
+        &got[1],
+        Verdict::Dead {
+            reason: DeadReason::Permanent,
+        },
+        None,
+    )
+    .await;
+    fx.store()
+        .mark_sending(&got[2].lease)
+        .await
+        .expect("mark_sending");
+    let s = same(&fx).await;
+    assert_eq!(
+        (
+            s.pending,
+            s.processing,
+            s.sending,
+            s.held,
+            s.succeeded,
+            s.dead
+        ),
+        (2, 0, 1, 4, 1, 1),
+        "one due and one delayed still pending"
+    );
+    let _processing = claim_one(&fx, &one(1)).await;
+    fx.clock().advance(secs(60));
+    let s = same(&fx).await;
+    assert_eq!((s.pending, s.processing), (1, 1));
+    assert!(s.oldest_due_at.is_some());
+    fx.store()
+        .purge_completed(now(&fx), 100)
+        .await
+        .expect("purge_completed");
+    let s = same(&fx).await;
+    assert_eq!(
+        (s.succeeded, s.dead),
+        (0, 0),
+        "the finished ones were purged"
+    );
+}
