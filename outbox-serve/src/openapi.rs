@@ -35,6 +35,7 @@ impl Modify for Bearer {
         api::endpoints::pause,
         api::endpoints::resume,
         api::endpoints::rotate,
+        api::endpoints::finish_rotation,
         api::endpoints::release_held,
         api::endpoints::test,
         api::deliveries::list,

@@ -25,6 +25,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/pause"),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/resume"),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/rotate-secret"),
+    ("post", "/v1/tenants/{tenant}/endpoints/{id}/finish-rotation"),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/release-held"),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/test"),
     ("get", "/v1/tenants/{tenant}/deliveries"),
@@ -104,6 +105,10 @@ pub(crate) fn router(state: Serve) -> Router {
         .route(
             &format!("{t}/endpoints/{{id}}/rotate-secret"),
             post(endpoints::rotate),
+        )
+        .route(
+            &format!("{t}/endpoints/{{id}}/finish-rotation"),
+            post(endpoints::finish_rotation),
         )
         .route(
             &format!("{t}/endpoints/{{id}}/release-held"),

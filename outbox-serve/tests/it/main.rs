@@ -6,4 +6,7 @@ mod api;
 mod auth;
 mod browser;
 mod common;
+mod console;
+mod limiter;
 mod openapi;
+mod rotation;

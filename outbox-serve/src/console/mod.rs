@@ -13,19 +13,20 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use outboxkit_core::endpoint::{EndpointStatus, EndpointUpdate};
+use outboxkit_core::endpoint::EndpointStatus;
 use outboxkit_core::store::{DeliveryFilter, PageRequest};
 use outboxkit_core::tokens::TokenScope;
 use outboxkit_core::{DeliveryStatus, TenantId};
 use serde::Deserialize;
 
 use crate::api::deliveries::{detail, page_of};
-use crate::api::{delivery_id, endpoint_id};
 use crate::auth::{authenticate, client_ip};
 use crate::html::{css, enc, esc};
 use crate::problem::Problem;
 use crate::state::{Serve, Session};
 use crate::views::{display_url, DeliveryQuery, DeliveryView};
+
+mod actions;
 
 const COOKIE: &str = "outbox_session";
 
@@ -37,8 +38,8 @@ pub(crate) fn routes() -> Router<Serve> {
         .route("/console/deliveries", get(deliveries))
         .route("/console/deliveries/{id}", get(delivery))
         .route("/console/endpoints", get(endpoints))
-        .route("/console/confirm", get(confirm))
-        .route("/console/act", post(act))
+        .route("/console/confirm", get(actions::confirm))
+        .route("/console/act", post(actions::act))
         .route("/console/static/console.css", get(css))
 }
 
@@ -198,8 +199,43 @@ struct LoginForm {
     token: String,
 }
 
+/// Whether a login POST comes from this console's own page, not a page of another origin
+/// (login CSRF: it would log the browser into the attacker's tenant). Browsers send
+/// `Sec-Fetch-Site` and `Origin` on such a POST; a client that sends neither (curl, a
+/// script) is not a browser that can be tricked.
+fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    match text("sec-fetch-site") {
+        Some("same-origin") | Some("none") => return true,
+        Some(_) => return false,
+        None => {}
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Some(host) = text("host") else {
+        return false;
+    };
+    origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .is_some_and(|(scheme, authority)| {
+            matches!(scheme, "http" | "https") && authority.eq_ignore_ascii_case(host)
+        })
+}
+
 async fn login(State(s): State<Serve>, parts: Parts, Form(f): Form<LoginForm>) -> Response {
     let inner = &s.inner;
+    if !same_origin(&parts.headers) {
+        let p = Problem::forbidden("log in from the console's own page");
+        let body = format!(
+            "<div class=\"login\"><div class=\"error\">{} — {}</div><a class=\"button\" href=\"/console/login\">Log in here</a></div>",
+            esc(&p.title),
+            esc(p.detail.as_deref().unwrap_or(""))
+        );
+        return (p.status_code(), page(None, "Log in", &body)).into_response();
+    }
     let token = match authenticate(inner, client_ip(&parts), f.token.trim()).await {
         Ok(t) => t,
         Err(p) => {
@@ -217,12 +253,11 @@ async fn login(State(s): State<Serve>, parts: Parts, Form(f): Form<LoginForm>) -
         read_only: token.read_only,
         csrf: inner.random_hex(),
         expires: inner.now().saturating_add(inner.config.session_ttl),
+        created: inner
+            .logins
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
     };
-    inner
-        .sessions
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(id.clone(), session);
+    inner.add_session(id.clone(), session);
     let secure = if inner.config.secure_cookies {
         "; Secure"
     } else {
@@ -611,6 +646,9 @@ async fn endpoints(
         }
         actions.push_str(&action_link(&user, "release-held", &id, "Release held"));
         actions.push_str(&action_link(&user, "rotate", &id, "Rotate secret"));
+        if e.previous_secret.is_some() {
+            actions.push_str(&action_link(&user, "finish-rotation", &id, "Finish rotation"));
+        }
         let _ = write!(
             body,
             "<tr><td class=\"mono\"><a href=\"/console/deliveries?tenant={t}&endpoint={id}\">{id}</a><br>{desc}</td>\
@@ -627,141 +665,3 @@ async fn endpoints(
     page(Some((&user, "endpoints")), "Endpoints", &body).into_response()
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfirmQuery {
-    #[allow(dead_code)]
-    tenant: Option<String>,
-    action: String,
-    target: String,
-}
-
-fn describe(action: &str) -> Option<&'static str> {
-    Some(match action {
-        "replay" => "Replay this dead delivery with a fresh budget, due now",
-        "retry" => "Make this delivery due now, keeping its attempts",
-        "reset" => "Give this held delivery a fresh budget, due now",
-        "pause" => "Pause this endpoint: what is queued waits until it is resumed",
-        "resume" => "Resume this endpoint: its waiting deliveries go out at once",
-        "release-held" => "Release this endpoint's held deliveries",
-        "rotate" => "Rotate this endpoint's signing secret (the old one keeps signing until the rotation ends). The new secret is not shown in the console: read it with the API or the CLI",
-        _ => return None,
-    })
-}
-
-async fn confirm(
-    user: User,
-    axum::extract::Query(q): axum::extract::Query<ConfirmQuery>,
-) -> Response {
-    let Some(what) = describe(&q.action) else {
-        return error_page(&user, &Problem::bad_request("unknown action"));
-    };
-    if user.session.read_only {
-        return error_page(&user, &Problem::forbidden("this token is read-only"));
-    }
-    let body = format!(
-        "<h1>Confirm</h1><p>{what}?</p><p class=\"mono\">{target}</p>\
-         <form method=\"post\" action=\"/console/act\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-         <input type=\"hidden\" name=\"action\" value=\"{action}\">\
-         <input type=\"hidden\" name=\"target\" value=\"{target}\">\
-         <input type=\"hidden\" name=\"tenant\" value=\"{tenant}\">\
-         <div class=\"actions\"><button type=\"submit\" class=\"danger\" id=\"confirm\">Confirm</button>\
-         <a class=\"button secondary\" href=\"/console?tenant={tq}\">Cancel</a></div></form>",
-        csrf = esc(&user.session.csrf),
-        action = esc(&q.action),
-        target = esc(&q.target),
-        tenant = esc(user.tenant.as_str()),
-        tq = enc(user.tenant.as_str()),
-    );
-    page(Some((&user, "")), "Confirm", &body).into_response()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ActForm {
-    csrf: String,
-    action: String,
-    target: String,
-    tenant: String,
-}
-
-async fn act(State(s): State<Serve>, user: User, Form(f): Form<ActForm>) -> Response {
-    if !csrf_ok(&user, &f.csrf) {
-        return error_page(
-            &user,
-            &Problem::forbidden("the form has expired; reload the page"),
-        );
-    }
-    if user.session.read_only {
-        return error_page(&user, &Problem::forbidden("this token is read-only"));
-    }
-    if f.tenant != user.tenant.as_str() {
-        return error_page(&user, &Problem::not_found());
-    }
-    let t = &user.tenant;
-    let inner = &s.inner;
-    let op = inner.operator();
-    let tq = enc(t.as_str());
-    let result: Result<String, Problem> = async {
-        Ok(match f.action.as_str() {
-            "replay" | "retry" | "reset" => {
-                let id = delivery_id(&f.target)?;
-                match f.action.as_str() {
-                    "replay" => op.replay(t, id).await?,
-                    "retry" => op.retry_now(t, id).await?,
-                    _ => op.reset(t, id).await?,
-                }
-                format!(
-                    "/console/deliveries/{id}?tenant={tq}&done={}",
-                    enc(&format!("{} done", f.action))
-                )
-            }
-            "pause" | "resume" => {
-                let id = endpoint_id(&f.target)?;
-                let status = if f.action == "pause" {
-                    EndpointStatus::Paused
-                } else {
-                    EndpointStatus::Active
-                };
-                let update = EndpointUpdate {
-                    status: Some(status),
-                    ..EndpointUpdate::default()
-                };
-                inner.store.update_endpoint(t, id, &update).await?;
-                format!(
-                    "/console/endpoints?tenant={tq}&done={}",
-                    enc(&format!("{} done", f.action))
-                )
-            }
-            "release-held" => {
-                let id = endpoint_id(&f.target)?;
-                inner.store.get_endpoint(t, id).await?;
-                let n = op.release_held(t, id).await?;
-                format!(
-                    "/console/endpoints?tenant={tq}&done={}",
-                    enc(&format!("{n} released"))
-                )
-            }
-            "rotate" => {
-                let id = endpoint_id(&f.target)?;
-                let admin = inner.admin().ok_or_else(|| {
-                    Problem::unavailable(
-                        "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
-                    )
-                })?;
-                admin.rotate_secret(t, id, None).await?;
-                format!(
-                    "/console/endpoints?tenant={tq}&done={}",
-                    enc("secret rotated")
-                )
-            }
-            _ => return Err(Problem::bad_request("unknown action")),
-        })
-    }
-    .await;
-    match result {
-        Ok(to) => Redirect::to(&to).into_response(),
-        Err(p) => error_page(&user, &p),
-    }
-}
