@@ -184,6 +184,11 @@ impl Serve {
         self.edit(|i| i.config = config)
     }
 
+    /// The settings in use.
+    pub fn config(&self) -> &ServeConfig {
+        &self.inner.config
+    }
+
     /// The axum router of the API (`/v1`) and the console (`/console`).
     pub fn router(&self) -> axum::Router {
         crate::routes::router(self.clone())
@@ -222,7 +227,10 @@ impl Inner {
             let end = start.saturating_add(c.failed_auth_window);
             (n >= limit && now < end).then(|| end.duration_since(now).as_secs().max(1))
         };
-        let one = f.per.get(&ip).and_then(|(n, s)| wait(*n, *s, c.failed_auth_limit));
+        let one = f
+            .per
+            .get(&ip)
+            .and_then(|(n, s)| wait(*n, *s, c.failed_auth_limit));
         let all = f
             .all
             .1

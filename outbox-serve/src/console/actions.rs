@@ -97,7 +97,13 @@ pub(super) async fn confirm(
             "<h1>Confirm</h1><div class=\"error\" id=\"in-progress\">A {IN_PROGRESS}.</div>\
              <p class=\"mono\">{target}</p><div class=\"actions\">{finish}{force}{cancel}</div>",
             target = esc(&q.target),
-            finish = action_form(&user, "finish-rotation", &q.target, false, "Finish rotation"),
+            finish = action_form(
+                &user,
+                "finish-rotation",
+                &q.target,
+                false,
+                "Finish rotation"
+            ),
             force = action_form(&user, "rotate", &q.target, true, "Rotate anyway"),
         )
     } else {
@@ -129,7 +135,11 @@ enum Done {
     Show(Response),
 }
 
-pub(super) async fn act(State(s): State<Serve>, mut user: User, Form(f): Form<ActForm>) -> Response {
+pub(super) async fn act(
+    State(s): State<Serve>,
+    mut user: User,
+    Form(f): Form<ActForm>,
+) -> Response {
     if !csrf_ok(&user, &f.csrf) {
         return error_page(
             &user,
@@ -222,5 +232,7 @@ async fn run(s: &Serve, user: &User, f: &ActForm) -> Result<Done, Problem> {
 }
 
 fn vault_missing() -> Problem {
-    Problem::unavailable("endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY")
+    Problem::unavailable(
+        "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
+    )
 }

@@ -647,7 +647,12 @@ async fn endpoints(
         actions.push_str(&action_link(&user, "release-held", &id, "Release held"));
         actions.push_str(&action_link(&user, "rotate", &id, "Rotate secret"));
         if e.previous_secret.is_some() {
-            actions.push_str(&action_link(&user, "finish-rotation", &id, "Finish rotation"));
+            actions.push_str(&action_link(
+                &user,
+                "finish-rotation",
+                &id,
+                "Finish rotation",
+            ));
         }
         let _ = write!(
             body,
@@ -664,4 +669,3 @@ async fn endpoints(
     body.push_str("</tbody></table>");
     page(Some((&user, "endpoints")), "Endpoints", &body).into_response()
 }
-

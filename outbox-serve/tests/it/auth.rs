@@ -452,7 +452,10 @@ async fn failed_authentication_is_rate_limited() {
     assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
 }
 
-pub(crate) async fn raw(app: &App, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, String) {
+pub(crate) async fn raw(
+    app: &App,
+    req: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, String) {
     let res = tower::ServiceExt::oneshot(app.router.clone(), req)
         .await
         .unwrap();

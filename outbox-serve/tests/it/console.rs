@@ -150,7 +150,10 @@ async fn rotating_in_the_console_shows_the_secret_once_and_needs_force_to_repeat
     // Shown once: no other page carries it.
     for path in ["/console/endpoints?tenant=acme", "/console?tenant=acme"] {
         let (_, _, page) = raw(&app, get(path, &cookie)).await;
-        assert!(!page.contains(&secret) && !page.contains("whsec_"), "{path}");
+        assert!(
+            !page.contains(&secret) && !page.contains("whsec_"),
+            "{path}"
+        );
     }
     // A second rotation while one is in progress is refused and changes nothing.
     let (s, _, html) = act(&app, &cookie, "acme", "rotate", &id, "").await;

@@ -6,6 +6,7 @@ mod api;
 mod auth;
 mod browser;
 mod common;
+mod connections;
 mod console;
 mod limiter;
 mod openapi;
