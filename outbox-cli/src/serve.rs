@@ -32,10 +32,11 @@ pub struct ServeArgs {
     /// address's failed attempts get 429 (a valid token is still accepted).
     #[arg(long, default_value_t = 10)]
     failed_auth_limit: u32,
-    /// The most connections served at once; past it a new connection gets 503 and is
-    /// closed. Keep it under the process's open-file limit.
+    /// The most client connections served at once; past it a new connection gets 503 and
+    /// is closed. Keep it under the process's open-file limit (`ulimit -n`) minus the
+    /// store's pool.
     #[arg(long, default_value_t = 512)]
-    max_connections: usize,
+    max_client_connections: usize,
     /// How long a client may take to send a request's headers, counted from when the
     /// server starts waiting for the request: an idle keep-alive connection is closed after
     /// it too (`10s`, `500ms`, …).
@@ -87,9 +88,9 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
             "invalid input: --failed-auth-limit must be at least 1",
         ));
     }
-    if a.max_connections == 0 {
+    if a.max_client_connections == 0 {
         return Err(CliError::usage(
-            "invalid input: --max-connections must be at least 1",
+            "invalid input: --max-client-connections must be at least 1",
         ));
     }
     let header_read_timeout = positive("header-read-timeout", &a.header_read_timeout)?;
@@ -107,7 +108,7 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
     .with_transport(Arc::new(transport))
     .with_config(ServeConfig {
         failed_auth_limit: a.failed_auth_limit,
-        max_connections: a.max_connections,
+        max_connections: a.max_client_connections,
         header_read_timeout,
         body_timeout,
         // A plain-http listener on loopback cannot keep a `Secure` cookie in every browser;

@@ -194,7 +194,7 @@ fn serve_closes_idle_connections_and_caps_them_as_its_flags_say() {
     outbox(&["migrate", "--store", &store]).ok();
     // Bad values are refused before anything starts.
     for bad in [
-        ["--max-connections", "0"],
+        ["--max-client-connections", "0"],
         ["--header-read-timeout", "0s"],
         ["--body-timeout", "soon"],
     ] {
@@ -214,7 +214,12 @@ fn serve_closes_idle_connections_and_caps_them_as_its_flags_say() {
     let mut child = outbox_cmd()
         .args(["serve", "--store", &store, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
-        .args(["--header-read-timeout", "300ms", "--max-connections", "2"])
+        .args([
+            "--header-read-timeout",
+            "300ms",
+            "--max-client-connections",
+            "2",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
