@@ -28,9 +28,23 @@ pub struct ServeArgs {
     /// Where endpoints may point (checked on create, update and test).
     #[command(flatten)]
     egress: EgressArgs,
-    /// Failed authentications allowed per client address per minute before 429.
+    /// Failed authentications allowed per client address per minute; past it, that
+    /// address's failed attempts get 429 (a valid token is still accepted).
     #[arg(long, default_value_t = 10)]
     failed_auth_limit: u32,
+    /// The most client connections served at once; past it a new connection gets 503 and
+    /// is closed. Keep it under the process's open-file limit (`ulimit -n`) minus the
+    /// store's pool.
+    #[arg(long, default_value_t = 512)]
+    max_client_connections: usize,
+    /// How long a client may take to send a request's headers, counted from when the
+    /// server starts waiting for the request: an idle keep-alive connection is closed after
+    /// it too (`10s`, `500ms`, …).
+    #[arg(long, default_value = "10s")]
+    header_read_timeout: String,
+    /// How long a request's body may take to arrive; past it the request gets 408.
+    #[arg(long, default_value = "30s")]
+    body_timeout: String,
 }
 
 async fn shutdown_signal() {
@@ -56,6 +70,17 @@ async fn shutdown_signal() {
     tracing::info!("shutdown requested; finishing the requests in flight");
 }
 
+/// A duration flag that must not be zero.
+fn positive(flag: &str, s: &str) -> CliResult<std::time::Duration> {
+    let d = crate::util::parse_flag_duration(flag, s)?;
+    if d.is_zero() {
+        return Err(CliError::usage(format!(
+            "invalid input: --{flag} must be more than 0"
+        )));
+    }
+    Ok(d)
+}
+
 /// Run `outbox serve` until SIGINT/SIGTERM.
 pub async fn run(a: ServeArgs) -> CliResult<()> {
     if a.failed_auth_limit == 0 {
@@ -63,6 +88,13 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
             "invalid input: --failed-auth-limit must be at least 1",
         ));
     }
+    if a.max_client_connections == 0 {
+        return Err(CliError::usage(
+            "invalid input: --max-client-connections must be at least 1",
+        ));
+    }
+    let header_read_timeout = positive("header-read-timeout", &a.header_read_timeout)?;
+    let body_timeout = positive("body-timeout", &a.body_timeout)?;
     let env = a.location.open().await?;
     let policy = egress_policy(a.egress);
     let transport = outboxkit_http::HttpTransport::new(policy.clone())?;
@@ -76,6 +108,9 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
     .with_transport(Arc::new(transport))
     .with_config(ServeConfig {
         failed_auth_limit: a.failed_auth_limit,
+        max_connections: a.max_client_connections,
+        header_read_timeout,
+        body_timeout,
         // A plain-http listener on loopback cannot keep a `Secure` cookie in every browser;
         // anywhere else the console must sit behind TLS.
         secure_cookies: !a.listen.ip().is_loopback(),
@@ -100,7 +135,12 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
         "outbox serve: {} on http://{addr} (API under /v1, console at /console)",
         env.describe()
     );
-    outboxkit_serve::serve(listener, serve.router(), shutdown_signal())
-        .await
-        .map_err(|e| CliError::failed(format!("the server failed: {e}")))
+    outboxkit_serve::serve_with(
+        listener,
+        serve.router(),
+        serve.config().clone(),
+        shutdown_signal(),
+    )
+    .await
+    .map_err(|e| CliError::failed(format!("the server failed: {e}")))
 }

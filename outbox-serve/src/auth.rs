@@ -4,7 +4,9 @@
 //! | --- | --- |
 //! | no `Authorization: Bearer …` header | 401 |
 //! | a malformed, unknown, wrong or revoked token | 401 (the same body for each), counted as a failure |
-//! | more than `failed_auth_limit` failures from one address within the window | 429 with `Retry-After`, before the token is even looked at |
+//! | a failed attempt from an address past `failed_auth_limit` failures within the window (or from anywhere past `failed_auth_global_limit`) | 429 with `Retry-After` instead of 401, counted too |
+//! | a valid token from such an address | accepted: the limiter slows guesses, never a valid token |
+//! | no token at all from such an address | 429 (not counted) |
 //! | a tenant token on another tenant's path (or a tenant name that is not valid) | 404, as for a tenant with nothing |
 //! | a read-only token on a call that changes something | 403 |
 
@@ -42,12 +44,14 @@ pub(crate) async fn authenticate(
     ip: Option<IpAddr>,
     text: &str,
 ) -> Result<ApiToken, Problem> {
-    if let Some(wait) = inner.blocked(ip) {
-        return Err(Problem::too_many(wait));
-    }
+    // A valid token is always looked at and accepted; only failures are refused.
     let fail = || {
+        let blocked = inner.blocked(ip);
         inner.failed(ip);
-        Problem::unauthorized()
+        match blocked {
+            Some(wait) => Problem::too_many(wait),
+            None => Problem::unauthorized(),
+        }
     };
     let Ok(presented) = PresentedToken::parse(text) else {
         return Err(fail());
@@ -77,11 +81,11 @@ impl FromRequestParts<Serve> for Scoped {
     async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
         let inner = &state.inner;
         let ip = client_ip(parts);
-        if let Some(wait) = inner.blocked(ip) {
-            return Err(Problem::too_many(wait));
-        }
         let Some(text) = bearer(&parts.headers) else {
-            return Err(Problem::unauthorized());
+            return Err(match inner.blocked(ip) {
+                Some(wait) => Problem::too_many(wait),
+                None => Problem::unauthorized(),
+            });
         };
         let token = authenticate(inner, ip, text).await?;
         let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)

@@ -8,24 +8,22 @@ mod html;
 mod openapi;
 pub mod problem;
 mod routes;
+mod server;
 mod state;
 pub mod views;
 
 pub use openapi::document as openapi_document;
 pub use routes::{API_ROUTES, CSP};
+pub use server::serve_with;
 pub use state::{Serve, ServeConfig};
 
 /// Serve `router` on `listener` until `shutdown` completes, then finish the requests in
-/// flight. Client addresses reach the failed-authentication limiter.
+/// flight, with the default connection settings of [`ServeConfig`] (see [`serve_with`]).
+/// Client addresses reach the failed-authentication limiter.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    serve_with(listener, router, ServeConfig::default(), shutdown).await
 }

@@ -25,6 +25,10 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/pause"),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/resume"),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/rotate-secret"),
+    (
+        "post",
+        "/v1/tenants/{tenant}/endpoints/{id}/finish-rotation",
+    ),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/release-held"),
     ("post", "/v1/tenants/{tenant}/endpoints/{id}/test"),
     ("get", "/v1/tenants/{tenant}/deliveries"),
@@ -106,6 +110,10 @@ pub(crate) fn router(state: Serve) -> Router {
             post(endpoints::rotate),
         )
         .route(
+            &format!("{t}/endpoints/{{id}}/finish-rotation"),
+            post(endpoints::finish_rotation),
+        )
+        .route(
             &format!("{t}/endpoints/{{id}}/release-held"),
             post(endpoints::release_held),
         )
@@ -128,6 +136,10 @@ pub(crate) fn router(state: Serve) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::server::read_body,
+        ))
         .layer(axum::middleware::from_fn(security_headers))
         .with_state(state)
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -16,15 +17,36 @@ use outboxkit_dispatch::{EndpointAdmin, Operator};
 /// Settings of the API and the console, with documented defaults.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
-    /// Failed authentications allowed per client address within `failed_auth_window`
-    /// before it gets 429 (default 10).
+    /// Failed authentications allowed per client address within `failed_auth_window`;
+    /// past it, that address's failed attempts get 429 (a valid token is still accepted).
+    /// Default 10.
     pub failed_auth_limit: u32,
-    /// The window of that count (default 60 s).
+    /// Failed authentications allowed from all addresses together within the window; past
+    /// it, every failed attempt gets 429 (valid tokens are still accepted). Default 1,000.
+    pub failed_auth_global_limit: u32,
+    /// The window of those counts (default 60 s).
     pub failed_auth_window: Duration,
-    /// The largest request body accepted, in bytes (default 64 KiB).
+    /// The most client addresses whose failures are remembered; past it the oldest is
+    /// forgotten (the global count is kept). Default 10,000.
+    pub failed_auth_tracked: usize,
+    /// The largest request body accepted, in bytes (default 64 KiB). A larger
+    /// `Content-Length` gets 413 before the body is read.
     pub body_limit: usize,
     /// How long a console session lasts (default 8 h).
     pub session_ttl: Duration,
+    /// The most console sessions kept; a new login past it ends the oldest (default
+    /// 10,000).
+    pub max_sessions: usize,
+    /// How long a connection may take to send a request's headers, counted from when the
+    /// server starts waiting for that request, so an idle keep-alive connection is closed
+    /// after it too (default 10 s). Used by [`crate::serve_with`].
+    pub header_read_timeout: Duration,
+    /// How long a request's body may take to arrive, counted from its headers (default
+    /// 30 s); past it the request gets 408.
+    pub body_timeout: Duration,
+    /// The most connections served at once (default 512); past it a new connection gets
+    /// 503 and is closed at once. Used by [`crate::serve_with`].
+    pub max_connections: usize,
     /// Mark the console's cookie `Secure` (default true; turn it off only for plain-http
     /// loopback use, as `outbox serve` does on a loopback address).
     pub secure_cookies: bool,
@@ -34,9 +56,15 @@ impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             failed_auth_limit: 10,
+            failed_auth_global_limit: 1_000,
             failed_auth_window: Duration::from_secs(60),
+            failed_auth_tracked: 10_000,
             body_limit: 64 * 1024,
             session_ttl: Duration::from_secs(8 * 3600),
+            max_sessions: 10_000,
+            header_read_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 512,
             secure_cookies: true,
         }
     }
@@ -58,8 +86,10 @@ pub(crate) struct Inner {
     pub transport: Option<Arc<DynWebhookTransport>>,
     pub urls: Arc<dyn UrlPolicy>,
     pub config: ServeConfig,
-    pub failures: Mutex<HashMap<Option<IpAddr>, (u32, Timestamp)>>,
+    pub failures: Mutex<Failures>,
     pub sessions: Mutex<HashMap<String, Session>>,
+    /// Logins so far (orders sessions of the same expiry).
+    pub logins: AtomicU64,
 }
 
 /// A console session: the token it was opened with and its CSRF token.
@@ -70,10 +100,17 @@ pub(crate) struct Session {
     pub read_only: bool,
     pub csrf: String,
     pub expires: Timestamp,
+    /// A login counter: among sessions of one expiry, the older is evicted first.
+    pub created: u64,
 }
 
-/// The most client addresses whose failures are remembered (the map is cleared past it).
-const MAX_TRACKED: usize = 10_000;
+/// Failed authentications: per client address (bounded, oldest forgotten first) and over
+/// all addresses, each a `(count, window start)`.
+#[derive(Debug, Default)]
+pub(crate) struct Failures {
+    per: HashMap<Option<IpAddr>, (u32, Timestamp)>,
+    all: (u32, Option<Timestamp>),
+}
 
 impl Serve {
     /// The API and console over `store`, authenticating with `tokens` (usually the same
@@ -97,6 +134,7 @@ impl Serve {
                 config: ServeConfig::default(),
                 failures: Mutex::default(),
                 sessions: Mutex::default(),
+                logins: AtomicU64::new(0),
             }),
         }
     }
@@ -117,6 +155,7 @@ impl Serve {
                     config: i.config.clone(),
                     failures: Mutex::default(),
                     sessions: Mutex::default(),
+                    logins: AtomicU64::new(0),
                 };
                 f(&mut copy);
                 self.inner = Arc::new(copy);
@@ -143,6 +182,11 @@ impl Serve {
     /// Use `config` instead of the defaults.
     pub fn with_config(self, config: ServeConfig) -> Self {
         self.edit(|i| i.config = config)
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &ServeConfig {
+        &self.inner.config
     }
 
     /// The axum router of the API (`/v1`) and the console (`/console`).
@@ -173,31 +217,72 @@ impl Inner {
         )
     }
 
-    /// Seconds this address must still wait, when it is over the failure limit.
+    /// Seconds this address must still wait before a failed attempt is answered 401 again,
+    /// when it (or every address together) is over the failure limit.
     pub(crate) fn blocked(&self, ip: Option<IpAddr>) -> Option<u64> {
         let now = self.now();
-        let map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        let (n, start) = map.get(&ip)?;
-        let end = start.saturating_add(self.config.failed_auth_window);
-        if *n >= self.config.failed_auth_limit && now < end {
-            Some(end.duration_since(now).as_secs().max(1))
-        } else {
-            None
-        }
+        let c = &self.config;
+        let f = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let wait = |n: u32, start: Timestamp, limit: u32| {
+            let end = start.saturating_add(c.failed_auth_window);
+            (n >= limit && now < end).then(|| end.duration_since(now).as_secs().max(1))
+        };
+        let one = f
+            .per
+            .get(&ip)
+            .and_then(|(n, s)| wait(*n, *s, c.failed_auth_limit));
+        let all = f
+            .all
+            .1
+            .and_then(|s| wait(f.all.0, s, c.failed_auth_global_limit));
+        one.max(all)
     }
 
     /// Count one failed authentication of this address.
     pub(crate) fn failed(&self, ip: Option<IpAddr>) {
         let now = self.now();
-        let mut map = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() >= MAX_TRACKED && !map.contains_key(&ip) {
-            map.clear();
+        let window = self.config.failed_auth_window;
+        let mut f = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = |start: Timestamp| now >= start.saturating_add(window);
+        match f.all.1 {
+            Some(s) if !fresh(s) => f.all.0 = f.all.0.saturating_add(1),
+            _ => f.all = (1, Some(now)),
         }
-        let e = map.entry(ip).or_insert((0, now));
-        if now >= e.1.saturating_add(self.config.failed_auth_window) {
+        if f.per.len() >= self.config.failed_auth_tracked.max(1) && !f.per.contains_key(&ip) {
+            f.per.retain(|_, (_, s)| !fresh(*s));
+            if f.per.len() >= self.config.failed_auth_tracked.max(1) {
+                let oldest = f.per.iter().min_by_key(|(_, (_, s))| *s).map(|(k, _)| *k);
+                if let Some(k) = oldest {
+                    f.per.remove(&k);
+                }
+            }
+        }
+        let e = f.per.entry(ip).or_insert((0, now));
+        if fresh(e.1) {
             *e = (0, now);
         }
         e.0 = e.0.saturating_add(1);
+    }
+
+    /// Keep a new console session, ending the oldest when the table is full.
+    pub(crate) fn add_session(&self, id: String, session: Session) {
+        let now = self.now();
+        let mut map = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        let cap = self.config.max_sessions.max(1);
+        if map.len() >= cap {
+            map.retain(|_, s| s.expires > now);
+        }
+        while map.len() >= cap {
+            let oldest = map
+                .iter()
+                .min_by_key(|(_, s)| (s.expires, s.created))
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => map.remove(&k),
+                None => break,
+            };
+        }
+        map.insert(id, session);
     }
 
     /// 32 random bytes as hex.

@@ -151,6 +151,10 @@ pub struct EndpointPatch {
 pub struct RotateBody {
     /// A `whsec_…` secret to use instead of a generated one.
     pub secret: Option<String>,
+    /// Rotate although a rotation is in progress: the oldest secret stops signing at once,
+    /// so receivers still verifying with it start failing (default false: 409).
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// The answer of a test event.

@@ -169,3 +169,115 @@ async fn tokens_and_serve_on_redis() {
     }
     r.unwrap();
 }
+
+/// Read until the server closes the connection, within a generous bound (fails if it never
+/// does): what it sent.
+fn read_until_closed(s: &mut TcpStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the server never closed the connection: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn serve_closes_idle_connections_and_caps_them_as_its_flags_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    outbox(&["migrate", "--store", &store]).ok();
+    // Bad values are refused before anything starts.
+    for bad in [
+        ["--max-client-connections", "0"],
+        ["--header-read-timeout", "0s"],
+        ["--body-timeout", "soon"],
+    ] {
+        let out = outbox(&[
+            "serve",
+            "--store",
+            &store,
+            "--listen",
+            "127.0.0.1:1",
+            bad[0],
+            bad[1],
+        ]);
+        assert_eq!(out.code, 2, "{bad:?}: {}", out.stderr);
+        assert!(out.stderr.contains(bad[0]), "{}", out.stderr);
+    }
+    let port = free_port();
+    let mut child = outbox_cmd()
+        .args(["serve", "--store", &store, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--header-read-timeout",
+            "300ms",
+            "--max-client-connections",
+            "2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..100 {
+        if get_opt(port).is_some() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(up, "outbox serve did not answer");
+    // An idle connection is closed by the server.
+    let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    assert_eq!(read_until_closed(&mut idle), "");
+    // Two held connections fill it: a third is refused at once, never left hanging.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET /v1/health HTTP/1.1\r\nhost: x\r\n").unwrap();
+        held.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut third = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let _ = write!(third, "GET /v1/health HTTP/1.1\r\nhost: x\r\n\r\n");
+    let answer = read_until_closed(&mut third);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 503"),
+        "{answer}"
+    );
+    // The held ones time out (half their headers came); then the server answers again.
+    for mut s in held {
+        read_until_closed(&mut s);
+    }
+    let mut ok = None;
+    for _ in 0..100 {
+        ok = get_opt(port);
+        if ok == Some(200) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ok, Some(200));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `GET /v1/health`: its status, or `None` when nothing answered.
+fn get_opt(port: u16) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET /v1/health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_whitespace().nth(1)?.parse().ok()
+}

@@ -174,22 +174,37 @@ pub(crate) async fn resume(
     set_status(&s, &scope.tenant, &id, EndpointStatus::Active).await
 }
 
-/// Rotate the signing secret (the old one keeps signing as the previous secret); releases
-/// held deliveries. The answer holds the new secret, shown this once.
+/// Rotate the signing secret (the old one keeps signing as the previous secret until
+/// `finish-rotation`); releases held deliveries. The answer holds the new secret, shown this
+/// once. While a rotation is in progress, 409 unless `force` (which drops the oldest secret).
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/endpoints/{id}/rotate-secret", tag = "endpoints",
     params(("tenant" = String, Path, description = "The tenant"), ("id" = String, Path, description = "The endpoint id")),
-    request_body(content = Option<RotateBody>, description = "Optional: a secret to use"),
+    request_body(content = Option<RotateBody>, description = "Optional (absent, empty or null): a secret to use, and `force`"),
     responses((status = 200, body = EndpointWithSecret), (status = 400, body = Problem), (status = 401, body = Problem),
-        (status = 403, body = Problem), (status = 404, body = Problem), (status = 503, body = Problem)),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem), (status = 413, body = Problem),
+        (status = 415, body = Problem), (status = 503, body = Problem)),
     security(("bearer" = [])))]
 pub(crate) async fn rotate(
     State(s): State<Serve>,
     scope: Scoped,
     Path((_, id)): Path<(String, String)>,
-    OptBody(b): OptBody<RotateBody>,
+    OptBody(b): OptBody<Option<RotateBody>>,
 ) -> ApiResult<Json<EndpointWithSecret>> {
+    let b = b.unwrap_or_default();
     let id = endpoint_id(&id)?;
     let admin = admin(&s)?;
+    if let Some(given) = &b.secret {
+        outboxkit_core::WebhookSecret::parse(given)?;
+    }
+    let e = s.inner.store.get_endpoint(&scope.tenant, id).await?;
+    if e.previous_secret.is_some() && !b.force {
+        return Err(Problem::new(StatusCode::CONFLICT, "conflict", "Conflict").detail(format!(
+            "rotation in progress: finish it with POST /v1/tenants/{}/endpoints/{id}/finish-rotation, \
+             or rotate anyway with {{\"force\": true}} (the oldest secret then stops signing, and \
+             receivers still verifying with it start failing)",
+            scope.tenant
+        )));
+    }
     let secret = admin
         .rotate_secret(&scope.tenant, id, b.secret.as_deref())
         .await?;
@@ -198,6 +213,23 @@ pub(crate) async fn rotate(
         endpoint: EndpointView::from(&e),
         secret: secret.expose(),
     }))
+}
+
+/// End a rotation: the previous secret stops signing, only the current one does. Harmless
+/// when no rotation is in progress.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/endpoints/{id}/finish-rotation", tag = "endpoints",
+    params(("tenant" = String, Path, description = "The tenant"), ("id" = String, Path, description = "The endpoint id")),
+    responses((status = 200, body = EndpointView), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 503, body = Problem)),
+    security(("bearer" = [])))]
+pub(crate) async fn finish_rotation(
+    State(s): State<Serve>,
+    scope: Scoped,
+    Path((_, id)): Path<(String, String)>,
+) -> ApiResult<Json<EndpointView>> {
+    let id = endpoint_id(&id)?;
+    let e = admin(&s)?.drop_previous_secret(&scope.tenant, id).await?;
+    Ok(Json(EndpointView::from(&e)))
 }
 
 /// Delete an endpoint (its pending and waiting deliveries die as `endpoint-removed`).

@@ -87,12 +87,112 @@ pub(crate) fn endpoint_id(s: &str) -> ApiResult<EndpointId> {
         .map_err(|_| Problem::bad_request("the endpoint id is not a UUIDv7").field("endpoint_id"))
 }
 
-/// A time filter: Unix milliseconds.
+/// A time filter: RFC 3339 (`2026-11-29T10:00:00Z`, `…T10:00:00.250+01:00`) or Unix
+/// milliseconds (`1764410400000`, as earlier versions took).
 pub(crate) fn millis(field: &'static str, s: &str) -> ApiResult<Timestamp> {
-    s.parse::<i64>()
-        .ok()
-        .and_then(|ms| Timestamp::from_unix_millis(ms).ok())
-        .ok_or_else(|| Problem::bad_request("must be Unix milliseconds").field(field))
+    let s = s.trim();
+    let ms = if !s.is_empty()
+        && s.trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    {
+        s.parse::<i64>().ok()
+    } else {
+        rfc3339_millis(s)
+    };
+    ms.and_then(|ms| Timestamp::from_unix_millis(ms).ok())
+        .ok_or_else(|| {
+            Problem::bad_request("must be an RFC 3339 time or Unix milliseconds").field(field)
+        })
+}
+
+/// An RFC 3339 date-time as Unix milliseconds (a finer fraction is cut to milliseconds).
+fn rfc3339_millis(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let days_in = [
+        31,
+        if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) {
+            29
+        } else {
+            28
+        },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&mo)
+        || d < 1
+        || d > days_in[(mo - 1) as usize]
+        || h > 23
+        || mi > 59
+        || sec > 60
+    {
+        return None;
+    }
+    let mut i = 19;
+    let mut frac_ms = 0i64;
+    if b.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = start;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let digits = &s[start..i.min(start + 3)];
+        frac_ms = digits.parse::<i64>().ok()? * 10i64.pow(3 - digits.len() as u32);
+    }
+    let offset_min = match &s[i..] {
+        "Z" | "z" => 0,
+        o if o.len() == 6 && matches!(o.as_bytes()[0], b'+' | b'-') && o.as_bytes()[3] == b':' => {
+            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let m = oh * 60 + om;
+            if o.starts_with('-') {
+                -m
+            } else {
+                m
+            }
+        }
+        _ => return None,
+    };
+    // Days from civil (H. Hinnant's algorithm).
+    let yy = if mo <= 2 { y - 1 } else { y };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec.min(59) - offset_min * 60;
+    Some(secs * 1000 + frac_ms)
 }
 
 /// Liveness and the store's reachability (no token needed; says nothing else).
@@ -123,4 +223,29 @@ pub(crate) async fn health(State(s): State<Serve>) -> (axum::http::StatusCode, J
 pub(crate) async fn stats(State(s): State<Serve>, scope: Scoped) -> ApiResult<Json<StatsView>> {
     let st = s.inner.store.tenant_stats(&scope.tenant, None).await?;
     Ok(Json(StatsView::from(&st)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_millis;
+
+    #[test]
+    fn rfc3339_times_row_by_row() {
+        let rows: &[(&str, Option<i64>)] = &[
+            ("1970-01-01T00:00:00Z", Some(0)),
+            ("2026-11-29T10:00:00.000Z", Some(1_795_946_400_000)),
+            ("2026-11-29T11:00:00.5+01:00", Some(1_795_946_400_500)),
+            ("2026-11-29t09:30:00.123456-00:30", Some(1_795_946_400_123)),
+            ("2024-02-29T00:00:00Z", Some(1_709_164_800_000)),
+            ("2023-02-29T00:00:00Z", None),
+            ("2026-13-01T00:00:00Z", None),
+            ("2026-11-29T10:00:00", None),
+            ("2026-11-29T10:00:00.Z", None),
+            ("2026-11-29T10:00:00+0100", None),
+            ("yesterday", None),
+        ];
+        for (text, want) in rows {
+            assert_eq!(rfc3339_millis(text), *want, "{text}");
+        }
+    }
 }

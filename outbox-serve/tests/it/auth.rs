@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::common::{config, App};
 
 /// A dead delivery, a pending one and an endpoint of `acme`: `(endpoint, dead delivery)`.
-async fn seed(app: &App) -> (String, String) {
+pub(crate) async fn seed(app: &App) -> (String, String) {
     let receiver = WebhookReceiver::start().await.unwrap();
     receiver.refuse(500);
     let ep = app.endpoint(&receiver.url()).await.to_string();
@@ -432,11 +432,12 @@ async fn failed_authentication_is_rate_limited() {
         let (s, _) = app.get("/v1/tenants/acme/stats", "obx_nope").await;
         assert_eq!(s, StatusCode::UNAUTHORIZED);
     }
+    // A further guess is refused (a valid token is still accepted: see limiter.rs).
     let (s, h, v) = app
         .call(
             Method::GET,
             "/v1/tenants/acme/stats",
-            Some(&app.writer),
+            Some("obx_nope"),
             None,
         )
         .await;
@@ -451,7 +452,10 @@ async fn failed_authentication_is_rate_limited() {
     assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
 }
 
-async fn raw(app: &App, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, String) {
+pub(crate) async fn raw(
+    app: &App,
+    req: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, String) {
     let res = tower::ServiceExt::oneshot(app.router.clone(), req)
         .await
         .unwrap();

@@ -205,6 +205,29 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
         let html = c.source().await?;
         assert!(html.contains(&endpoint.to_string()));
         assert!(!html.contains("whsec_") && !html.contains(&app.writer));
+
+        // Rotate its secret: the new one is shown once, on the page that answers.
+        c.find(Locator::Id("action-rotate")).await?.click().await?;
+        c.wait().for_element(Locator::Id("confirm")).await?;
+        c.find(Locator::Id("confirm")).await?.click().await?;
+        c.wait().for_element(Locator::Id("new-secret")).await?;
+        let secret = c.find(Locator::Id("new-secret")).await?.text().await?;
+        assert!(secret.starts_with("whsec_"), "{secret}");
+        std::fs::write(shots.join("console-rotated.png"), c.screenshot().await?).unwrap();
+        // Back on the endpoints page it is gone; a second rotation asks to finish first.
+        c.goto(&format!("{base}/console/endpoints?tenant=acme"))
+            .await?;
+        assert!(!c.source().await?.contains(&secret));
+        c.find(Locator::Id("action-rotate")).await?.click().await?;
+        c.wait().for_element(Locator::Id("in-progress")).await?;
+        c.find(Locator::Id("confirm")).await?.click().await?;
+        c.wait().for_element(Locator::Id("flash")).await?;
+        assert!(c
+            .find(Locator::Id("flash"))
+            .await?
+            .text()
+            .await?
+            .contains("rotation finished"));
         Ok(())
     }
     .await;

@@ -66,7 +66,11 @@ pub fn config() -> ServeConfig {
     }
 }
 
-async fn issue(tokens: &dyn TokenStore, scope: TokenScope, read_only: bool) -> (ApiToken, String) {
+pub async fn issue(
+    tokens: &dyn TokenStore,
+    scope: TokenScope,
+    read_only: bool,
+) -> (ApiToken, String) {
     let (t, text) =
         ApiToken::issue(scope, read_only, "test", SystemClock.now(), &OsEntropy).unwrap();
     tokens.create_token(&t).await.unwrap();

@@ -6,4 +6,8 @@ mod api;
 mod auth;
 mod browser;
 mod common;
+mod connections;
+mod console;
+mod limiter;
 mod openapi;
+mod rotation;

@@ -1,11 +1,25 @@
-//! The OpenAPI document is valid OpenAPI 3 and lists exactly the router's routes.
+//! The OpenAPI document is valid OpenAPI 3, lists exactly the router's routes, and every
+//! answer it documents (status and content type) is one the server gives.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use axum::http::{Method, StatusCode};
-use outboxkit_serve::API_ROUTES;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use outboxkit_core::endpoint::AnyUrl;
+use outboxkit_core::tokens::{TokenScope, TokenStore};
+use outboxkit_core::{DeliveryStatus, OsEntropy, PlaintextVault, Store, SystemClock};
+use outboxkit_serve::{Serve, ServeConfig, API_ROUTES};
+use outboxkit_sqlite::{SqliteConfig, SqliteStore};
+use outboxkit_testing::{FaultyStore, WebhookReceiver};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::App;
+use crate::common::{config, issue, loopback, App};
 
 #[tokio::test]
 async fn the_document_matches_the_routes() {
@@ -77,4 +91,441 @@ async fn the_document_matches_the_routes() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
     assert_eq!(v["type"], "urn:outbox:problem:no-such-route");
+}
+
+/// A request for `status` on `method path`: what makes the server answer it, or `None`
+/// when the test knows no way (which fails the test: the document would claim too much).
+struct Case<'a> {
+    uri: String,
+    token: Option<&'a str>,
+    body: Option<(&'static str, String)>,
+    ip: Option<[u8; 4]>,
+}
+
+/// The fixtures the cases act on.
+struct Fixtures {
+    endpoint: String,
+    rotating: String,
+    dead: String,
+    dead_kept: String,
+    pending: String,
+}
+
+fn json_body(s: &str) -> Option<(&'static str, String)> {
+    Some(("application/json", s.to_owned()))
+}
+
+#[allow(clippy::too_many_lines)]
+async fn case<'a>(
+    app: &'a App,
+    fx: &Fixtures,
+    method: &str,
+    path: &str,
+    status: u16,
+    next_ip: &mut u8,
+) -> Option<Case<'a>> {
+    let has_id = path.contains("{id}");
+    let on_deliveries = path.contains("/deliveries/{id}");
+    // A valid target and body for this route.
+    let target = if on_deliveries {
+        if path.ends_with("/replay") {
+            fx.dead.clone()
+        } else {
+            fx.pending.clone()
+        }
+    } else if method == "delete" || path.ends_with("/rotate-secret") {
+        app.endpoint("https://example.com/fresh").await.to_string()
+    } else {
+        fx.endpoint.clone()
+    };
+    let body = match (method, path) {
+        ("post", p) if p.ends_with("/endpoints") => {
+            json_body(r#"{"url":"https://example.com/new"}"#)
+        }
+        ("patch", _) => json_body(r#"{"description":"changed"}"#),
+        ("post", p) if p.ends_with("/bulk") => json_body(r#"{"action":"replay","dry_run":true}"#),
+        ("post", p) if p.ends_with("/rotate-secret") => json_body("null"),
+        _ => None,
+    };
+    let uri = |id: &str| path.replace("{tenant}", "acme").replace("{id}", id);
+    let write = !matches!(method, "get" | "head");
+    let token = if write { &app.writer } else { &app.reader };
+    let ok = Case {
+        uri: uri(&target),
+        token: Some(token),
+        body: body.clone(),
+        ip: None,
+    };
+    Some(match status {
+        200..=299 => ok,
+        400 if has_id => Case {
+            uri: uri("not-an-id"),
+            ..ok
+        },
+        400 => match (method, path) {
+            ("post", p) if p.ends_with("/endpoints") => Case {
+                body: json_body("{}"),
+                ..ok
+            },
+            ("post", p) if p.ends_with("/bulk") => Case {
+                body: json_body(r#"{"action":"nope"}"#),
+                ..ok
+            },
+            ("get", p) if p.ends_with("/deliveries") => Case {
+                uri: format!("{}?limit=0", uri("")),
+                ..ok
+            },
+            _ => return None,
+        },
+        401 => Case { token: None, ..ok },
+        403 if write => Case {
+            token: Some(&app.reader),
+            ..ok
+        },
+        404 => Case {
+            token: Some(&app.other),
+            ..ok
+        },
+        409 => match path {
+            p if p.ends_with("/replay") => Case {
+                uri: uri(&fx.pending),
+                ..ok
+            },
+            p if p.ends_with("/retry") => Case {
+                uri: uri(&fx.dead_kept),
+                ..ok
+            },
+            p if p.ends_with("/rotate-secret") => Case {
+                uri: uri(&fx.rotating),
+                ..ok
+            },
+            _ => return None,
+        },
+        413 if body.is_some() => Case {
+            body: Some(("application/json", format!("\"{}\"", "x".repeat(70 * 1024)))),
+            ..ok
+        },
+        415 if body.is_some() => Case {
+            body: Some(("text/plain", "hello".into())),
+            ..ok
+        },
+        429 => {
+            *next_ip += 1;
+            // The limit is 1: the first guess is 401, the second 429.
+            let guess = Case {
+                token: Some("obx_nope"),
+                ip: Some([10, 9, 9, *next_ip]),
+                ..ok
+            };
+            let (s, _, _) = send_as(&app.router, &guess, method).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED);
+            guess
+        }
+        _ => return None,
+    })
+}
+
+/// A server over a store that is always unavailable (tokens still work).
+async fn unavailable(dir: &std::path::Path) -> (axum::Router, String) {
+    let sq = SqliteStore::open(
+        SqliteConfig::new(dir.join("down.db")),
+        Arc::new(SystemClock),
+        Arc::new(OsEntropy),
+    )
+    .await
+    .unwrap();
+    let tokens: Arc<dyn TokenStore> = Arc::new(sq.clone());
+    let (_, admin) = issue(&*tokens, TokenScope::Admin, false).await;
+    let store: Arc<dyn Store> = Arc::new(FaultyStore::new(sq, 1).error_ratio(1.0));
+    let router = Serve::new(store, tokens, Arc::new(SystemClock), Arc::new(OsEntropy))
+        .with_vault(Arc::new(PlaintextVault))
+        .with_url_policy(Arc::new(AnyUrl))
+        .with_transport(loopback())
+        .with_config(config())
+        .router();
+    (router, admin)
+}
+
+/// 408 needs a real socket: headers, part of the body, then nothing.
+async fn slow_body(app: &App, cfg: &ServeConfig, path: &str, method: &str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(outboxkit_serve::serve_with(
+        listener,
+        app.router.clone(),
+        cfg.clone(),
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let uri = path
+        .replace("{tenant}", "acme")
+        .replace("{id}", "0193f7a0-0000-7000-8000-000000000000");
+    s.write_all(
+        format!(
+            "{} {uri} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\n\
+             content-length: 50\r\nconnection: close\r\n\r\n{{",
+            method.to_uppercase(),
+            app.writer
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out))
+        .await
+        .expect("an answer to the slow body")
+        .unwrap();
+    let _ = tx.send(());
+    server.await.unwrap().unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn every_documented_answer_is_served_as_documented() {
+    let cfg = ServeConfig {
+        failed_auth_limit: 1,
+        body_timeout: Duration::from_millis(300),
+        ..config()
+    };
+    let app = App::sqlite_with(cfg.clone()).await;
+    // Two dead deliveries, a pending one, an endpoint, and one with a rotation in progress.
+    let receiver = WebhookReceiver::start().await.unwrap();
+    receiver.refuse(500);
+    let endpoint = app.endpoint(&receiver.url()).await.to_string();
+    app.enqueue("order.created", 2).await;
+    app.dispatch_until(DeliveryStatus::Dead, 2).await;
+    app.enqueue("order.created", 1).await;
+    let (_, dead) = app
+        .get("/v1/tenants/acme/deliveries?status=dead", &app.writer)
+        .await;
+    let (_, pending) = app
+        .get("/v1/tenants/acme/deliveries?status=pending", &app.writer)
+        .await;
+    let rotating = app
+        .endpoint("https://example.com/rotating")
+        .await
+        .to_string();
+    let (s, _) = app
+        .post(
+            &format!("/v1/tenants/acme/endpoints/{rotating}/rotate-secret"),
+            &app.writer,
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let fx = Fixtures {
+        endpoint,
+        rotating,
+        dead: dead["deliveries"][0]["id"].as_str().unwrap().to_owned(),
+        dead_kept: dead["deliveries"][1]["id"].as_str().unwrap().to_owned(),
+        pending: pending["deliveries"][0]["id"].as_str().unwrap().to_owned(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (down, down_admin) = unavailable(dir.path()).await;
+
+    let doc = serde_json::to_value(outboxkit_serve::openapi_document()).unwrap();
+    let mut next_ip = 0u8;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            // Success first, so a case that changes a fixture runs after the others.
+            let mut codes: Vec<(&String, &Value)> =
+                op["responses"].as_object().unwrap().iter().collect();
+            codes.sort_by_key(|(c, _)| (!c.starts_with('2'), c.to_string()));
+            for (code, response) in codes {
+                let status: u16 = code.parse().unwrap();
+                let documented: Vec<&String> = response
+                    .get("content")
+                    .and_then(Value::as_object)
+                    .map(|c| c.keys().collect())
+                    .unwrap_or_default();
+                let (s, h, body) = match status {
+                    408 => {
+                        let raw = slow_body(&app, &cfg, path, method).await;
+                        let s = raw.split_whitespace().nth(1).unwrap().parse().unwrap();
+                        let ct = raw
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-type: "))
+                            .unwrap_or("")
+                            .to_owned();
+                        let mut h = axum::http::HeaderMap::new();
+                        h.insert("content-type", ct.parse().unwrap());
+                        (StatusCode::from_u16(s).unwrap(), h, b"{}".to_vec())
+                    }
+                    503 => {
+                        let token = op.get("security").map(|_| down_admin.as_str());
+                        let c = Case {
+                            uri: path
+                                .replace("{tenant}", "acme")
+                                .replace("{id}", &fx.endpoint),
+                            token,
+                            body: if op.get("requestBody").is_some() {
+                                json_body(
+                                    r#"{"url":"https://example.com/down","description":"changed","action":"replay"}"#,
+                                )
+                            } else {
+                                None
+                            },
+                            ip: None,
+                        };
+                        let mut c = c;
+                        if path.ends_with("/bulk") {
+                            c.body = json_body(r#"{"action":"replay"}"#);
+                        } else if path.ends_with("/endpoints") && method == "post" {
+                            c.body = json_body(r#"{"url":"https://example.com/down"}"#);
+                        } else if method == "patch" {
+                            c.body = json_body(r#"{"description":"changed"}"#);
+                        } else if path.ends_with("/rotate-secret") {
+                            c.body = None;
+                        }
+                        let (s, h, b) = send_as(&down, &c, method).await;
+                        (s, h, b)
+                    }
+                    _ => {
+                        let c = case(&app, &fx, method, path, status, &mut next_ip)
+                            .await
+                            .unwrap_or_else(|| {
+                                panic!("{method} {path}: no way to produce the documented {status}")
+                            });
+                        send_as(&app.router, &c, method).await
+                    }
+                };
+                assert_eq!(
+                    s.as_u16(),
+                    status,
+                    "{method} {path}: {}",
+                    String::from_utf8_lossy(&body)
+                );
+                let served = h
+                    .get("content-type")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                match documented.as_slice() {
+                    [] => assert!(
+                        body.is_empty(),
+                        "{method} {path} {status}: an undocumented body"
+                    ),
+                    [one] => assert_eq!(
+                        served.as_deref(),
+                        Some(one.as_str()),
+                        "{method} {path} {status}"
+                    ),
+                    many => panic!("{method} {path} {status}: several content types {many:?}"),
+                }
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("{checked} documented answers checked");
+    assert!(checked > 100, "{checked} answers checked");
+}
+
+/// [`send`] with the route's method.
+async fn send_as(
+    router: &axum::Router,
+    c: &Case<'_>,
+    method: &str,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+    let mut r = Request::builder().uri(&c.uri).method(m);
+    if let Some(t) = c.token {
+        r = r.header("authorization", format!("Bearer {t}"));
+    }
+    let mut req = match &c.body {
+        Some((ct, b)) => r
+            .header("content-type", *ct)
+            .header("content-length", b.len())
+            .body(Body::from(b.clone())),
+        None => r.body(Body::empty()),
+    }
+    .unwrap();
+    if let Some(ip) = c.ip {
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+    }
+    let res = tower::ServiceExt::oneshot(router.clone(), req)
+        .await
+        .unwrap();
+    let (s, h) = (res.status(), res.headers().clone());
+    (
+        s,
+        h,
+        res.into_body().collect().await.unwrap().to_bytes().to_vec(),
+    )
+}
+
+#[tokio::test]
+async fn the_documented_parameter_rules_are_the_servers() {
+    let app = App::sqlite().await;
+    app.endpoint("https://example.com/hooks").await;
+    app.enqueue("order.created", 1).await;
+    let doc = serde_json::to_value(outboxkit_serve::openapi_document()).unwrap();
+    let params = doc["paths"]["/v1/tenants/{tenant}/deliveries"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    let schema = |name: &str| {
+        params
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is documented"))["schema"]
+            .clone()
+    };
+    assert_eq!(schema("endpoint")["format"], "uuid");
+    assert_eq!(schema("limit")["minimum"], 1);
+    assert_eq!(schema("limit")["maximum"], 1000);
+    let statuses: Vec<String> = schema("status")["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses.len(), DeliveryStatus::ALL.len());
+    assert_eq!(schema("since")["oneOf"][0]["format"], "date-time");
+    let id = &doc["paths"]["/v1/tenants/{tenant}/endpoints/{id}"]["get"]["parameters"];
+    assert!(id
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "id" && p["schema"]["format"] == "uuid"));
+    // The server takes what the document says, and refuses the rest with the field named.
+    let app = &app;
+    let list = |q: &str| {
+        let uri = format!("/v1/tenants/acme/deliveries?{q}");
+        async move { app.get(&uri, &app.writer).await }
+    };
+    for st in &statuses {
+        assert_eq!(
+            list(&format!("status={st}")).await.0,
+            StatusCode::OK,
+            "{st}"
+        );
+    }
+    for (q, n) in [
+        ("since=2000-01-01T00:00:00Z", 1),
+        ("since=2000-01-01T01:00:00.5%2B01:00", 1),
+        ("since=946684800000", 1),
+        ("until=2000-01-01T00:00:00Z", 0),
+        ("since=9999-01-01T00:00:00Z", 0),
+        ("limit=1", 1),
+        ("limit=1000", 1),
+    ] {
+        let (s, v) = list(q).await;
+        assert_eq!(s, StatusCode::OK, "{q}: {v}");
+        assert_eq!(v["deliveries"].as_array().unwrap().len(), n, "{q}");
+    }
+    for (q, field) in [
+        ("since=yesterday", "since"),
+        ("until=2026-02-30T00:00:00Z", "until"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("status=lost", "status"),
+        ("endpoint=nope", "endpoint_id"),
+    ] {
+        let (s, v) = list(q).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {v}");
+        assert_eq!(v["field"], field, "{q}: {v}");
+    }
 }

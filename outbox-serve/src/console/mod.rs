@@ -7,38 +7,43 @@
 
 use std::fmt::Write as _;
 
-use axum::extract::{FromRequestParts, Path, State};
-use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::extract::{Path, State};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Form, Router};
-use outboxkit_core::endpoint::{EndpointStatus, EndpointUpdate};
+use axum::Router;
+use outboxkit_core::endpoint::EndpointStatus;
 use outboxkit_core::store::{DeliveryFilter, PageRequest};
 use outboxkit_core::tokens::TokenScope;
 use outboxkit_core::{DeliveryStatus, TenantId};
 use serde::Deserialize;
 
 use crate::api::deliveries::{detail, page_of};
-use crate::api::{delivery_id, endpoint_id};
-use crate::auth::{authenticate, client_ip};
 use crate::html::{css, enc, esc};
 use crate::problem::Problem;
-use crate::state::{Serve, Session};
+use crate::state::Serve;
 use crate::views::{display_url, DeliveryQuery, DeliveryView};
+
+mod actions;
+mod session;
+
+use session::csrf_ok;
+pub(crate) use session::User;
 
 const COOKIE: &str = "outbox_session";
 
 pub(crate) fn routes() -> Router<Serve> {
     Router::new()
         .route("/console", get(overview))
-        .route("/console/login", get(login_page).post(login))
-        .route("/console/logout", post(logout))
+        .route(
+            "/console/login",
+            get(session::login_page).post(session::login),
+        )
+        .route("/console/logout", post(session::logout))
         .route("/console/deliveries", get(deliveries))
         .route("/console/deliveries/{id}", get(delivery))
         .route("/console/endpoints", get(endpoints))
-        .route("/console/confirm", get(confirm))
-        .route("/console/act", post(act))
+        .route("/console/confirm", get(actions::confirm))
+        .route("/console/act", post(actions::act))
         .route("/console/static/console.css", get(css))
 }
 
@@ -92,84 +97,6 @@ fn page(user: Option<(&User, &str)>, title: &str, body: &str) -> Html<String> {
     ))
 }
 
-/// A signed-in console user and the tenant the page is about.
-pub(crate) struct User {
-    session_id: String,
-    session: Session,
-    tenant: TenantId,
-}
-
-fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v)
-}
-
-fn query_tenant(parts: &Parts) -> Option<String> {
-    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
-        .ok()?
-        .0
-        .into_iter()
-        .find(|(k, _)| k == "tenant")
-        .map(|(_, v)| v)
-}
-
-/// Where an unauthenticated console request goes.
-pub(crate) struct ToLogin(Response);
-
-impl IntoResponse for ToLogin {
-    fn into_response(self) -> Response {
-        self.0
-    }
-}
-
-impl FromRequestParts<Serve> for User {
-    type Rejection = ToLogin;
-
-    async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, ToLogin> {
-        let login = || ToLogin(Redirect::to("/console/login").into_response());
-        let inner = &state.inner;
-        let id = cookie_value(&parts.headers, COOKIE).ok_or_else(login)?;
-        let now = inner.now();
-        let session = {
-            let mut map = inner
-                .sessions
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            map.retain(|_, s| s.expires > now);
-            map.get(id).cloned().ok_or_else(login)?
-        };
-        // A revoked token ends its sessions at once.
-        match inner.tokens.get_token(session.token).await {
-            Ok(t) if t.revoked_at.is_none() => {}
-            _ => {
-                inner
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(id);
-                return Err(login());
-            }
-        }
-        let tenant = match &session.scope {
-            TokenScope::Tenant(t) => t.clone(),
-            TokenScope::Admin => query_tenant(parts)
-                .and_then(|t| TenantId::new(t).ok())
-                .unwrap_or_else(|| TenantId::new("default").expect("a valid tenant name")),
-        };
-        Ok(User {
-            session_id: id.to_owned(),
-            session,
-            tenant,
-        })
-    }
-}
-
 fn error_page(user: &User, p: &Problem) -> Response {
     let body = format!(
         "<div class=\"error\">{} — {}</div><p><a href=\"/console?tenant={}\">Back to the overview</a></p>",
@@ -178,99 +105,6 @@ fn error_page(user: &User, p: &Problem) -> Response {
         enc(user.tenant.as_str())
     );
     (p.status_code(), page(Some((user, "")), &p.title, &body)).into_response()
-}
-
-async fn login_page() -> Html<String> {
-    page(
-        None,
-        "Log in",
-        "<div class=\"login\"><h1>Log in</h1>\
-         <form method=\"post\" action=\"/console/login\">\
-         <label for=\"token\">API token (<span class=\"mono\">outbox tokens create</span> makes one)</label>\
-         <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required>\
-         <button type=\"submit\" id=\"login\">Log in</button></form></div>",
-    )
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LoginForm {
-    token: String,
-}
-
-async fn login(State(s): State<Serve>, parts: Parts, Form(f): Form<LoginForm>) -> Response {
-    let inner = &s.inner;
-    let token = match authenticate(inner, client_ip(&parts), f.token.trim()).await {
-        Ok(t) => t,
-        Err(p) => {
-            let body = format!(
-                "<div class=\"login\"><div class=\"error\">{}</div><a class=\"button\" href=\"/console/login\">Try again</a></div>",
-                esc(&p.title)
-            );
-            return (p.status_code(), page(None, "Log in", &body)).into_response();
-        }
-    };
-    let id = inner.random_hex();
-    let session = Session {
-        token: token.id,
-        scope: token.scope.clone(),
-        read_only: token.read_only,
-        csrf: inner.random_hex(),
-        expires: inner.now().saturating_add(inner.config.session_ttl),
-    };
-    inner
-        .sessions
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(id.clone(), session);
-    let secure = if inner.config.secure_cookies {
-        "; Secure"
-    } else {
-        ""
-    };
-    let cookie = format!(
-        "{COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
-        inner.config.session_ttl.as_secs()
-    );
-    let mut res = Redirect::to("/console").into_response();
-    if let Ok(v) = HeaderValue::from_str(&cookie) {
-        res.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    res
-}
-
-fn csrf_ok(user: &User, given: &str) -> bool {
-    let a = user.session.csrf.as_bytes();
-    let b = given.as_bytes();
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CsrfForm {
-    csrf: String,
-}
-
-async fn logout(State(s): State<Serve>, user: User, Form(f): Form<CsrfForm>) -> Response {
-    if !csrf_ok(&user, &f.csrf) {
-        return error_page(
-            &user,
-            &Problem::forbidden("the form has expired; reload the page"),
-        );
-    }
-    s.inner
-        .sessions
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(&user.session_id);
-    let mut res = Redirect::to("/console/login").into_response();
-    res.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "outbox_session=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
-    );
-    res
 }
 
 fn delivery_rows(items: &[DeliveryView], tenant: &TenantId) -> String {
@@ -611,6 +445,14 @@ async fn endpoints(
         }
         actions.push_str(&action_link(&user, "release-held", &id, "Release held"));
         actions.push_str(&action_link(&user, "rotate", &id, "Rotate secret"));
+        if e.previous_secret.is_some() {
+            actions.push_str(&action_link(
+                &user,
+                "finish-rotation",
+                &id,
+                "Finish rotation",
+            ));
+        }
         let _ = write!(
             body,
             "<tr><td class=\"mono\"><a href=\"/console/deliveries?tenant={t}&endpoint={id}\">{id}</a><br>{desc}</td>\
@@ -625,143 +467,4 @@ async fn endpoints(
     }
     body.push_str("</tbody></table>");
     page(Some((&user, "endpoints")), "Endpoints", &body).into_response()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfirmQuery {
-    #[allow(dead_code)]
-    tenant: Option<String>,
-    action: String,
-    target: String,
-}
-
-fn describe(action: &str) -> Option<&'static str> {
-    Some(match action {
-        "replay" => "Replay this dead delivery with a fresh budget, due now",
-        "retry" => "Make this delivery due now, keeping its attempts",
-        "reset" => "Give this held delivery a fresh budget, due now",
-        "pause" => "Pause this endpoint: what is queued waits until it is resumed",
-        "resume" => "Resume this endpoint: its waiting deliveries go out at once",
-        "release-held" => "Release this endpoint's held deliveries",
-        "rotate" => "Rotate this endpoint's signing secret (the old one keeps signing until the rotation ends). The new secret is not shown in the console: read it with the API or the CLI",
-        _ => return None,
-    })
-}
-
-async fn confirm(
-    user: User,
-    axum::extract::Query(q): axum::extract::Query<ConfirmQuery>,
-) -> Response {
-    let Some(what) = describe(&q.action) else {
-        return error_page(&user, &Problem::bad_request("unknown action"));
-    };
-    if user.session.read_only {
-        return error_page(&user, &Problem::forbidden("this token is read-only"));
-    }
-    let body = format!(
-        "<h1>Confirm</h1><p>{what}?</p><p class=\"mono\">{target}</p>\
-         <form method=\"post\" action=\"/console/act\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
-         <input type=\"hidden\" name=\"action\" value=\"{action}\">\
-         <input type=\"hidden\" name=\"target\" value=\"{target}\">\
-         <input type=\"hidden\" name=\"tenant\" value=\"{tenant}\">\
-         <div class=\"actions\"><button type=\"submit\" class=\"danger\" id=\"confirm\">Confirm</button>\
-         <a class=\"button secondary\" href=\"/console?tenant={tq}\">Cancel</a></div></form>",
-        csrf = esc(&user.session.csrf),
-        action = esc(&q.action),
-        target = esc(&q.target),
-        tenant = esc(user.tenant.as_str()),
-        tq = enc(user.tenant.as_str()),
-    );
-    page(Some((&user, "")), "Confirm", &body).into_response()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ActForm {
-    csrf: String,
-    action: String,
-    target: String,
-    tenant: String,
-}
-
-async fn act(State(s): State<Serve>, user: User, Form(f): Form<ActForm>) -> Response {
-    if !csrf_ok(&user, &f.csrf) {
-        return error_page(
-            &user,
-            &Problem::forbidden("the form has expired; reload the page"),
-        );
-    }
-    if user.session.read_only {
-        return error_page(&user, &Problem::forbidden("this token is read-only"));
-    }
-    if f.tenant != user.tenant.as_str() {
-        return error_page(&user, &Problem::not_found());
-    }
-    let t = &user.tenant;
-    let inner = &s.inner;
-    let op = inner.operator();
-    let tq = enc(t.as_str());
-    let result: Result<String, Problem> = async {
-        Ok(match f.action.as_str() {
-            "replay" | "retry" | "reset" => {
-                let id = delivery_id(&f.target)?;
-                match f.action.as_str() {
-                    "replay" => op.replay(t, id).await?,
-                    "retry" => op.retry_now(t, id).await?,
-                    _ => op.reset(t, id).await?,
-                }
-                format!(
-                    "/console/deliveries/{id}?tenant={tq}&done={}",
-                    enc(&format!("{} done", f.action))
-                )
-            }
-            "pause" | "resume" => {
-                let id = endpoint_id(&f.target)?;
-                let status = if f.action == "pause" {
-                    EndpointStatus::Paused
-                } else {
-                    EndpointStatus::Active
-                };
-                let update = EndpointUpdate {
-                    status: Some(status),
-                    ..EndpointUpdate::default()
-                };
-                inner.store.update_endpoint(t, id, &update).await?;
-                format!(
-                    "/console/endpoints?tenant={tq}&done={}",
-                    enc(&format!("{} done", f.action))
-                )
-            }
-            "release-held" => {
-                let id = endpoint_id(&f.target)?;
-                inner.store.get_endpoint(t, id).await?;
-                let n = op.release_held(t, id).await?;
-                format!(
-                    "/console/endpoints?tenant={tq}&done={}",
-                    enc(&format!("{n} released"))
-                )
-            }
-            "rotate" => {
-                let id = endpoint_id(&f.target)?;
-                let admin = inner.admin().ok_or_else(|| {
-                    Problem::unavailable(
-                        "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
-                    )
-                })?;
-                admin.rotate_secret(t, id, None).await?;
-                format!(
-                    "/console/endpoints?tenant={tq}&done={}",
-                    enc("secret rotated")
-                )
-            }
-            _ => return Err(Problem::bad_request("unknown action")),
-        })
-    }
-    .await;
-    match result {
-        Ok(to) => Redirect::to(&to).into_response(),
-        Err(p) => error_page(&user, &p),
-    }
 }

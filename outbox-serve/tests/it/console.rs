@@ -1,0 +1,247 @@
+//! The console as an operator uses it: an admin token acting on any tenant, rotating a
+//! secret (shown once, a second rotation refused unless forced, a rotation finished), login
+//! from another origin refused, and a bounded session table.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{header, Request, StatusCode};
+use outboxkit_core::{EndpointId, EndpointStore, TenantId};
+use outboxkit_serve::ServeConfig;
+
+use crate::auth::{raw, seed};
+use crate::common::{config, App};
+
+/// A form POST.
+fn form(path: &str, cookie: Option<&str>, body: String) -> Request<Body> {
+    let mut r = Request::post(path).header("content-type", "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        r = r.header("cookie", c);
+    }
+    r.body(Body::from(body)).unwrap()
+}
+
+/// Log in with `token`: the session cookie (`name=value`).
+pub(crate) async fn login(app: &App, token: &str) -> String {
+    let (s, h, body) = raw(app, form("/console/login", None, format!("token={token}"))).await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{body}");
+    h[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+fn get(path: &str, cookie: &str) -> Request<Body> {
+    Request::get(path)
+        .header("cookie", cookie)
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// The CSRF token of a console page.
+fn csrf_of(html: &str) -> String {
+    html.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .expect("a form with a CSRF token")
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// Submit an action through the console (reading the CSRF token from the confirmation
+/// page first): `(status, headers, html)`.
+async fn act(
+    app: &App,
+    cookie: &str,
+    tenant: &str,
+    action: &str,
+    target: &str,
+    extra: &str,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    let (s, _, confirm) = raw(
+        app,
+        get(
+            &format!("/console/confirm?tenant={tenant}&action={action}&target={target}"),
+            cookie,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{confirm}");
+    let csrf = csrf_of(&confirm);
+    raw(
+        app,
+        form(
+            "/console/act",
+            Some(cookie),
+            format!("csrf={csrf}&action={action}&target={target}&tenant={tenant}{extra}"),
+        ),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_admin_token_acts_on_any_tenant_in_the_console() {
+    let app = App::sqlite().await;
+    let (ep, d) = seed(&app).await;
+    let cookie = login(&app, &app.admin).await;
+    let (s, h, html) = act(&app, &cookie, "acme", "replay", &d, "").await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{html}");
+    let to = h[header::LOCATION].to_str().unwrap();
+    assert!(to.contains(&d) && to.contains("tenant=acme"), "{to}");
+    let (_, dv) = app
+        .get(&format!("/v1/tenants/acme/deliveries/{d}"), &app.writer)
+        .await;
+    assert_eq!(dv["delivery"]["status"], "pending");
+    let (s, _, html) = act(&app, &cookie, "acme", "pause", &ep, "").await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{html}");
+    let (_, e) = app
+        .get(&format!("/v1/tenants/acme/endpoints/{ep}"), &app.writer)
+        .await;
+    assert_eq!(e["status"], "paused");
+    // A tenant token still cannot reach another tenant through the form.
+    let other = login(&app, &app.other).await;
+    let (s, _, _) = raw(
+        &app,
+        get(
+            &format!("/console/confirm?tenant=acme&action=resume&target={ep}"),
+            &other,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, _) = act(&app, &other, "acme", "resume", &ep, "").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (_, e) = app
+        .get(&format!("/v1/tenants/acme/endpoints/{ep}"), &app.writer)
+        .await;
+    assert_eq!(e["status"], "paused");
+}
+
+/// The `whsec_…` secret shown on a page.
+fn shown_secret(html: &str) -> String {
+    html.split("id=\"new-secret\">")
+        .nth(1)
+        .expect("the new secret is shown")
+        .split('<')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn rotating_in_the_console_shows_the_secret_once_and_needs_force_to_repeat() {
+    let app = App::sqlite().await;
+    let ep = app.endpoint("https://example.com/hooks").await;
+    let acme = TenantId::new("acme").unwrap();
+    let cookie = login(&app, &app.writer).await;
+    let id = ep.to_string();
+    let (s, _, html) = act(&app, &cookie, "acme", "rotate", &id, "").await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    let secret = shown_secret(&html);
+    assert!(secret.starts_with("whsec_"), "{secret}");
+    // It is the secret that now signs (the plaintext vault stores it as given).
+    let e = app.store.get_endpoint(&acme, ep).await.unwrap();
+    assert!(e.previous_secret.is_some());
+    // Shown once: no other page carries it.
+    for path in ["/console/endpoints?tenant=acme", "/console?tenant=acme"] {
+        let (_, _, page) = raw(&app, get(path, &cookie)).await;
+        assert!(
+            !page.contains(&secret) && !page.contains("whsec_"),
+            "{path}"
+        );
+    }
+    // A second rotation while one is in progress is refused and changes nothing.
+    let (s, _, html) = act(&app, &cookie, "acme", "rotate", &id, "").await;
+    assert_eq!(s, StatusCode::CONFLICT, "{html}");
+    assert!(html.contains("rotation in progress"), "{html}");
+    let after = app.store.get_endpoint(&acme, ep).await.unwrap();
+    assert_eq!(after.secret, e.secret);
+    assert_eq!(after.previous_secret, e.previous_secret);
+    // Forced, it rotates (the oldest secret is dropped).
+    let (s, _, html) = act(&app, &cookie, "acme", "rotate", &id, "&force=1").await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    let forced = shown_secret(&html);
+    assert!(forced.starts_with("whsec_") && forced != secret);
+    let after = app.store.get_endpoint(&acme, ep).await.unwrap();
+    assert_eq!(after.previous_secret.as_ref(), Some(&e.secret));
+    // Finishing the rotation drops the previous secret; a new rotation then needs no force.
+    let (s, _, html) = act(&app, &cookie, "acme", "finish-rotation", &id, "").await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{html}");
+    let done = app.store.get_endpoint(&acme, ep).await.unwrap();
+    assert!(done.previous_secret.is_none());
+    let (s, _, html) = act(&app, &cookie, "acme", "rotate", &id, "").await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    let _ = EndpointId::parse(&id).unwrap();
+}
+
+#[tokio::test]
+async fn login_from_another_origin_is_refused() {
+    let app = App::sqlite().await;
+    let login_from = |origin: Option<&str>, site: Option<&str>| {
+        let mut r = Request::post("/console/login")
+            .header("host", "127.0.0.1:8080")
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        if let Some(s) = site {
+            r = r.header("sec-fetch-site", s);
+        }
+        r.body(Body::from(format!("token={}", app.other))).unwrap()
+    };
+    for (origin, site) in [
+        (Some("https://evil.example"), Some("cross-site")),
+        (Some("https://evil.example"), None),
+        (None, Some("cross-site")),
+        (None, Some("same-site")),
+        (Some("null"), None),
+    ] {
+        let (s, h, _) = raw(&app, login_from(origin, site)).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{origin:?} {site:?}");
+        assert!(h.get(header::SET_COOKIE).is_none(), "{origin:?} {site:?}");
+    }
+    // The console's own login form, and a client that sends neither header, still log in.
+    for (origin, site) in [
+        (Some("http://127.0.0.1:8080"), Some("same-origin")),
+        (Some("http://127.0.0.1:8080"), None),
+        (None, None),
+    ] {
+        let (s, h, _) = raw(&app, login_from(origin, site)).await;
+        assert_eq!(s, StatusCode::SEE_OTHER, "{origin:?} {site:?}");
+        assert!(h.get(header::SET_COOKIE).is_some());
+    }
+}
+
+#[tokio::test]
+async fn the_session_table_is_bounded_oldest_first() {
+    let app = App::sqlite_with(ServeConfig {
+        max_sessions: 3,
+        ..config()
+    })
+    .await;
+    let mut cookies = Vec::new();
+    for _ in 0..5 {
+        cookies.push(login(&app, &app.writer).await);
+    }
+    for (i, c) in cookies.iter().enumerate() {
+        let (s, h, _) = raw(&app, get("/console", c)).await;
+        if i < 2 {
+            assert_eq!(s, StatusCode::SEE_OTHER, "session {i} was evicted");
+            assert_eq!(h[header::LOCATION], "/console/login");
+        } else {
+            assert_eq!(s, StatusCode::OK, "session {i} is kept");
+        }
+    }
+}
+
+/// A request from `ip`.
+pub(crate) fn from(ip: [u8; 4], mut r: Request<Body>) -> Request<Body> {
+    r.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+    r
+}
