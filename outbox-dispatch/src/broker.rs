@@ -229,29 +229,17 @@ pub(crate) async fn broker_path(
     consumer: &ConsumerName,
 ) -> Done {
     let Some(reg) = shared.brokers.get(consumer) else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     let permit = tokio::select! {
         p = reg.semaphore.clone().acquire_owned() => p.ok(),
         () = run.stopping.cancelled() => None,
     };
     let Some(_permit) = permit else {
-        return Done::Release {
-            lease,
-            delay: Duration::ZERO,
-            duplicate: false,
-        };
+        return Done::release_now(lease);
     };
     if let Gate::Release(delay) = gate(shared, run, reg.sink.timeout, None) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
+        return Done::release(lease, delay);
     }
     let started = shared.clock.now();
     let response = reg.sink.transport.publish(reg.sink.render(message)).await;

@@ -208,10 +208,12 @@ impl Dispatcher {
         use outboxkit_core::model::Destination;
         let s = &self.shared;
         match destination {
-            Destination::Handler(c) => s
-                .handlers
-                .get(c)
-                .map_or(s.config.webhook_timeout, |r| r.options.timeout),
+            // A broker sink's deliveries are handler destinations named after the sink.
+            Destination::Handler(c) => match (s.brokers.get(c), s.handlers.get(c)) {
+                (Some(sink), _) => sink.sink.deadline(),
+                (None, Some(r)) => r.options.timeout,
+                (None, None) => s.config.webhook_timeout,
+            },
             Destination::Webhook(_) => s.config.webhook_timeout,
             Destination::Email(_) => s.config.mail_deadline(),
         }
