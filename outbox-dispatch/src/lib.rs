@@ -159,7 +159,8 @@ impl Dispatcher {
     }
 
     /// Run until `shutdown` resolves; then finish in-flight deliveries within the grace
-    /// period and release the rest with their attempts refunded.
+    /// period and release the rest with their attempts refunded. Returns once the
+    /// dead-letter alerts the run owes are sent or have failed.
     ///
     /// # Cancel safety
     /// Not cancel safe in the sense of "nothing happened": resolve `shutdown` to stop.
@@ -177,15 +178,28 @@ impl Dispatcher {
         let signal = Box::pin(stop.clone().cancelled_owned());
         let mut task = run::Aborting::spawn(RunLoop::new(self, run, Mode::Forever(signal)).drive());
         tokio::pin!(shutdown);
-        tokio::select! {
-            r = task.join() => return r,
-            () = &mut shutdown => stop.cancel(),
+        let report = tokio::select! {
+            r = task.join() => r,
+            () = &mut shutdown => {
+                stop.cancel();
+                task.join().await
+            }
+        };
+        self.flush_alerts().await;
+        report
+    }
+
+    /// Send the dead-letter alerts a run owes before it returns (see [`DeadLetterAlerts`]).
+    async fn flush_alerts(&self) {
+        if let Some(a) = &self.shared.alerts {
+            a.flush().await;
         }
-        task.join().await
     }
 
     /// Drain what is due until the soft `budget` is spent: a delivery starts only when its
     /// timeout plus the reservation margin fits in what remains; the rest is released.
+    /// Returns once the dead-letter alerts the run owes are sent or have failed (each
+    /// bounded by the webhook timeout), so a process may exit right after.
     ///
     /// # Cancel safety
     /// As for [`Dispatcher::run`]: dropping the future abandons running deliveries to their
@@ -200,7 +214,9 @@ impl Dispatcher {
             Mode::<std::pin::Pin<Box<std::future::Ready<()>>>>::Once,
         );
         // On a task of its own, as in `run`.
-        run::Aborting::spawn(once.drive()).join().await
+        let report = run::Aborting::spawn(once.drive()).join().await;
+        self.flush_alerts().await;
+        report
     }
 
     /// The deadline of one attempt to `destination`.
