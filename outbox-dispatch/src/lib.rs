@@ -96,6 +96,8 @@ pub(crate) struct Shared {
     pub(crate) registered: tokio::sync::OnceCell<()>,
     pub(crate) limits: limits::EndpointLimits,
     pub(crate) breakers: breaker::Breakers,
+    /// The broker sinks' circuits, by sink name (`broker.rs`).
+    pub(crate) sink_breakers: breaker::Breakers<ConsumerName>,
     pub(crate) alerts: Option<Arc<alerts::Alerter>>,
     /// Broker sinks, by consumer name (the broker channel, `broker.rs`).
     pub(crate) brokers: BTreeMap<ConsumerName, broker::RegisteredSink>,
@@ -149,7 +151,15 @@ impl Dispatcher {
     /// The state of `endpoint`'s circuit in this dispatcher (closed for an endpoint it has
     /// not delivered to). Clones share it.
     pub fn circuit(&self, endpoint: outboxkit_core::ids::EndpointId) -> CircuitState {
-        self.shared.breakers.state(endpoint)
+        self.shared.breakers.state(&endpoint)
+    }
+
+    /// The state of the broker sink `name`'s circuit in this dispatcher (closed for a sink
+    /// that has not published, or that is not registered). Clones share it.
+    pub fn sink_circuit(&self, name: &str) -> CircuitState {
+        ConsumerName::new(name).map_or(CircuitState::Closed, |n| {
+            self.shared.sink_breakers.state(&n)
+        })
     }
 
     /// Operator calls (replay, release held, retry now, purge, stats) on this dispatcher's
@@ -288,8 +298,11 @@ impl Dispatcher {
                 any = true;
             }
         }
+        // Sinks with an open circuit (their broker is unreachable) stay where they are.
+        let mut blocked_sinks = std::collections::BTreeSet::new();
+        s.sink_breakers.blocked(now, &mut blocked_sinks);
         for (name, reg) in &s.brokers {
-            if reg.semaphore.available_permits() > 0 {
+            if reg.semaphore.available_permits() > 0 && !blocked_sinks.contains(name) {
                 req = req.handler(name.clone(), reg.sink.retry_budget());
                 any = true;
             }
