@@ -130,10 +130,15 @@ impl AmqpTransport {
                 AMQPValue::LongString(LongString::from(v.as_bytes().to_vec())),
             );
         }
-        let properties = BasicProperties::default()
+        let mut properties = BasicProperties::default()
             .with_message_id(ShortString::from(message.dedup_id.as_str()))
             .with_delivery_mode(2)
             .with_headers(headers);
+        // The standard property too (application/json for the envelope), which AMQP
+        // consumers read rather than a custom header.
+        if let Some(ct) = message.header("content-type") {
+            properties = properties.with_content_type(ShortString::from(ct));
+        }
         let confirm = channel
             .basic_publish(
                 ShortString::from(self.exchange.as_str()),
