@@ -340,8 +340,12 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .transpose()?;
     let mut env = a.store.open_sized(a.max_connections).await?;
     env.vault_key = a.vault.vault_key.clone();
+    let broker = a.broker.start().await?;
     if let (Some(addr), Some(handle)) = (&a.metrics_addr, metrics) {
-        crate::metrics::serve(addr, handle, env.store.clone()).await?;
+        let sink = broker
+            .clone()
+            .map(|b| crate::metrics::Sink::new(a.broker.name(), b));
+        crate::metrics::serve(addr, handle, env.store.clone(), sink).await?;
     }
     let vault = vault_from(&env)?;
     let transport = Arc::new(HintingTransport {
@@ -359,7 +363,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .observer(Arc::new(RelayObserver {
             metrics: a.metrics_addr.is_some().then_some(MetricsObserver),
         }));
-    let mut builder = a.broker.add_to(builder, policy).await?;
+    let mut builder = a.broker.add_to(builder, broker.as_ref(), policy)?;
     if let Some(url) = a.mail_url {
         let key = a.mail_api_key.ok_or_else(|| {
             CliError::usage("--mail-url needs --mail-api-key (or OUTBOX_MAIL_API_KEY)")
