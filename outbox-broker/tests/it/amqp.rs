@@ -261,3 +261,78 @@ async fn a_refused_permission_is_held() {
     assert_eq!(one.status, DeliveryStatus::Held);
     assert_eq!(last, AttemptOutcome::Failed(ErrorClass::BrokerDenied));
 }
+
+/// `start` with RabbitMQ unreachable: the transport starts unconnected (publishes find no
+/// connection and spend no attempt), connects in the background once the broker is
+/// reachable, and the sink then publishes.
+#[tokio::test]
+async fn a_transport_started_while_rabbitmq_is_unreachable_connects_when_it_is_back() {
+    let exchange = unique("ob-x");
+    let queue = unique("ob-q");
+    let Some(direct) = shared(&exchange).await else {
+        return;
+    };
+    let ch = direct.channel().await.unwrap();
+    topology(&ch, &exchange, Some((&queue, "#"))).await;
+    let target = url::Url::parse(&url()).unwrap();
+    let proxy = Proxy::start((
+        target.host_str().unwrap().to_owned(),
+        target.port().unwrap_or(5672),
+    ))
+    .await;
+    proxy.cut();
+    let mut via = target.clone();
+    via.set_host(Some("127.0.0.1")).unwrap();
+    via.set_port(Some(proxy.port)).unwrap();
+    let started = outboxkit_broker::start(
+        &outboxkit_broker::BrokerUrl::parse(via.as_str()).unwrap(),
+        &exchange,
+    )
+    .await
+    .expect("an unreachable broker does not stop the start");
+    assert!(!started.is_connected());
+    let w = world().await;
+    w.enqueue("order.created", 3, 0).await;
+    let sink = BrokerSink::new(started.transport(), "events.{topic}")
+        .unwrap()
+        .timeout(Duration::from_secs(2))
+        .retry(quick_retries());
+    let d = w.dispatcher_with(sink).await;
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!((r.succeeded, r.retried, r.dead), (0, 0, 0), "{r:?}");
+    assert_eq!(w.count(DeliveryStatus::Pending).await, 3);
+
+    proxy.heal();
+    let mut up = false;
+    for _ in 0..200 {
+        if started.is_connected() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "connected in the background");
+    w.clock
+        .advance(outboxkit_dispatch::DispatcherConfig::default().breaker_max_cooldown);
+    let r = w.drain(&d, 10).await;
+    assert_eq!(r.succeeded, 3);
+    cleanup(&ch, &exchange, Some(&queue)).await;
+}
+
+#[tokio::test]
+async fn refused_credentials_still_stop_the_start() {
+    if shared("").await.is_none() {
+        return;
+    }
+    let mut bad = url::Url::parse(&url()).unwrap();
+    bad.set_username("nobody-here").unwrap();
+    bad.set_password(Some("wrong")).unwrap();
+    let e = outboxkit_broker::start(
+        &outboxkit_broker::BrokerUrl::parse(bad.as_str()).unwrap(),
+        "",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("rabbitmq"), "{e}");
+    assert!(!e.to_string().contains("wrong"), "{e}");
+}
