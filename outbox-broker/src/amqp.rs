@@ -24,6 +24,9 @@ pub struct AmqpTransport {
     exchange: String,
     connect_timeout: Duration,
     link: tokio::sync::Mutex<Option<Link>>,
+    /// Whether the link was up when last looked at (for [`AmqpTransport::is_connected`]
+    /// while the link is busy).
+    up: std::sync::atomic::AtomicBool,
 }
 
 struct Link {
@@ -52,6 +55,7 @@ impl AmqpTransport {
             exchange: exchange.to_owned(),
             connect_timeout: Duration::from_secs(5),
             link: tokio::sync::Mutex::new(None),
+            up: std::sync::atomic::AtomicBool::new(false),
         };
         let link = t.open().await.map_err(|e| {
             Error::new(
@@ -61,7 +65,72 @@ impl AmqpTransport {
             .with_source(e)
         })?;
         *t.link.lock().await = Some(link);
+        t.up.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(t)
+    }
+
+    /// Like [`AmqpTransport::connect`], but a broker that cannot be reached now (connection
+    /// refused, timed out) is not an error: the transport starts unconnected and a task of
+    /// its own connects in the background, with backoff from 1 s to 30 s, for as long as the
+    /// transport lives (publishes meanwhile fail as [`BrokerFailure::Connection`]). A
+    /// broker that answers and refuses (credentials, vhost) is still an error.
+    ///
+    /// # Cancel Safety
+    /// Cancelling drops the half-made connection; nothing was published.
+    pub async fn start(uri: &str, exchange: &str) -> Result<std::sync::Arc<Self>> {
+        let t = std::sync::Arc::new(AmqpTransport {
+            uri: uri.to_owned(),
+            exchange: exchange.to_owned(),
+            connect_timeout: Duration::from_secs(5),
+            link: tokio::sync::Mutex::new(None),
+            up: std::sync::atomic::AtomicBool::new(false),
+        });
+        match t.open().await {
+            Ok(link) => *t.link.lock().await = Some(link),
+            Err(e) if matches!(e.kind(), ErrorKind::IOError(_)) => {
+                tracing::warn!(error = %describe(&e), "rabbitmq is unreachable: starting without it and connecting in the background");
+            }
+            Err(e) => {
+                return Err(Error::new(
+                    outboxkit_core::ErrorKind::Unavailable,
+                    format!("cannot connect to rabbitmq: {}", describe(&e)),
+                )
+                .with_source(e))
+            }
+        }
+        let weak = std::sync::Arc::downgrade(&t);
+        tokio::spawn(async move {
+            let mut delay = Duration::from_secs(1);
+            loop {
+                tokio::time::sleep(delay).await;
+                let Some(t) = weak.upgrade() else { return };
+                let was = t.is_connected();
+                let ok = {
+                    let mut link = t.link.lock().await;
+                    t.live_channel(&mut link).await.is_ok()
+                };
+                if ok && !was {
+                    tracing::info!("connected to rabbitmq");
+                }
+                delay = if ok {
+                    Duration::from_secs(1)
+                } else {
+                    delay.saturating_mul(2).min(Duration::from_secs(30))
+                };
+            }
+        });
+        Ok(t)
+    }
+
+    /// Whether the publishing connection is up now (false while a publish or a reconnect
+    /// holds it and it was not up before).
+    pub fn is_connected(&self) -> bool {
+        match self.link.try_lock() {
+            Ok(link) => link.as_ref().is_some_and(|l| {
+                l.channel.status().connected() && l._connection.status().connected()
+            }),
+            Err(_) => self.up.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// A fresh channel on the current connection (for declaring queues and consuming).
@@ -106,15 +175,19 @@ impl AmqpTransport {
 
     /// The publishing channel, connecting again when it is gone.
     async fn live_channel(&self, link: &mut Option<Link>) -> lapin::Result<Channel> {
+        use std::sync::atomic::Ordering;
         if let Some(l) = link.as_ref() {
             if l.channel.status().connected() && l._connection.status().connected() {
+                self.up.store(true, Ordering::Relaxed);
                 return Ok(l.channel.clone());
             }
         }
         *link = None;
+        self.up.store(false, Ordering::Relaxed);
         let fresh = self.open().await?;
         let ch = fresh.channel.clone();
         *link = Some(fresh);
+        self.up.store(true, Ordering::Relaxed);
         Ok(ch)
     }
 
@@ -130,10 +203,15 @@ impl AmqpTransport {
                 AMQPValue::LongString(LongString::from(v.as_bytes().to_vec())),
             );
         }
-        let properties = BasicProperties::default()
+        let mut properties = BasicProperties::default()
             .with_message_id(ShortString::from(message.dedup_id.as_str()))
             .with_delivery_mode(2)
             .with_headers(headers);
+        // The standard property too (application/json for the envelope), which AMQP
+        // consumers read rather than a custom header.
+        if let Some(ct) = message.header("content-type") {
+            properties = properties.with_content_type(ShortString::from(ct));
+        }
         let confirm = channel
             .basic_publish(
                 ShortString::from(self.exchange.as_str()),

@@ -72,6 +72,74 @@ pub async fn connect(url: &BrokerUrl, exchange: &str) -> Result<Arc<DynBrokerTra
     }
 }
 
+/// A started broker transport: what [`start`] returns.
+#[derive(Clone, Debug)]
+pub struct Broker {
+    transport: Arc<DynBrokerTransport>,
+    link: Link,
+}
+
+#[derive(Clone, Debug)]
+enum Link {
+    #[cfg(feature = "nats")]
+    Nats(Arc<crate::NatsTransport>),
+    #[cfg(feature = "amqp")]
+    Amqp(Arc<crate::AmqpTransport>),
+}
+
+impl Broker {
+    /// The transport, for a `BrokerSink`.
+    pub fn transport(&self) -> Arc<DynBrokerTransport> {
+        self.transport.clone()
+    }
+
+    /// Whether the transport is connected to its broker now (for readiness checks).
+    pub fn is_connected(&self) -> bool {
+        match &self.link {
+            #[cfg(feature = "nats")]
+            Link::Nats(t) => t.is_connected(),
+            #[cfg(feature = "amqp")]
+            Link::Amqp(t) => t.is_connected(),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+}
+
+/// Start a transport to the broker at `url`, as [`connect`] does, except that a broker that
+/// cannot be reached now is not an error: the transport starts unconnected and connects in
+/// the background, with backoff, when the broker comes back. A broker that answers and
+/// refuses (credentials, TLS) is an error. Must be called within a Tokio runtime.
+///
+/// # Cancel Safety
+/// Cancelling drops the half-made connection; nothing was published.
+pub async fn start(url: &BrokerUrl, exchange: &str) -> Result<Broker> {
+    let _ = exchange;
+    match url {
+        #[cfg(feature = "nats")]
+        BrokerUrl::Nats(u) => {
+            let t = Arc::new(crate::NatsTransport::start(u).await?);
+            Ok(Broker {
+                transport: t.clone(),
+                link: Link::Nats(t),
+            })
+        }
+        #[cfg(feature = "amqp")]
+        BrokerUrl::Amqp(u) => {
+            let t = crate::AmqpTransport::start(u, exchange).await?;
+            Ok(Broker {
+                transport: t.clone(),
+                link: Link::Amqp(t),
+            })
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::misconfigured(
+            "broker",
+            "support for this broker is not compiled in (features `nats`, `amqp`)",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ mod nats;
 
 #[cfg(feature = "amqp")]
 pub use amqp::AmqpTransport;
-pub use config::{connect, BrokerUrl};
+pub use config::{connect, start, Broker, BrokerUrl};
 #[cfg(feature = "nats")]
 pub use nats::NatsTransport;
 pub use outboxkit_core::broker::{

@@ -42,6 +42,53 @@ impl NatsTransport {
     /// # Cancel Safety
     /// Cancelling drops the half-made connection; nothing was published.
     pub async fn connect(url: &str) -> Result<Self> {
+        Self::open(url, false).await.map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("cannot connect to nats: {}", e.kind()),
+            )
+            .with_source(e)
+        })
+    }
+
+    /// Like [`NatsTransport::connect`], but a server that cannot be reached now is not an
+    /// error: the transport is returned unconnected and the client keeps connecting in the
+    /// background, with backoff (publishes meanwhile fail as
+    /// [`BrokerFailure::Connection`]). Refused credentials or TLS are still an error.
+    ///
+    /// # Cancel Safety
+    /// Cancelling drops the half-made connection; nothing was published.
+    pub async fn start(url: &str) -> Result<Self> {
+        use async_nats::ConnectErrorKind as K;
+        match Self::open(url, false).await {
+            Ok(t) => Ok(t),
+            Err(e) if matches!(e.kind(), K::Io | K::TimedOut | K::Dns) => {
+                tracing::warn!(error = %e.kind(), "nats is unreachable: starting without it and connecting in the background");
+                Self::open(url, true).await.map_err(|e| {
+                    Error::new(
+                        ErrorKind::Unavailable,
+                        format!("cannot connect to nats: {}", e.kind()),
+                    )
+                    .with_source(e)
+                })
+            }
+            Err(e) => Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("cannot connect to nats: {}", e.kind()),
+            )
+            .with_source(e)),
+        }
+    }
+
+    /// Whether the client is connected to a server now.
+    pub fn is_connected(&self) -> bool {
+        matches!(
+            self.client.connection_state(),
+            async_nats::connection::State::Connected
+        )
+    }
+
+    async fn open(url: &str, lazy: bool) -> std::result::Result<Self, async_nats::ConnectError> {
         let violations: Violations = Arc::default();
         let seen = violations.clone();
         let options = ConnectOptions::new()
@@ -72,13 +119,12 @@ impl NatsTransport {
             }
             _ => (options, url.to_owned()),
         };
-        let client = options.connect(url.as_str()).await.map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                format!("cannot connect to nats: {}", e.kind()),
-            )
-            .with_source(e)
-        })?;
+        let options = if lazy {
+            options.retry_on_initial_connect()
+        } else {
+            options
+        };
+        let client = options.connect(url.as_str()).await?;
         let jetstream = async_nats::jetstream::new(client.clone());
         Ok(NatsTransport {
             client,

@@ -38,31 +38,57 @@ pub struct BrokerArgs {
 }
 
 impl BrokerArgs {
-    /// Add the sink to `builder` when `--broker` is given. The broker must be reachable at
-    /// start (a wrong URL stops the relay here); outages later are ridden out by retries.
-    pub async fn add_to(
-        &self,
-        builder: DispatcherBuilder,
-        retry: RetryPolicy,
-    ) -> CliResult<DispatcherBuilder> {
+    /// Start the broker transport when `--broker` is given. A malformed URL or a broker that
+    /// refuses the credentials stops the relay here; a broker that cannot be reached does
+    /// not: the relay starts (webhooks and e-mail flow), `/readyz` and the log say the sink
+    /// is unavailable, and the transport connects in the background when the broker is back.
+    pub async fn start(&self) -> CliResult<Option<outboxkit_broker::Broker>> {
         let Some(url) = &self.broker else {
-            return Ok(builder);
+            return Ok(None);
         };
         let url = outboxkit_broker::BrokerUrl::parse(url)?;
-        let transport = outboxkit_broker::connect(&url, &self.broker_exchange)
+        // Checked before anything connects.
+        parse_flag_duration("broker-timeout", &self.broker_timeout)?;
+        let broker = outboxkit_broker::start(&url, &self.broker_exchange)
             .await
             .map_err(|e| CliError::failed(format!("--broker: {e}")))?;
+        if !broker.is_connected() {
+            tracing::warn!(
+                broker = url.kind(),
+                sink = %self.broker_name,
+                "the broker sink is unavailable: the broker cannot be reached; connecting in the background"
+            );
+        }
+        Ok(Some(broker))
+    }
+
+    /// The sink's consumer name.
+    pub fn name(&self) -> &str {
+        &self.broker_name
+    }
+
+    /// Add the sink of a started `broker` to `builder`. Outages are ridden out by the sink's
+    /// circuit: deliveries wait without spending attempts while the broker is unreachable.
+    pub fn add_to(
+        &self,
+        builder: DispatcherBuilder,
+        broker: Option<&outboxkit_broker::Broker>,
+        retry: RetryPolicy,
+    ) -> CliResult<DispatcherBuilder> {
+        let Some(broker) = broker else {
+            return Ok(builder);
+        };
         let timeout: Duration = parse_flag_duration("broker-timeout", &self.broker_timeout)?;
         let body = if self.broker_body == "raw" {
             BodyFormat::Raw
         } else {
             BodyFormat::Envelope
         };
-        let sink = BrokerSink::new(transport, &self.broker_subject)?
+        let sink = BrokerSink::new(broker.transport(), &self.broker_subject)?
             .body(body)
             .timeout(timeout)
             .retry(retry);
-        tracing::info!(broker = url.kind(), subject = %sink.subject(), "publishing to a broker");
+        tracing::info!(subject = %sink.subject(), "publishing to a broker");
         Ok(builder.broker(&self.broker_name, &self.broker_topics, sink))
     }
 }

@@ -1,5 +1,6 @@
 //! `outbox relay --metrics-addr HOST:PORT`: `/metrics` (Prometheus text), `/healthz` (the
-//! process is alive) and `/readyz` (the store answers and is migrated).
+//! process is alive) and `/readyz` (the store answers and is migrated, and the broker sink,
+//! when there is one, is connected).
 //!
 //! The figures come from `outboxkit_dispatch::MetricsObserver` through the `metrics` facade
 //! into a Prometheus recorder installed here; the queue gauges are read from the store's
@@ -41,12 +42,36 @@ pub fn install() -> CliResult<PrometheusHandle> {
         .map_err(|e| CliError::failed(format!("cannot set up metrics: {e}")))
 }
 
+/// The relay's broker sink, as `/readyz` reports it.
+#[derive(Clone, Debug)]
+pub struct Sink {
+    name: String,
+    broker: outboxkit_broker::Broker,
+}
+
+impl Sink {
+    /// The sink `name` publishing through `broker`.
+    pub fn new(name: &str, broker: outboxkit_broker::Broker) -> Self {
+        Sink {
+            name: name.to_owned(),
+            broker,
+        }
+    }
+}
+
+struct State {
+    handle: PrometheusHandle,
+    store: Arc<dyn Store>,
+    sink: Option<Sink>,
+}
+
 /// Bind `addr` and serve the three paths on a task of their own until the process exits.
 /// Returns the bound address (useful with port 0).
 pub async fn serve(
     addr: &str,
     handle: PrometheusHandle,
     store: Arc<dyn Store>,
+    sink: Option<Sink>,
 ) -> CliResult<SocketAddr> {
     let addr: SocketAddr = addr.parse().map_err(|_| {
         CliError::usage(
@@ -59,7 +84,11 @@ pub async fn serve(
     let bound = listener
         .local_addr()
         .map_err(|e| CliError::failed(format!("cannot listen on --metrics-addr: {e}")))?;
-    let state = Arc::new((handle, store));
+    let state = Arc::new(State {
+        handle,
+        store,
+        sink,
+    });
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -70,7 +99,7 @@ pub async fn serve(
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let state = state.clone();
-                    async move { Ok::<_, Infallible>(answer(req, &state.0, &*state.1).await) }
+                    async move { Ok::<_, Infallible>(answer(req, &state).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -104,11 +133,8 @@ async fn within_deadline<T>(
     }
 }
 
-async fn answer(
-    req: Request<Incoming>,
-    handle: &PrometheusHandle,
-    store: &dyn Store,
-) -> Response<Full<Bytes>> {
+async fn answer(req: Request<Incoming>, state: &State) -> Response<Full<Bytes>> {
+    let (handle, store) = (&state.handle, &*state.store);
     const TEXT: &str = "text/plain; charset=utf-8";
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "use GET\n".into());
@@ -127,13 +153,23 @@ async fn answer(
             )
         }
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n".into()),
-        "/readyz" => match within_deadline(store.list_consumers()).await {
-            Ok(_) => reply(StatusCode::OK, TEXT, "ready\n".into()),
-            Err(why) => reply(
+        "/readyz" => match (within_deadline(store.list_consumers()).await, &state.sink) {
+            (Err(why), _) => reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 TEXT,
                 format!("not ready: {why}\n"),
             ),
+            // The relay runs and delivers webhooks and e-mail; the sink's deliveries wait
+            // (without spending attempts) until the broker is back.
+            (Ok(_), Some(sink)) if !sink.broker.is_connected() => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                format!(
+                    "not ready: the broker sink {} is unavailable: the broker cannot be reached (webhooks and e-mail still deliver)\n",
+                    sink.name
+                ),
+            ),
+            (Ok(_), _) => reply(StatusCode::OK, TEXT, "ready\n".into()),
         },
         _ => reply(
             StatusCode::NOT_FOUND,

@@ -95,11 +95,38 @@ pub struct RelayArgs {
     /// app or environment sharing one mail account its own.
     #[arg(long, env = "OUTBOX_MAIL_KEY_PREFIX", default_value = "outbox")]
     mail_key_prefix: String,
-    /// POST a summary of deliveries that went dead here (at most one every 5 minutes).
+    /// POST a summary of deliveries that went dead here (at most one every 5 minutes while
+    /// the relay runs; what is gathered when it stops is sent before it exits).
     #[arg(long)]
     dead_letter_webhook: Option<String>,
+    /// Sign the --dead-letter-webhook alerts with this secret (`whsec_…`, Standard Webhooks
+    /// headers, as every webhook; `outbox endpoints add` prints one to reuse, or any
+    /// `whsec_` + base64 of 24 to 64 random bytes). Unsigned without it.
+    #[arg(long, env = "OUTBOX_ALERT_SECRET", hide_env_values = true)]
+    alert_secret: Option<String>,
     #[command(flatten)]
     broker: Box<crate::broker::BrokerArgs>,
+}
+
+/// The `--alert-secret`, checked: it needs `--dead-letter-webhook` and must be a `whsec_`
+/// secret (the message never repeats it).
+fn alert_secret(
+    webhook: bool,
+    text: Option<&str>,
+) -> CliResult<Option<outboxkit_core::WebhookSecret>> {
+    let Some(text) = text else { return Ok(None) };
+    if !webhook {
+        return Err(CliError::usage(
+            "--alert-secret (or OUTBOX_ALERT_SECRET) needs --dead-letter-webhook",
+        ));
+    }
+    outboxkit_core::WebhookSecret::parse(text.trim())
+        .map(Some)
+        .map_err(|_| {
+            CliError::usage(
+                "invalid input: --alert-secret: use a whsec_ secret (whsec_ and the base64 of 24 to 64 bytes)",
+            )
+        })
 }
 
 /// The SMTP mailer of `--smtp-url`, checked once: refused credentials or TLS stop the
@@ -289,6 +316,12 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         Some(s) => schedule(s)?,
         None => RetryPolicy::webhook_default(),
     };
+    let alert_url = a
+        .dead_letter_webhook
+        .as_deref()
+        .map(outboxkit_core::EndpointUrl::parse)
+        .transpose()?;
+    let alert_secret = alert_secret(alert_url.is_some(), a.alert_secret.as_deref())?;
     let postgres =
         a.store.store.starts_with("postgres://") || a.store.store.starts_with("postgresql://");
     if a.max_connections.is_some() && !postgres {
@@ -307,8 +340,12 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .transpose()?;
     let mut env = a.store.open_sized(a.max_connections).await?;
     env.vault_key = a.vault.vault_key.clone();
+    let broker = a.broker.start().await?;
     if let (Some(addr), Some(handle)) = (&a.metrics_addr, metrics) {
-        crate::metrics::serve(addr, handle, env.store.clone()).await?;
+        let sink = broker
+            .clone()
+            .map(|b| crate::metrics::Sink::new(a.broker.name(), b));
+        crate::metrics::serve(addr, handle, env.store.clone(), sink).await?;
     }
     let vault = vault_from(&env)?;
     let transport = Arc::new(HintingTransport {
@@ -317,11 +354,6 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         warned: std::sync::Mutex::default(),
     });
     let webhook_timeout = config.webhook_timeout;
-    let alert_url = a
-        .dead_letter_webhook
-        .as_deref()
-        .map(outboxkit_core::EndpointUrl::parse)
-        .transpose()?;
     let builder = outboxkit_dispatch::Dispatcher::builder(env.store.clone())
         .config(config)
         .clock(env.clock.clone())
@@ -331,7 +363,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .observer(Arc::new(RelayObserver {
             metrics: a.metrics_addr.is_some().then_some(MetricsObserver),
         }));
-    let mut builder = a.broker.add_to(builder, policy).await?;
+    let mut builder = a.broker.add_to(builder, broker.as_ref(), policy)?;
     if let Some(url) = a.mail_url {
         let key = a.mail_api_key.ok_or_else(|| {
             CliError::usage("--mail-url needs --mail-api-key (or OUTBOX_MAIL_API_KEY)")
@@ -359,7 +391,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
             webhook: Some(outboxkit_dispatch::AlertWebhook {
                 url,
                 transport,
-                secret: None,
+                secret: alert_secret,
             }),
             ..outboxkit_dispatch::DeadLetterAlerts::default()
         });

@@ -22,7 +22,10 @@ pub const ALERT_LIST_LIMIT: usize = 25;
 /// Where dead-letter alerts go, and how often at most.
 ///
 /// Alerts are best effort: a failed or slow alert is logged and dropped, never retried and
-/// never in the way of a delivery's completion; the ledger remains the record. Deliveries
+/// never in the way of a delivery's completion; the ledger remains the record. A run does
+/// not return before the alerts it owes are sent or have failed (each bounded by the
+/// webhook timeout): what it gathered for a later alert is sent when it ends, since the
+/// process may end with it, so `min_interval` spaces the alerts within one run. Deliveries
 /// the store discards at claim time (their budget spent before this dispatcher saw them)
 /// are not alerted.
 #[derive(Clone)]
@@ -153,6 +156,9 @@ pub(crate) struct Alerter {
     mail_key_prefix: String,
     timeout: Duration,
     state: Mutex<Gathered>,
+    /// Held while an alert is taken from the gathered state and sent, so a flush waits for
+    /// an alert already on its way instead of returning before it is sent.
+    sending: tokio::sync::Mutex<()>,
 }
 
 impl fmt::Debug for Alerter {
@@ -180,6 +186,7 @@ impl Alerter {
             mail_key_prefix,
             timeout,
             state: Mutex::new(Gathered::default()),
+            sending: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -204,14 +211,36 @@ impl Alerter {
         let me = self.clone();
         tokio::spawn(async move {
             me.clock.sleep_until(due).await;
-            let (items, count) = {
-                let mut s = me.state.lock().unwrap_or_else(|p| p.into_inner());
-                s.scheduled = false;
-                s.last_sent = Some(me.clock.now());
-                (std::mem::take(&mut s.items), std::mem::take(&mut s.count))
-            };
-            me.send(&items, count).await;
+            let _sending = me.sending.lock().await;
+            let (items, count) = me.take(true);
+            if count > 0 {
+                me.send(&items, count).await;
+            }
         });
+    }
+
+    /// Take what is gathered, marking it sent now when there is any. `wake`: the scheduled
+    /// alert is running (the next death schedules a new one).
+    fn take(&self, wake: bool) -> (Vec<DeadItem>, u64) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if wake {
+            s.scheduled = false;
+        }
+        if s.count > 0 {
+            s.last_sent = Some(self.clock.now());
+        }
+        (std::mem::take(&mut s.items), std::mem::take(&mut s.count))
+    }
+
+    /// Send what is owed before a run returns: wait for an alert already on its way, and
+    /// send the deaths gathered for a later alert now, since the process may end with the
+    /// run. Each send is bounded by the alert timeout; a failure is logged, as always.
+    pub(crate) async fn flush(&self) {
+        let _sending = self.sending.lock().await;
+        let (items, count) = self.take(false);
+        if count > 0 {
+            self.send(&items, count).await;
+        }
     }
 
     async fn send(&self, items: &[DeadItem], count: u64) {
@@ -238,10 +267,11 @@ impl Alerter {
                 body,
                 timeout: self.timeout,
             };
-            let response = w.transport.send(request).await;
+            // The transport applies the timeout; this bounds one that does not.
+            let response = tokio::time::timeout(self.timeout, w.transport.send(request)).await;
             let accepted = matches!(
                 response,
-                WebhookResponse::Answered { status, .. } if (200..300).contains(&status)
+                Ok(WebhookResponse::Answered { status, .. }) if (200..300).contains(&status)
             );
             if !accepted {
                 tracing::warn!(count, "the dead-letter alert webhook was not accepted");

@@ -13,11 +13,13 @@
 //! receiver answered; those deliveries are held in the store).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use outboxkit_core::broker::BrokerFailure;
 use outboxkit_core::endpoint::LastDelivery;
 use outboxkit_core::ids::EndpointId;
 use outboxkit_core::model::{AttemptOutcome, ErrorClass};
@@ -87,6 +89,12 @@ impl Signal {
             Outcome::Http { status, .. } if *status >= 500 => Signal::Failed,
             Outcome::Http { .. } => Signal::Alive,
             Outcome::Transport(ErrorClass::Timeout | ErrorClass::Network) => Signal::Failed,
+            // A broker sink: no connection, no acknowledgement in time, or the broker cannot
+            // take messages now; any other answer means it is there.
+            Outcome::Broker(Err(
+                BrokerFailure::Connection | BrokerFailure::Timeout | BrokerFailure::Unavailable,
+            )) => Signal::Failed,
+            Outcome::Broker(_) => Signal::Alive,
             _ => Signal::Neutral,
         }
     }
@@ -124,22 +132,23 @@ pub(crate) enum Pass {
     Wait(Duration),
 }
 
-/// A change of an endpoint's circuit, for the report and the observer.
+/// A change of an endpoint's (or a broker sink's) circuit, for the report and the observer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Transition {
-    pub(crate) endpoint: EndpointId,
+pub(crate) struct Transition<K = EndpointId> {
+    pub(crate) endpoint: K,
     pub(crate) state: CircuitState,
     pub(crate) failures: u32,
 }
 
-/// The circuits of one dispatcher's endpoints.
+/// The circuits of one dispatcher's endpoints (keyed by endpoint id) or broker sinks (keyed
+/// by consumer name).
 #[derive(Debug)]
-pub(crate) struct Breakers {
+pub(crate) struct Breakers<K = EndpointId> {
     settings: Option<BreakerSettings>,
-    states: Mutex<HashMap<EndpointId, State>>,
+    states: Mutex<HashMap<K, State>>,
 }
 
-impl Breakers {
+impl<K: Clone + Eq + Hash + Ord> Breakers<K> {
     /// `None`: the breaker is off.
     pub(crate) fn new(settings: Option<BreakerSettings>) -> Self {
         Breakers {
@@ -148,13 +157,13 @@ impl Breakers {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointId, State>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, State>> {
         self.states.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Adopt the state rebuilt from the endpoint's last delivery the first time this
     /// dispatcher sees the endpoint; later sightings change nothing.
-    pub(crate) fn seed(&self, endpoint: EndpointId, last: Option<&LastDelivery>) {
+    pub(crate) fn seed(&self, endpoint: K, last: Option<&LastDelivery>) {
         let Some(set) = self.settings else { return };
         let mut states = self.lock();
         states
@@ -170,12 +179,12 @@ impl Breakers {
 
     /// Whether a delivery to `endpoint` may start at `now`. An open circuit whose cool-down
     /// has ended turns half-open and lets this delivery go as its probe.
-    pub(crate) fn pass(&self, endpoint: EndpointId, now: Timestamp, probe_wait: Duration) -> Pass {
+    pub(crate) fn pass(&self, endpoint: &K, now: Timestamp, probe_wait: Duration) -> Pass {
         if self.settings.is_none() {
             return Pass::Go { probe: false };
         }
         let mut states = self.lock();
-        let Some(state) = states.get_mut(&endpoint) else {
+        let Some(state) = states.get_mut(endpoint) else {
             return Pass::Go { probe: false };
         };
         match *state {
@@ -198,9 +207,9 @@ impl Breakers {
 
     /// A probe that was admitted but not sent (released before the request): the next
     /// delivery may probe.
-    pub(crate) fn probe_abandoned(&self, endpoint: EndpointId) {
+    pub(crate) fn probe_abandoned(&self, endpoint: &K) {
         let mut states = self.lock();
-        if let Some(State::HalfOpen { probing, .. }) = states.get_mut(&endpoint) {
+        if let Some(State::HalfOpen { probing, .. }) = states.get_mut(endpoint) {
             *probing = false;
         }
     }
@@ -209,15 +218,15 @@ impl Breakers {
     /// state, if any.
     pub(crate) fn record(
         &self,
-        endpoint: EndpointId,
+        endpoint: K,
         signal: Signal,
         probe: bool,
         now: Timestamp,
-    ) -> Option<Transition> {
+    ) -> Option<Transition<K>> {
         let set = self.settings?;
         let mut states = self.lock();
         let state = states
-            .entry(endpoint)
+            .entry(endpoint.clone())
             .or_insert(State::Closed { failures: 0 });
         let before = *state;
         let next = match (before, signal) {
@@ -265,24 +274,24 @@ impl Breakers {
     }
 
     /// The state of `endpoint`'s circuit (closed when this dispatcher has not seen it).
-    pub(crate) fn state(&self, endpoint: EndpointId) -> CircuitState {
+    pub(crate) fn state(&self, endpoint: &K) -> CircuitState {
         self.lock()
-            .get(&endpoint)
+            .get(endpoint)
             .map_or(CircuitState::Closed, |s| public(*s))
     }
 
     /// Every endpoint whose circuit is not closed, with its state.
-    pub(crate) fn not_closed(&self) -> BTreeMap<EndpointId, CircuitState> {
+    pub(crate) fn not_closed(&self) -> BTreeMap<K, CircuitState> {
         self.lock()
             .iter()
-            .map(|(id, s)| (*id, public(*s)))
+            .map(|(id, s)| (id.clone(), public(*s)))
             .filter(|(_, s)| *s != CircuitState::Closed)
             .collect()
     }
 
     /// Endpoints whose deliveries must not be claimed at `now`: open circuits, and
     /// half-open ones whose probe is out.
-    pub(crate) fn blocked(&self, now: Timestamp, into: &mut BTreeSet<EndpointId>) {
+    pub(crate) fn blocked(&self, now: Timestamp, into: &mut BTreeSet<K>) {
         if self.settings.is_none() {
             return;
         }
@@ -293,7 +302,7 @@ impl Breakers {
                 State::Closed { .. } => false,
             };
             if blocked {
-                into.insert(*id);
+                into.insert(id.clone());
             }
         }
     }
@@ -343,22 +352,22 @@ mod tests {
         let mut blocked = BTreeSet::new();
         b.blocked(s(5), &mut blocked);
         assert!(blocked.contains(&e));
-        assert_eq!(b.pass(e, s(5), WAIT), Pass::Wait(Duration::from_secs(7)));
+        assert_eq!(b.pass(&e, s(5), WAIT), Pass::Wait(Duration::from_secs(7)));
         // Cool-down over: one probe, the others wait.
-        assert_eq!(b.pass(e, s(12), WAIT), Pass::Go { probe: true });
-        assert_eq!(b.state(e), CircuitState::HalfOpen);
-        assert_eq!(b.pass(e, s(12), WAIT), Pass::Wait(WAIT));
+        assert_eq!(b.pass(&e, s(12), WAIT), Pass::Go { probe: true });
+        assert_eq!(b.state(&e), CircuitState::HalfOpen);
+        assert_eq!(b.pass(&e, s(12), WAIT), Pass::Wait(WAIT));
         // The probe fails: open for twice as long.
         let t = b.record(e, Signal::Failed, true, s(13)).unwrap();
         assert_eq!(t.state, CircuitState::Open { until: s(33) });
-        assert_eq!(b.pass(e, s(33), WAIT), Pass::Go { probe: true });
+        assert_eq!(b.pass(&e, s(33), WAIT), Pass::Go { probe: true });
         // Again: capped at the ceiling.
         let t = b.record(e, Signal::Failed, true, s(34)).unwrap();
         assert_eq!(t.state, CircuitState::Open { until: s(59) });
-        assert_eq!(b.pass(e, s(60), WAIT), Pass::Go { probe: true });
+        assert_eq!(b.pass(&e, s(60), WAIT), Pass::Go { probe: true });
         let t = b.record(e, Signal::Alive, true, s(60)).unwrap();
         assert_eq!(t.state, CircuitState::Closed);
-        assert_eq!(b.pass(e, s(60), WAIT), Pass::Go { probe: false });
+        assert_eq!(b.pass(&e, s(60), WAIT), Pass::Go { probe: false });
         let mut blocked = BTreeSet::new();
         b.blocked(s(60), &mut blocked);
         assert!(blocked.is_empty());
@@ -372,13 +381,13 @@ mod tests {
             b.record(e, Signal::Failed, false, s(0));
         }
         assert_eq!(b.record(e, Signal::Failed, false, s(1)), None);
-        assert_eq!(b.state(e), CircuitState::Open { until: s(10) });
-        assert_eq!(b.pass(e, s(10), WAIT), Pass::Go { probe: true });
-        b.probe_abandoned(e);
-        assert_eq!(b.pass(e, s(10), WAIT), Pass::Go { probe: true });
+        assert_eq!(b.state(&e), CircuitState::Open { until: s(10) });
+        assert_eq!(b.pass(&e, s(10), WAIT), Pass::Go { probe: true });
+        b.probe_abandoned(&e);
+        assert_eq!(b.pass(&e, s(10), WAIT), Pass::Go { probe: true });
         // A probe that told nothing (DNS, policy) lets the next one probe.
         assert_eq!(b.record(e, Signal::Neutral, true, s(11)), None);
-        assert_eq!(b.pass(e, s(11), WAIT), Pass::Go { probe: true });
+        assert_eq!(b.pass(&e, s(11), WAIT), Pass::Go { probe: true });
     }
 
     #[test]
@@ -417,8 +426,8 @@ mod tests {
         let b = breakers();
         b.seed(ep(), Some(&rows[0].0));
         b.seed(ep(), None); // later sightings change nothing
-        assert_eq!(b.pass(ep(), s(0), WAIT), Pass::Go { probe: true });
-        assert_eq!(b.pass(ep(), s(0), WAIT), Pass::Wait(WAIT));
+        assert_eq!(b.pass(&ep(), s(0), WAIT), Pass::Go { probe: true });
+        assert_eq!(b.pass(&ep(), s(0), WAIT), Pass::Wait(WAIT));
     }
 
     #[test]
@@ -427,6 +436,6 @@ mod tests {
         for _ in 0..10 {
             assert_eq!(b.record(ep(), Signal::Failed, false, s(0)), None);
         }
-        assert_eq!(b.pass(ep(), s(0), WAIT), Pass::Go { probe: false });
+        assert_eq!(b.pass(&ep(), s(0), WAIT), Pass::Go { probe: false });
     }
 }

@@ -13,9 +13,13 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use super::breaker::{CircuitState, Pass, Signal, Transition};
 use super::deliver::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::{DispatcherBuilder, Shared};
-use outboxkit_core::broker::{broker_headers, BrokerMessage, DynBrokerTransport, SubjectTemplate};
+use outboxkit_core::broker::{
+    broker_headers, BrokerFailure, BrokerMessage, BrokerResponse, DynBrokerTransport,
+    SubjectTemplate,
+};
 use outboxkit_core::claim::Lease;
 use outboxkit_core::endpoint::{BodyFormat, Consumer};
 use outboxkit_core::error::{Error, Result};
@@ -229,34 +233,50 @@ pub(crate) async fn broker_path(
     consumer: &ConsumerName,
 ) -> Done {
     let Some(reg) = shared.brokers.get(consumer) else {
-        return Done::Release {
-            lease,
-            delay: shared.config.poll_interval,
-            duplicate: false,
-        };
+        return Done::release(lease, shared.config.poll_interval);
     };
     let permit = tokio::select! {
         p = reg.semaphore.clone().acquire_owned() => p.ok(),
         () = run.stopping.cancelled() => None,
     };
     let Some(_permit) = permit else {
-        return Done::Release {
-            lease,
-            delay: Duration::ZERO,
-            duplicate: false,
-        };
+        return Done::release_now(lease);
     };
     if let Gate::Release(delay) = gate(shared, run, reg.sink.timeout, None) {
-        return Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-        };
+        return Done::release(lease, delay);
     }
+    // An open circuit (the broker is unreachable): back without spending an attempt, due
+    // when the next probe may go. One probe at a time, as for an endpoint.
+    let breakers = &shared.sink_breakers;
+    let probe = match breakers.pass(consumer, shared.clock.now(), shared.config.poll_interval) {
+        Pass::Go { probe } => probe,
+        Pass::Wait(delay) => return Done::release(lease, delay),
+    };
     let started = shared.clock.now();
     let response = reg.sink.transport.publish(reg.sink.render(message)).await;
     let finished = shared.clock.now();
     let outcome = response.outcome();
+    let transition = breakers.record(consumer.clone(), Signal::of(&outcome), probe, finished);
+    if let Some(t) = transition {
+        circuit_changed(consumer, &t);
+    }
+    if matches!(
+        response,
+        BrokerResponse::Failed {
+            failure: BrokerFailure::Connection,
+            ..
+        }
+    ) {
+        // No connection to the broker: the message did not get there (a publish cut off
+        // mid-way may have; the retry carries the same de-duplication id). Not the
+        // message's fault, so no attempt is spent: back, due when the circuit lets the next
+        // probe go.
+        let delay = match breakers.state(consumer) {
+            CircuitState::Open { until } => until.duration_since(finished),
+            _ => shared.config.breaker_cooldown,
+        };
+        return Done::release(lease, delay);
+    }
     let policy = verdict_policy(shared, reg.sink.retry.clone(), false);
     let verdict = classify(&outcome, &context(shared, &lease), &policy);
     completed(
@@ -267,4 +287,20 @@ pub(crate) async fn broker_path(
         started,
         finished,
     )
+}
+
+/// Log a change of a sink's circuit.
+fn circuit_changed(sink: &ConsumerName, t: &Transition<ConsumerName>) {
+    match t.state {
+        CircuitState::Open { until } => tracing::warn!(
+            sink = %sink,
+            failures = t.failures,
+            until = %until,
+            "the broker sink's circuit opened: the broker is unavailable; its deliveries wait without spending attempts"
+        ),
+        CircuitState::Closed => {
+            tracing::info!(sink = %sink, "the broker sink's circuit closed: the broker is back")
+        }
+        CircuitState::HalfOpen => {}
+    }
 }

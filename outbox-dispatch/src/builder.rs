@@ -261,14 +261,17 @@ impl DispatcherBuilder {
                 "register at least one handler, webhooks, a mailer or a broker sink",
             ));
         }
-        let breakers =
-            super::breaker::Breakers::new(self.config.breaker_threshold.map(|threshold| {
-                super::breaker::BreakerSettings {
+        let settings =
+            self.config
+                .breaker_threshold
+                .map(|threshold| super::breaker::BreakerSettings {
                     threshold,
                     cooldown: self.config.breaker_cooldown,
                     max_cooldown: self.config.breaker_max_cooldown,
-                }
-            }));
+                });
+        let breakers = super::breaker::Breakers::new(settings);
+        // The broker sinks' circuits work as the endpoints' do, with the same settings.
+        let sink_breakers = super::breaker::Breakers::new(settings);
         Ok(Dispatcher {
             shared: Arc::new(Shared {
                 store: self.store,
@@ -283,6 +286,7 @@ impl DispatcherBuilder {
                 registered: tokio::sync::OnceCell::new(),
                 limits: super::limits::EndpointLimits::default(),
                 breakers,
+                sink_breakers,
                 alerts,
                 brokers,
             }),

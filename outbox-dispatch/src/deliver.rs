@@ -449,14 +449,14 @@ async fn webhook_path(
         .seed(endpoint.id, endpoint.last_delivery.as_ref());
     // One probe at a time: the others go back for a poll interval (the endpoint is left
     // out of claims until the probe's outcome is known).
-    let probe =
-        match shared
-            .breakers
-            .pass(endpoint.id, shared.clock.now(), shared.config.poll_interval)
-        {
-            Pass::Go { probe } => probe,
-            Pass::Wait(delay) => return Done::release(lease, delay),
-        };
+    let probe = match shared.breakers.pass(
+        &endpoint.id,
+        shared.clock.now(),
+        shared.config.poll_interval,
+    ) {
+        Pass::Go { probe } => probe,
+        Pass::Wait(delay) => return Done::release(lease, delay),
+    };
     let _permit = match shared.limits.admit(
         endpoint.id,
         endpoint.rate_limit,
@@ -467,7 +467,7 @@ async fn webhook_path(
         // Not started: back without spending an attempt, due when it may go.
         refused => {
             if probe {
-                shared.breakers.probe_abandoned(endpoint.id);
+                shared.breakers.probe_abandoned(&endpoint.id);
             }
             // At its cap: due again at once; the endpoint stays out of claims while it is
             // at its cap, so this does not spin.

@@ -96,6 +96,8 @@ pub(crate) struct Shared {
     pub(crate) registered: tokio::sync::OnceCell<()>,
     pub(crate) limits: limits::EndpointLimits,
     pub(crate) breakers: breaker::Breakers,
+    /// The broker sinks' circuits, by sink name (`broker.rs`).
+    pub(crate) sink_breakers: breaker::Breakers<ConsumerName>,
     pub(crate) alerts: Option<Arc<alerts::Alerter>>,
     /// Broker sinks, by consumer name (the broker channel, `broker.rs`).
     pub(crate) brokers: BTreeMap<ConsumerName, broker::RegisteredSink>,
@@ -149,7 +151,15 @@ impl Dispatcher {
     /// The state of `endpoint`'s circuit in this dispatcher (closed for an endpoint it has
     /// not delivered to). Clones share it.
     pub fn circuit(&self, endpoint: outboxkit_core::ids::EndpointId) -> CircuitState {
-        self.shared.breakers.state(endpoint)
+        self.shared.breakers.state(&endpoint)
+    }
+
+    /// The state of the broker sink `name`'s circuit in this dispatcher (closed for a sink
+    /// that has not published, or that is not registered). Clones share it.
+    pub fn sink_circuit(&self, name: &str) -> CircuitState {
+        ConsumerName::new(name).map_or(CircuitState::Closed, |n| {
+            self.shared.sink_breakers.state(&n)
+        })
     }
 
     /// Operator calls (replay, release held, retry now, purge, stats) on this dispatcher's
@@ -159,7 +169,8 @@ impl Dispatcher {
     }
 
     /// Run until `shutdown` resolves; then finish in-flight deliveries within the grace
-    /// period and release the rest with their attempts refunded.
+    /// period and release the rest with their attempts refunded. Returns once the
+    /// dead-letter alerts the run owes are sent or have failed.
     ///
     /// # Cancel safety
     /// Not cancel safe in the sense of "nothing happened": resolve `shutdown` to stop.
@@ -177,15 +188,28 @@ impl Dispatcher {
         let signal = Box::pin(stop.clone().cancelled_owned());
         let mut task = run::Aborting::spawn(RunLoop::new(self, run, Mode::Forever(signal)).drive());
         tokio::pin!(shutdown);
-        tokio::select! {
-            r = task.join() => return r,
-            () = &mut shutdown => stop.cancel(),
+        let report = tokio::select! {
+            r = task.join() => r,
+            () = &mut shutdown => {
+                stop.cancel();
+                task.join().await
+            }
+        };
+        self.flush_alerts().await;
+        report
+    }
+
+    /// Send the dead-letter alerts a run owes before it returns (see [`DeadLetterAlerts`]).
+    async fn flush_alerts(&self) {
+        if let Some(a) = &self.shared.alerts {
+            a.flush().await;
         }
-        task.join().await
     }
 
     /// Drain what is due until the soft `budget` is spent: a delivery starts only when its
     /// timeout plus the reservation margin fits in what remains; the rest is released.
+    /// Returns once the dead-letter alerts the run owes are sent or have failed (each
+    /// bounded by the webhook timeout), so a process may exit right after.
     ///
     /// # Cancel safety
     /// As for [`Dispatcher::run`]: dropping the future abandons running deliveries to their
@@ -200,7 +224,9 @@ impl Dispatcher {
             Mode::<std::pin::Pin<Box<std::future::Ready<()>>>>::Once,
         );
         // On a task of its own, as in `run`.
-        run::Aborting::spawn(once.drive()).join().await
+        let report = run::Aborting::spawn(once.drive()).join().await;
+        self.flush_alerts().await;
+        report
     }
 
     /// The deadline of one attempt to `destination`.
@@ -208,10 +234,12 @@ impl Dispatcher {
         use outboxkit_core::model::Destination;
         let s = &self.shared;
         match destination {
-            Destination::Handler(c) => s
-                .handlers
-                .get(c)
-                .map_or(s.config.webhook_timeout, |r| r.options.timeout),
+            // A broker sink's deliveries are handler destinations named after the sink.
+            Destination::Handler(c) => match (s.brokers.get(c), s.handlers.get(c)) {
+                (Some(sink), _) => sink.sink.deadline(),
+                (None, Some(r)) => r.options.timeout,
+                (None, None) => s.config.webhook_timeout,
+            },
             Destination::Webhook(_) => s.config.webhook_timeout,
             Destination::Email(_) => s.config.mail_deadline(),
         }
@@ -270,8 +298,11 @@ impl Dispatcher {
                 any = true;
             }
         }
+        // Sinks with an open circuit (their broker is unreachable) stay where they are.
+        let mut blocked_sinks = std::collections::BTreeSet::new();
+        s.sink_breakers.blocked(now, &mut blocked_sinks);
         for (name, reg) in &s.brokers {
-            if reg.semaphore.available_permits() > 0 {
+            if reg.semaphore.available_permits() > 0 && !blocked_sinks.contains(name) {
                 req = req.handler(name.clone(), reg.sink.retry_budget());
                 any = true;
             }

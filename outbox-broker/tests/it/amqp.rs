@@ -94,6 +94,15 @@ async fn every_message_is_confirmed_and_consumed_in_key_order() {
     {
         assert_eq!(m.delivery.routing_key.as_str(), "events.order.created");
         let id = m.delivery.properties.message_id().clone().unwrap();
+        // The standard property, not only the custom header.
+        assert_eq!(
+            m.delivery
+                .properties
+                .content_type()
+                .as_ref()
+                .map(|c| c.as_str()),
+            Some("application/json")
+        );
         ids.insert(id.to_string());
         bodies.push(serde_json::from_slice::<serde_json::Value>(&m.delivery.data).unwrap());
     }
@@ -153,7 +162,7 @@ async fn a_missing_exchange_is_held_and_the_channel_recovers() {
 }
 
 #[tokio::test]
-async fn a_cut_connection_is_retried_and_recovers_without_a_restart() {
+async fn a_cut_connection_spends_no_attempt_and_recovers_without_a_restart() {
     let exchange = unique("ob-x");
     let queue = unique("ob-q");
     let Some(direct) = shared(&exchange).await else {
@@ -182,20 +191,16 @@ async fn a_cut_connection_is_retried_and_recovers_without_a_restart() {
     let d = w.dispatcher_with(sink).await;
     proxy.cut();
     let r = d.run_once(BUDGET).await.unwrap();
-    // One per ordering key: the later ones wait behind the failed heads of their keys.
-    assert_eq!(r.retried, 2);
-    let mut tried = 0;
+    // One per ordering key: the later ones wait behind the heads of their keys, which found
+    // no connection and went back with their attempts refunded (nothing in the ledger).
+    assert_eq!((r.retried, r.released), (0, 2), "{r:?}");
     for d in w.deliveries().await {
-        if let Some(a) = w.attempts(&d).await.last() {
-            assert_eq!(
-                a.record.outcome,
-                AttemptOutcome::Failed(ErrorClass::Network)
-            );
-            tried += 1;
-        }
+        assert_eq!(d.attempts, 0);
+        assert!(w.attempts(&d).await.is_empty());
     }
-    assert_eq!(tried, 2);
     proxy.heal();
+    w.clock
+        .advance(outboxkit_dispatch::DispatcherConfig::default().breaker_cooldown);
     let r = w.drain(&d, 30).await;
     assert_eq!(r.succeeded, 10);
     let mut n = 0;
@@ -255,4 +260,79 @@ async fn a_refused_permission_is_held() {
     assert_eq!(held, 1);
     assert_eq!(one.status, DeliveryStatus::Held);
     assert_eq!(last, AttemptOutcome::Failed(ErrorClass::BrokerDenied));
+}
+
+/// `start` with RabbitMQ unreachable: the transport starts unconnected (publishes find no
+/// connection and spend no attempt), connects in the background once the broker is
+/// reachable, and the sink then publishes.
+#[tokio::test]
+async fn a_transport_started_while_rabbitmq_is_unreachable_connects_when_it_is_back() {
+    let exchange = unique("ob-x");
+    let queue = unique("ob-q");
+    let Some(direct) = shared(&exchange).await else {
+        return;
+    };
+    let ch = direct.channel().await.unwrap();
+    topology(&ch, &exchange, Some((&queue, "#"))).await;
+    let target = url::Url::parse(&url()).unwrap();
+    let proxy = Proxy::start((
+        target.host_str().unwrap().to_owned(),
+        target.port().unwrap_or(5672),
+    ))
+    .await;
+    proxy.cut();
+    let mut via = target.clone();
+    via.set_host(Some("127.0.0.1")).unwrap();
+    via.set_port(Some(proxy.port)).unwrap();
+    let started = outboxkit_broker::start(
+        &outboxkit_broker::BrokerUrl::parse(via.as_str()).unwrap(),
+        &exchange,
+    )
+    .await
+    .expect("an unreachable broker does not stop the start");
+    assert!(!started.is_connected());
+    let w = world().await;
+    w.enqueue("order.created", 3, 0).await;
+    let sink = BrokerSink::new(started.transport(), "events.{topic}")
+        .unwrap()
+        .timeout(Duration::from_secs(2))
+        .retry(quick_retries());
+    let d = w.dispatcher_with(sink).await;
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!((r.succeeded, r.retried, r.dead), (0, 0, 0), "{r:?}");
+    assert_eq!(w.count(DeliveryStatus::Pending).await, 3);
+
+    proxy.heal();
+    let mut up = false;
+    for _ in 0..200 {
+        if started.is_connected() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "connected in the background");
+    w.clock
+        .advance(outboxkit_dispatch::DispatcherConfig::default().breaker_max_cooldown);
+    let r = w.drain(&d, 10).await;
+    assert_eq!(r.succeeded, 3);
+    cleanup(&ch, &exchange, Some(&queue)).await;
+}
+
+#[tokio::test]
+async fn refused_credentials_still_stop_the_start() {
+    if shared("").await.is_none() {
+        return;
+    }
+    let mut bad = url::Url::parse(&url()).unwrap();
+    bad.set_username("nobody-here").unwrap();
+    bad.set_password(Some("wrong")).unwrap();
+    let e = outboxkit_broker::start(
+        &outboxkit_broker::BrokerUrl::parse(bad.as_str()).unwrap(),
+        "",
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("rabbitmq"), "{e}");
+    assert!(!e.to_string().contains("wrong"), "{e}");
 }

@@ -7,6 +7,7 @@
 mod amqp;
 mod nats;
 mod private;
+mod sink;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -217,10 +217,9 @@ async fn stopping_the_broker_while_publishing_recovers_without_restarting_the_re
     });
     let r = w.drain(&d, 200).await;
     let _server = stopper.await.unwrap();
-    assert!(
-        r.retried > 0,
-        "some publishes failed while the broker was down"
-    );
+    // Publishes that found no connection were put back without spending attempts (the
+    // outage is shorter than the schedule, so none could die either way).
+    assert_eq!(r.dead, 0);
     assert_eq!(w.count(DeliveryStatus::Succeeded).await, 80, "nothing lost");
     let got = read_all(&mut s).await;
     let ids: HashSet<String> = got.iter().map(|m| header(m, "Nats-Msg-Id")).collect();
@@ -293,8 +292,74 @@ async fn an_unacknowledged_publish_times_out_and_is_retried() {
     );
 }
 
+/// A NATS outage mid-run: the sink's circuit opens like an endpoint's, the backlog waits
+/// without spending attempts (with a schedule that would kill it in four tries), and all of
+/// it goes out once the server is back.
 #[tokio::test]
-async fn a_lost_connection_is_retried() {
+async fn a_broker_outage_opens_the_sinks_circuit_and_the_backlog_spends_no_attempts() {
+    let mut server = PrivateNats::start(true, None).await;
+    let t = NatsTransport::connect(&server.url()).await.unwrap();
+    let prefix = unique("ob-outage");
+    let mut s = stream(&t, &prefix, StorageType::File).await;
+    let w = world().await;
+    let sink = BrokerSink::new(Arc::new(t.clone()), &format!("{prefix}.{{topic}}"))
+        .unwrap()
+        .timeout(Duration::from_secs(1))
+        .retry(outboxkit_core::RetryPolicy::schedule(vec![Duration::from_secs(1); 3]).unwrap())
+        .concurrency(8);
+    let d = w.dispatcher_with(sink).await;
+    w.enqueue("order.created", 20, 4).await;
+    assert_eq!(w.drain(&d, 5).await.succeeded, 20);
+
+    server.stop().await;
+    w.enqueue("order.created", 40, 4).await;
+    // Twenty seconds of the schedule's time while the server is down.
+    let mut released = 0;
+    for _ in 0..20 {
+        let r = d.run_once(BUDGET).await.unwrap();
+        assert_eq!((r.dead, r.retried), (0, 0), "no attempt spent: {r:?}");
+        released += r.released;
+        w.clock.advance(Duration::from_secs(1));
+    }
+    assert!(released > 0, "publishes were tried and put back");
+    assert!(
+        matches!(
+            d.sink_circuit(crate::SINK),
+            outboxkit_dispatch::CircuitState::Open { .. }
+        ),
+        "{:?}",
+        d.sink_circuit(crate::SINK)
+    );
+    assert_eq!(w.count(DeliveryStatus::Dead).await, 0);
+    for del in w.deliveries().await {
+        if del.status == DeliveryStatus::Pending {
+            assert_eq!(
+                del.attempts, 0,
+                "no attempt charged while the broker is down"
+            );
+            assert!(w.attempts(&del).await.is_empty());
+        }
+    }
+    assert_eq!(w.count(DeliveryStatus::Pending).await, 40);
+
+    server.restart().await;
+    // Past the longest cool-down: the next probe finds the broker and closes the circuit.
+    w.clock
+        .advance(DispatcherConfig::default().breaker_max_cooldown);
+    let r = w.drain(&d, 60).await;
+    assert_eq!(r.dead, 0);
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 60, "nothing lost");
+    assert_eq!(
+        d.sink_circuit(crate::SINK),
+        outboxkit_dispatch::CircuitState::Closed
+    );
+    let got = read_all(&mut s).await;
+    let ids: HashSet<String> = got.iter().map(|m| header(m, "Nats-Msg-Id")).collect();
+    assert_eq!(ids.len(), 60);
+}
+
+#[tokio::test]
+async fn a_lost_connection_spends_no_attempt_and_goes_out_when_the_broker_returns() {
     let mut server = PrivateNats::start(true, None).await;
     let t = NatsTransport::connect(&server.url()).await.unwrap();
     let prefix = unique("ob-lost");
@@ -307,12 +372,15 @@ async fn a_lost_connection_is_retried() {
         .timeout(Duration::from_secs(1))
         .retry(quick_retries());
     let d = w.dispatcher_with(sink).await;
-    assert_eq!(d.run_once(BUDGET).await.unwrap().retried, 1);
-    assert_eq!(
-        last_class(&w).await,
-        AttemptOutcome::Failed(ErrorClass::Network)
-    );
+    // Not the message's fault: put back with its attempt refunded, nothing in the ledger.
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!((r.retried, r.released), (0, 1), "{r:?}");
+    let del = w.one().await;
+    assert_eq!((del.status, del.attempts), (DeliveryStatus::Pending, 0));
+    assert!(w.attempts(&del).await.is_empty());
     server.restart().await;
+    w.clock
+        .advance(DispatcherConfig::default().breaker_cooldown);
     let r = w.drain(&d, 30).await;
     assert_eq!(r.succeeded, 1);
 }

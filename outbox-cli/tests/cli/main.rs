@@ -1,6 +1,7 @@
 //! The `outbox` binary end to end: the demo, operator commands on SQLite, bad input, and the
 //! relay on PostgreSQL.
 
+mod alerts;
 mod bad_input;
 mod broker;
 mod bulk;

@@ -129,9 +129,11 @@ async fn operators_are_alerted_by_webhook_and_mail_at_most_once_per_interval() {
         "no payload or handler text in the alert"
     );
 
-    // Two more within the interval: gathered, not sent yet.
+    // Within one long run, two more within the interval: gathered, not sent yet. (A run
+    // that ends sends what it gathered: `run_once` here would send them at its end.)
+    let (stop, run) = crate::spawn_run(&d);
     w.enqueue_n(2).await;
-    assert_eq!(d.run_once(BUDGET).await.unwrap().dead, 2);
+    wait_dead(&w, 5).await;
     assert!(
         !receiver.wait_for(2, Duration::from_millis(200)).await,
         "rate limited"
@@ -142,6 +144,69 @@ async fn operators_are_alerted_by_webhook_and_mail_at_most_once_per_interval() {
     let body: serde_json::Value = serde_json::from_slice(&receiver.requests()[1].body).unwrap();
     assert_eq!(body["data"]["count"], 2);
     assert_eq!(receiver.count(), 2);
+    // One more, gathered for later; the run's end sends it rather than losing it.
+    w.enqueue_n(1).await;
+    wait_dead(&w, 6).await;
+    assert!(
+        !receiver.wait_for(3, Duration::from_millis(200)).await,
+        "rate limited"
+    );
+    stop.send(()).unwrap();
+    assert_eq!(run.await.unwrap().dead, 3);
+    assert_eq!(receiver.count(), 3, "sent before the run returned");
+    let body: serde_json::Value = serde_json::from_slice(&receiver.requests()[2].body).unwrap();
+    assert_eq!(body["data"]["count"], 1);
+}
+
+async fn wait_dead(w: &World, n: usize) {
+    for _ in 0..1000 {
+        if w.count(DeliveryStatus::Dead).await >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("fewer than {n} deliveries went dead");
+}
+
+/// Answers 200 after a pause, keeping what it was sent.
+#[derive(Debug, Default)]
+struct SlowReceiver(Mutex<Vec<SignedRequest>>);
+
+#[async_trait]
+impl WebhookTransport for SlowReceiver {
+    async fn send(&self, r: SignedRequest) -> WebhookResponse {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.0.lock().unwrap().push(r);
+        WebhookResponse::Answered {
+            status: 200,
+            retry_after: None,
+            excerpt: String::new(),
+        }
+    }
+}
+
+/// `relay --until-idle` and every `run_once` caller exit right after the run: the alert
+/// must be out by then, not on a detached task the exit kills.
+#[tokio::test]
+async fn a_run_returns_only_once_the_alert_it_owes_is_sent() {
+    let w = world();
+    let receiver = Arc::new(SlowReceiver::default());
+    let alerts = DeadLetterAlerts {
+        webhook: Some(AlertWebhook {
+            url: EndpointUrl::parse("https://alerts.example/hook").unwrap(),
+            transport: receiver.clone(),
+            secret: None,
+        }),
+        ..DeadLetterAlerts::default()
+    };
+    let d = discarding(&w, Some(alerts), None);
+    d.register().await.unwrap();
+    w.enqueue_n(2).await;
+    assert_eq!(d.run_once(BUDGET).await.unwrap().dead, 2);
+    let sent = receiver.0.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "the alert went out before run_once returned");
+    let body: serde_json::Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert_eq!(body["data"]["count"], 2);
 }
 
 /// A transport that never answers.
@@ -156,7 +221,7 @@ impl WebhookTransport for Hanging {
 }
 
 #[tokio::test]
-async fn a_hanging_alert_never_delays_or_fails_the_completion() {
+async fn a_hanging_alert_never_fails_the_completion_and_holds_the_run_only_for_its_timeout() {
     let w = world();
     let alerts = DeadLetterAlerts {
         webhook: Some(AlertWebhook {
@@ -166,7 +231,20 @@ async fn a_hanging_alert_never_delays_or_fails_the_completion() {
         }),
         ..DeadLetterAlerts::default()
     };
-    let d = discarding(&w, Some(alerts), None);
+    // The alert's timeout is the webhook timeout: a short one here.
+    let d = w
+        .builder()
+        .config(outboxkit_dispatch::DispatcherConfig {
+            poll_interval: Duration::from_millis(50),
+            webhook_timeout: Duration::from_millis(300),
+            ..outboxkit_dispatch::DispatcherConfig::default()
+        })
+        .handler("strict", "*", |_c: Context, _m: Message| async {
+            HandlerResult::discard("bad data")
+        })
+        .dead_letter_alerts(alerts)
+        .build()
+        .unwrap();
     d.register().await.unwrap();
     w.enqueue_n(1).await;
     let r = tokio::time::timeout(Duration::from_secs(10), d.run_once(BUDGET))
