@@ -4,6 +4,7 @@
 mod bad_input;
 mod broker;
 mod bulk;
+mod claims;
 mod defects;
 mod demo;
 mod features;
