@@ -207,7 +207,12 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// inline ones as far as they can go).
     fn reap(&mut self) {
         while let Some(r) = self.tasks.try_join_next_with_id() {
-            let done = joined(r, &mut self.leases, &self.run, self.shared.config.poll_interval);
+            let done = joined(
+                r,
+                &mut self.leases,
+                &self.run,
+                self.shared.config.poll_interval,
+            );
             self.finished.push(done);
         }
         while let Some(Some(done)) = self.inline.next().now_or_never() {
@@ -342,9 +347,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             return Ok(Claim::Idle);
         }
         let now = s.clock.now();
-        let Some(req) = self
-            .dispatcher
-            .claim_request(&self.run, free, now, self.held_per_endpoint())
+        let Some(req) =
+            self.dispatcher
+                .claim_request(&self.run, free, now, self.held_per_endpoint())
         else {
             return Ok(Claim::Idle);
         };
@@ -407,7 +412,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// running (a claim takes no more for an endpoint than its cap less these).
     fn held_per_endpoint(&self) -> HashMap<EndpointId, usize> {
         let mut held = HashMap::new();
-        let waiting = self.ready.iter().map(|(c, _)| c.delivery.destination.endpoint());
+        let waiting = self
+            .ready
+            .iter()
+            .map(|(c, _)| c.delivery.destination.endpoint());
         let running = self.inline.iter().map(|i| i.endpoint);
         for e in waiting.chain(running).flatten() {
             *held.entry(e).or_default() += 1;
@@ -545,7 +553,12 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
         self.tasks.abort_all();
         while let Some(r) = self.tasks.join_next_with_id().await {
-            let done = joined(r, &mut self.leases, &self.run, self.shared.config.poll_interval);
+            let done = joined(
+                r,
+                &mut self.leases,
+                &self.run,
+                self.shared.config.poll_interval,
+            );
             self.finished.push(done);
         }
         // Still running at the end of the grace period: dropped (aborted), back unstarted.

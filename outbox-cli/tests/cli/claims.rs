@@ -129,15 +129,14 @@ async fn relay_claims_each_delivery_about_once_on_postgres() {
 
 #[tokio::test]
 async fn relay_claims_each_delivery_about_once_on_redis() {
-    let url = std::env::var("OUTBOX_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url =
+        std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let reachable = match redis::Client::open(url.as_str()) {
         Ok(c) => c.get_multiplexed_async_connection().await.map(|_| ()),
         Err(e) => Err(e),
     };
     if let Err(e) = reachable {
-        return outboxkit_testing::conformance::backend_unavailable::<()>("redis", e)
-            .unwrap_or(());
+        return outboxkit_testing::conformance::backend_unavailable::<()>("redis", e).unwrap_or(());
     }
     let receiver = WebhookReceiver::start().await.unwrap();
     let store = vec![

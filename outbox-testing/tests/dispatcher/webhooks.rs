@@ -380,8 +380,7 @@ struct AlwaysPanics {
 #[async_trait::async_trait]
 impl outboxkit_core::WebhookTransport for AlwaysPanics {
     async fn send(&self, _request: outboxkit_core::SignedRequest) -> WebhookResponse {
-        self.sends
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.sends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         panic!("the transport has a bug");
     }
 }
@@ -408,7 +407,11 @@ async fn a_send_that_always_panics_spends_its_attempts_and_dies() {
     assert_eq!(del.status, DeliveryStatus::Dead, "{del:?}");
     let attempts = w.store.attempts(&w.tenant, del.id).await.unwrap();
     assert!(!attempts.is_empty());
-    assert_eq!(attempts.len() as u32, del.attempts, "every attempt is in the ledger");
+    assert_eq!(
+        attempts.len() as u32,
+        del.attempts,
+        "every attempt is in the ledger"
+    );
     assert!(attempts
         .iter()
         .all(|a| a.record.excerpt.as_deref() == Some("the webhook transport panicked")));

@@ -168,20 +168,26 @@ pub async fn claim_takes_no_more_than_an_endpoint_has_room_for(fx: Fixture) {
     let quiet = add_endpoint(&fx, "acme", "ping.*").await;
     let mut backlog = Vec::new();
     for _ in 0..20 {
-        backlog.push(enqueue(&fx, msg("bulk.item").tenant("acme")).await.message_id);
+        backlog.push(
+            enqueue(&fx, msg("bulk.item").tenant("acme"))
+                .await
+                .message_id,
+        );
     }
     fx.clock().advance(secs(1));
     let mut pings = Vec::new();
     for _ in 0..3 {
-        pings.push(enqueue(&fx, msg("ping.one").tenant("acme")).await.message_id);
+        pings.push(
+            enqueue(&fx, msg("ping.one").tenant("acme"))
+                .await
+                .message_id,
+        );
     }
     let got = claim(&fx, &for_webhooks().endpoint_room(busy.id, 3)).await;
     let order: Vec<_> = got.iter().map(|c| c.message.id).collect();
     assert_eq!(
         order,
-        vec![
-            backlog[0], pings[0], backlog[1], pings[1], backlog[2], pings[2]
-        ],
+        vec![backlog[0], pings[0], backlog[1], pings[1], backlog[2], pings[2]],
         "three of the busy endpoint (its oldest), every delivery of the other, in rounds"
     );
     let capped = claim(&fx, &for_webhooks().endpoint_limit(2)).await;
