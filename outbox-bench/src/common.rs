@@ -199,6 +199,9 @@ pub struct BurnDown {
     pub completed: u64,
     /// Whether all of them did (false when the time cap stopped the run first).
     pub finished: bool,
+    /// Deliveries claimed ÷ deliveries that reached a verdict (the report's
+    /// `claims_per_delivery`; 0 when none did).
+    pub claims_per_delivery: f64,
 }
 
 /// Run `dispatcher` (built with `progress` as its observer) until `n` deliveries succeeded,
@@ -242,6 +245,7 @@ pub async fn burn_down(
         mean_batch: progress.mean_batch(),
         completed,
         finished,
+        claims_per_delivery: report.claims_per_delivery().unwrap_or(0.0),
     })
 }
 

@@ -116,6 +116,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "webhook delivery to a local keep-alive receiver, c = 1, 16, 64",
     ),
     (
+        "relay-defaults",
+        "webhook backlog to one endpoint with the relay's defaults: claims per delivery",
+    ),
+    (
         "mail-http",
         "e-mail through HttpMailer to a local mail-API stand-in, c = 16",
     ),
@@ -424,6 +428,7 @@ async fn run(args: Args) -> ExitCode {
             ("redis-cluster", _) => vec![redis_bench::cluster(&ctx).await],
             ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
             ("webhook", _) => webhook::run(&ctx).await,
+            ("relay-defaults", _) => vec![webhook::relay_defaults(&ctx).await],
             ("mail-http", _) => mail::run(&ctx).await,
             ("broker-nats", _) => broker::run(&ctx).await,
             ("isolation-hang", _) => vec![isolation::hang(&ctx).await],

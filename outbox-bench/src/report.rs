@@ -36,6 +36,14 @@ impl Figure {
         Figure { value, unit: "ms" }
     }
 
+    /// Deliveries claimed per delivery settled (1.0: none claimed only to be handed back).
+    pub fn claims(value: f64) -> Self {
+        Figure {
+            value,
+            unit: "claims/delivery",
+        }
+    }
+
     /// A size in MiB.
     pub fn mib(value: f64) -> Self {
         Figure { value, unit: "MiB" }
@@ -46,6 +54,7 @@ impl Figure {
         match self.unit {
             "ms" => format!("{:.2} ms", self.value),
             "MiB" => format!("{:.1} MiB", self.value),
+            "claims/delivery" => format!("{:.2} claims/delivery", self.value),
             unit => format!("{} {unit}", si(self.value)),
         }
     }
@@ -77,6 +86,8 @@ pub enum Target {
     Flat(f64),
     /// Ours / baseline (a slowdown) must be at most this.
     MaxRatio(f64),
+    /// Ours (a count, such as claims per delivery) must be at most this.
+    AtMost(f64),
     /// No target: the figure is reported only.
     None,
 }
@@ -89,6 +100,7 @@ impl Target {
             Target::MaxMillis(ms) => format!("≤ {ms} ms"),
             Target::Flat(f) => format!("±{:.0} %", f * 100.0),
             Target::MaxRatio(r) => format!("≤ {r}×"),
+            Target::AtMost(v) => format!("≤ {v}"),
             Target::None => "none".to_owned(),
         }
     }
@@ -197,6 +209,7 @@ pub fn judge(target: Target, ours: Figure, ratio: Option<f64>) -> Status {
         Target::MaxMillis(max) => ours.value <= max,
         Target::Flat(tol) => ratio.is_some_and(|r| (r - 1.0).abs() <= tol),
         Target::MaxRatio(max) => ratio.is_some_and(|r| r <= max),
+        Target::AtMost(max) => ours.value <= max,
     };
     if ok {
         Status::Pass

@@ -132,6 +132,19 @@ async fn ours(
     c: usize,
     transport: Arc<DynWebhookTransport>,
 ) -> BenchResult<crate::common::BurnDown> {
+    // One receiver: its throughput, not the per-endpoint cap, is measured.
+    ours_with(url, n, c, Some(c), transport).await
+}
+
+/// [`ours`] with the per-endpoint cap `endpoint_concurrency` (`None`: the default, a
+/// quarter of `c`).
+async fn ours_with(
+    url: &str,
+    n: usize,
+    c: usize,
+    endpoint_concurrency: Option<usize>,
+    transport: Arc<DynWebhookTransport>,
+) -> BenchResult<crate::common::BurnDown> {
     let store: Arc<DynStore> = Arc::new(InMemoryStore::new(Arc::new(SystemClock)));
     // The receiver is on loopback over http.
     let admin = EndpointAdmin::new(
@@ -161,8 +174,7 @@ async fn ours(
     let config = DispatcherConfig {
         batch_size: 100,
         concurrency: c,
-        // One receiver: its throughput, not the per-endpoint cap, is measured.
-        endpoint_concurrency: Some(c),
+        endpoint_concurrency,
         ..DispatcherConfig::default()
     };
     let d = Dispatcher::builder(store)
@@ -322,9 +334,11 @@ pub async fn run(ctx: &Ctx) -> Vec<Row> {
                     format!(
                         "ours: Dispatcher + HttpTransport (signed, loopback allowed) burning \
                          down a backlog in InMemoryStore, batch 100, concurrency {c} (mean \
-                         claim {:.1}); the same with a no-op transport: {}; raw: reqwest POSTs \
-                         of the same bodies; receiver: lean hyper server; best of {reps}",
+                         claim {:.1}, {:.2} claims per delivery); the same with a no-op \
+                         transport: {}; raw: reqwest POSTs of the same bodies; receiver: lean \
+                         hyper server; best of {reps}",
                         b.mean_batch,
+                        b.claims_per_delivery,
                         Figure::requests(null).human(),
                     ),
                 ));
@@ -384,5 +398,40 @@ async fn profile_side(side: &str, n: usize, c: usize) -> Row {
             "one side only (OUTBOX_BENCH_WEBHOOK_SIDE)".to_owned(),
         ),
         Err(e) => Row::not_run(&key, scenario, Target::None, Status::Error(e)),
+    }
+}
+
+/// The relay's defaults (batch 100, concurrency 64, the default per-endpoint cap of 16) on
+/// a backlog to one endpoint: how many claims each delivery costs. Above 1 means deliveries
+/// were claimed only to be handed back (the cap) and claimed again.
+pub async fn relay_defaults(ctx: &Ctx) -> Row {
+    let n = ctx.scale.n(2_000);
+    let key = "webhook-relay-defaults";
+    let scenario = "one endpoint, the relay's defaults (c = 64, cap 16): claims per delivery";
+    let r = async {
+        let receiver = Receiver::start()
+            .await
+            .map_err(|e| format!("receiver: {e}"))?;
+        ours_with(&receiver.url(), n, 64, None, http()?).await
+    }
+    .await;
+    match r {
+        Ok(b) => Row::measured(
+            key,
+            scenario,
+            ctx.scale.label(n),
+            Figure::claims(b.claims_per_delivery),
+            None,
+            Target::AtMost(1.1),
+            format!(
+                "Dispatcher + HttpTransport over InMemoryStore with DispatcherConfig's defaults \
+                 (the relay's: batch 100, concurrency 64, endpoint_concurrency a quarter of it) \
+                 to one lean hyper receiver; deliveries claimed ÷ deliveries settled; {} \
+                 (mean claim {:.1})",
+                Figure::requests(b.rate).human(),
+                b.mean_batch
+            ),
+        ),
+        Err(e) => Row::not_run(key, scenario, Target::AtMost(1.1), Status::Error(e)),
     }
 }

@@ -23,8 +23,10 @@ pub struct RelayArgs {
     store: LocationArgs,
     #[command(flatten)]
     vault: VaultArgs,
-    /// Deliver what is due now, then exit 0 (for cron and CI). Deliveries that come due
-    /// later (a retry in a minute, a held delivery's next probe) wait for the next run.
+    /// Deliver what is due now, then exit 0 (for cron and CI). A delivery held back by its
+    /// endpoint's rate limit is work this run can do: the run waits for the limit's next
+    /// token and delivers it before it exits. Deliveries that come due later for other
+    /// reasons (a retry in a minute, a held delivery's next probe) wait for the next run.
     /// SIGINT/SIGTERM stop it early, like a normal run.
     #[arg(long)]
     until_idle: bool,
@@ -37,6 +39,11 @@ pub struct RelayArgs {
     /// Deliveries at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Webhook requests in flight at once to any one endpoint (1–10000; default a quarter
+    /// of --concurrency, at least 1), so one slow receiver cannot take every slot. A claim
+    /// takes no more deliveries to an endpoint than this lets start.
+    #[arg(long)]
+    endpoint_concurrency: Option<usize>,
     /// The most PostgreSQL connections the relay opens (default 8). Claims, completion
     /// writes and endpoint reads share the pool; below 2 + concurrency/16 the relay warns
     /// that completions may starve, below 2 it refuses to start. The wake-up listener uses
@@ -303,6 +310,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         shutdown_grace: parse_flag_duration("shutdown-grace", &a.shutdown_grace)?,
         mail_key_prefix: a.mail_key_prefix.clone(),
         forward_traceparent: a.forward_traceparent,
+        endpoint_concurrency: a.endpoint_concurrency,
         ..DispatcherConfig::default()
     };
     config.lease = match &a.lease {
@@ -416,10 +424,16 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
 }
 
 /// The run report as JSON: the counters, `run_time_ms`, per-topic counts, the first dead
-/// ids and the end-of-run queue statistics.
+/// ids, the end-of-run queue statistics, and `claims_per_delivery` (deliveries claimed ÷
+/// deliveries that reached a verdict; 1.0 when none was claimed only to be handed back,
+/// `null` when nothing reached a verdict).
 fn report_json(r: &outboxkit_dispatch::Report) -> serde_json::Value {
     let mut v = serde_json::to_value(r).unwrap_or(serde_json::Value::Null);
     if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "claims_per_delivery".into(),
+            serde_json::json!(r.claims_per_delivery()),
+        );
         o.remove("run_time");
         o.insert(
             "run_time_ms".into(),

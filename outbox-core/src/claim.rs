@@ -2,7 +2,7 @@
 //! how a verdict or a release turns into the new state of a delivery row. Stores write the
 //! [`DeliveryUpdate`]s computed here, so every backend changes rows the same way.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -58,6 +58,8 @@ pub struct ClaimRequest {
     lease: Duration,
     sources: Vec<ClaimSource>,
     exclude_endpoints: BTreeSet<EndpointId>,
+    endpoint_limit: Option<u32>,
+    endpoint_room: BTreeMap<EndpointId, u32>,
     dormant_topics: BTreeSet<Topic>,
 }
 
@@ -71,6 +73,8 @@ impl ClaimRequest {
             lease,
             sources: Vec::new(),
             exclude_endpoints: BTreeSet::new(),
+            endpoint_limit: None,
+            endpoint_room: BTreeMap::new(),
             dormant_topics: BTreeSet::new(),
         }
     }
@@ -110,6 +114,27 @@ impl ClaimRequest {
         self
     }
 
+    /// Take at most `n` (at least 1) webhook deliveries to any one endpoint: a worker that may
+    /// start only `n` requests to an endpoint at once claims no more than it can start
+    /// (`claim_takes_no_more_than_an_endpoint_has_room_for`). An endpoint named by
+    /// [`ClaimRequest::endpoint_room`] gets that room instead.
+    pub fn endpoint_limit(mut self, n: u32) -> Self {
+        self.endpoint_limit = Some(n);
+        self
+    }
+
+    /// Take at most `n` webhook deliveries to `endpoint` (its cap less what the worker has
+    /// in flight to it); overrides [`ClaimRequest::endpoint_limit`] for that endpoint. A room
+    /// of 0 excludes the endpoint, as [`ClaimRequest::exclude_endpoints`] does.
+    pub fn endpoint_room(mut self, endpoint: EndpointId, n: u32) -> Self {
+        if n == 0 {
+            self.exclude_endpoints.insert(endpoint);
+        } else {
+            self.endpoint_room.insert(endpoint, n);
+        }
+        self
+    }
+
     /// Older unfinished deliveries of these topics do not hold back newer ones with the same
     /// ordering key (an abandoned producer's rows).
     pub fn dormant_topics(mut self, topics: impl IntoIterator<Item = Topic>) -> Self {
@@ -127,6 +152,12 @@ impl ClaimRequest {
         }
         if !(1..=MAX_BATCH).contains(&self.batch_size) {
             return Err(Error::invalid_input("batch_size", "must be from 1 to 1000"));
+        }
+        if self.endpoint_limit == Some(0) {
+            return Err(Error::invalid_input(
+                "endpoint_limit",
+                "must be at least 1; exclude endpoints to take none",
+            ));
         }
         if self.lease < Duration::from_secs(1) || self.lease > Duration::from_secs(24 * 3600) {
             return Err(Error::invalid_input("lease", "must be from 1 s to 24 h"));
@@ -165,6 +196,35 @@ impl ClaimRequest {
     /// Excluded endpoints.
     pub fn excluded_endpoints(&self) -> &BTreeSet<EndpointId> {
         &self.exclude_endpoints
+    }
+
+    /// The most webhook deliveries to any endpoint not named by
+    /// [`ClaimRequest::endpoint_room`] that one claim takes (`None`: no limit).
+    pub fn default_endpoint_limit(&self) -> Option<u32> {
+        self.endpoint_limit
+    }
+
+    /// The endpoints with a room of their own (each at least 1; a room of 0 is an exclusion).
+    pub fn endpoint_rooms(&self) -> &BTreeMap<EndpointId, u32> {
+        &self.endpoint_room
+    }
+
+    /// The most webhook deliveries to `endpoint` this claim takes: its room, else the
+    /// default limit; `None` when unlimited (an excluded endpoint is not served at all, see
+    /// [`ClaimRequest::serves`]).
+    pub fn room_for(&self, endpoint: &EndpointId) -> Option<u32> {
+        self.endpoint_room
+            .get(endpoint)
+            .copied()
+            .or(self.endpoint_limit)
+    }
+
+    /// The most deliveries to `destination` this claim takes (`usize::MAX`: no limit).
+    pub fn group_limit(&self, destination: &Destination) -> usize {
+        match destination {
+            Destination::Webhook(e) => self.room_for(e).map_or(usize::MAX, |n| n as usize),
+            _ => usize::MAX,
+        }
     }
 
     /// Dormant topics.

@@ -54,9 +54,11 @@ pub struct DispatcherConfig {
     pub mail_key_prefix: String,
     /// Webhook requests in flight at once per endpoint, unless overridden, so that one slow
     /// or hanging receiver cannot hold every slot. `None` (the default) is a quarter of
-    /// `concurrency`, at least 1; `Some(concurrency)` lifts the cap. An endpoint at its cap
-    /// is left out of claims; a delivery that still meets it is released without spending
-    /// an attempt, due again at once.
+    /// `concurrency`, at least 1; `Some(concurrency)` lifts the cap. A claim takes no more
+    /// deliveries to an endpoint than its cap lets start (the cap less what the run already
+    /// holds for it), so deliveries are not claimed only to be handed back; a delivery that
+    /// still meets the cap (another run of the same dispatcher) is released without
+    /// spending an attempt, due again at once.
     pub endpoint_concurrency: Option<usize>,
     /// Per-endpoint overrides of `endpoint_concurrency`, by endpoint id (1–10000 each).
     pub endpoint_concurrency_overrides: BTreeMap<EndpointId, usize>,
@@ -265,7 +267,13 @@ impl DispatcherConfig {
         self.endpoint_concurrency_overrides
             .get(&endpoint)
             .copied()
-            .or(self.endpoint_concurrency)
+            .unwrap_or_else(|| self.default_endpoint_concurrency())
+    }
+
+    /// The most webhook requests in flight to an endpoint without an override:
+    /// `endpoint_concurrency`, else a quarter of `concurrency` (at least 1).
+    pub fn default_endpoint_concurrency(&self) -> usize {
+        self.endpoint_concurrency
             .unwrap_or((self.concurrency / 4).max(1))
     }
 }

@@ -42,6 +42,9 @@ pub(crate) struct RunState {
     pub(crate) breakers: Mutex<HashMap<ConsumerName, Timestamp>>,
     /// Deliveries this run has started (`run_once`: all of them; `run`: those in flight).
     pub(crate) started: Mutex<HashSet<outboxkit_core::ids::DeliveryId>>,
+    /// The earliest time a delivery handed back over its endpoint's rate limit is due
+    /// again (`run_once` waits for it rather than ending with it due).
+    rate_due: Mutex<Option<Timestamp>>,
 }
 
 impl RunState {
@@ -52,7 +55,23 @@ impl RunState {
             shutdown: CancellationToken::new(),
             breakers: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
+            rate_due: Mutex::new(None),
         }
+    }
+
+    /// A delivery went back over its endpoint's rate limit, due again at `due`.
+    fn rate_limited(&self, due: Timestamp) {
+        let mut d = self.rate_due.lock().unwrap_or_else(|p| p.into_inner());
+        *d = Some(d.map_or(due, |t| t.min(due)));
+    }
+
+    /// The earliest due time of the deliveries handed back over a rate limit since the last
+    /// call, if any.
+    pub(crate) fn take_rate_due(&self) -> Option<Timestamp> {
+        self.rate_due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// The shutdown signal arrived: start nothing new and cancel running handlers.
@@ -472,7 +491,10 @@ async fn webhook_path(
             // At its cap: due again at once; the endpoint stays out of claims while it is
             // at its cap, so this does not spin.
             let delay = match refused {
-                Admit::RateLimited(wait) => wait,
+                Admit::RateLimited(wait) => {
+                    run.rate_limited(shared.clock.now().saturating_add(wait));
+                    wait
+                }
                 _ => Duration::ZERO,
             };
             return Done::release(lease, delay);
@@ -489,7 +511,18 @@ async fn webhook_path(
         shared.config.webhook_timeout,
     );
     let request = super::webhook::forward_traceparent(request, message, &shared.config);
-    let response = ch.transport.send(request).await;
+    // A transport that panics spends the attempt like a failed send (and the ledger says
+    // so): a bug in it cannot hand the same delivery out again and again.
+    let response = AssertUnwindSafe(ch.transport.send(request))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| {
+            tracing::error!(delivery_id = %delivery.id, "the webhook transport panicked");
+            outboxkit_core::transport::WebhookResponse::Failed {
+                class: outboxkit_core::model::ErrorClass::Network,
+                detail: "the webhook transport panicked".to_owned(),
+            }
+        });
     let finished = shared.clock.now();
     let outcome = response.outcome();
     let transition = shared

@@ -2,8 +2,10 @@
 //! composing the mail from a message) and the send path of one delivery.
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 
 use super::deliver::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::Shared;
@@ -158,7 +160,15 @@ pub(super) async fn email_path(
     }
     let started = shared.clock.now();
     let result = tokio::select! {
-        r = ch.mailer.send(&mail, &key) => r,
+        // A mailer that panics spends the attempt (the mail may have gone out).
+        r = AssertUnwindSafe(ch.mailer.send(&mail, &key)).catch_unwind() => r.unwrap_or_else(|_| {
+            tracing::error!("the mailer panicked");
+            Err(MailError::new(
+                MailErrorCode::Other,
+                MailOutcome::Unknown,
+                "the mailer panicked",
+            ))
+        }),
         // Abandoned mid-call: the mail may have gone out.
         () = shared.clock.sleep(shared.config.mail_deadline()) => Err(MailError::new(
             MailErrorCode::Timeout,

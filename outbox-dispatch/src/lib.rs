@@ -21,7 +21,7 @@ mod settle;
 mod timer;
 mod webhook;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +51,7 @@ use self::run::{Mode, RunLoop};
 use outboxkit_core::claim::ClaimRequest;
 use outboxkit_core::endpoint::Consumer;
 use outboxkit_core::error::{ErrorKind, Result};
-use outboxkit_core::ids::ConsumerName;
+use outboxkit_core::ids::{ConsumerName, EndpointId};
 use outboxkit_core::mail::DynMailer;
 use outboxkit_core::retry::TenantPolicy;
 use outboxkit_core::signing::HeaderNames;
@@ -284,6 +284,7 @@ impl Dispatcher {
         run: &RunState,
         size: usize,
         now: Timestamp,
+        held: HashMap<EndpointId, usize>,
     ) -> Option<ClaimRequest> {
         let s = &self.shared;
         let size = u32::try_from(size)
@@ -308,11 +309,26 @@ impl Dispatcher {
             }
         }
         if let Some(w) = &s.webhooks {
-            // Endpoints with an open circuit or at their cap stay where they are.
+            // Endpoints with an open circuit stay where they are; no endpoint gets more than
+            // its cap lets start: its cap less what this run holds for it (claimed, not yet
+            // finished) or what is in flight to it, whichever is more.
             let mut skip = std::collections::BTreeSet::new();
             s.breakers.blocked(now, &mut skip);
-            s.limits.at_cap(|e| s.config.concurrency_for(e), &mut skip);
-            req = req.webhooks(w.claim_budget).exclude_endpoints(skip);
+            let mut held = held;
+            s.limits.in_flight(&mut held);
+            let room = |e: EndpointId, n: usize| {
+                let free = s.config.concurrency_for(e).saturating_sub(n);
+                u32::try_from(free).unwrap_or(u32::MAX)
+            };
+            for e in s.config.endpoint_concurrency_overrides.keys() {
+                held.entry(*e).or_default();
+            }
+            let limit = u32::try_from(s.config.default_endpoint_concurrency()).unwrap_or(u32::MAX);
+            req = req.webhooks(w.claim_budget).endpoint_limit(limit.max(1));
+            for (e, n) in held {
+                req = req.endpoint_room(e, room(e, n));
+            }
+            req = req.exclude_endpoints(skip);
             any = true;
         }
         if let Some(m) = &s.mail {

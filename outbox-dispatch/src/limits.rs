@@ -1,7 +1,7 @@
 //! Per-endpoint limits shared by every delivery task of one dispatcher: the rate limit
 //! stored on the endpoint (a token bucket) and an optional cap on requests in flight.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -87,17 +87,12 @@ impl EndpointLimits {
         })
     }
 
-    /// Add to `into` the endpoints with `cap(endpoint)` requests in flight or more.
-    pub(crate) fn at_cap(
-        &self,
-        cap: impl Fn(EndpointId) -> usize,
-        into: &mut BTreeSet<EndpointId>,
-    ) {
+    /// Add to `into` the requests in flight to each endpoint that has any.
+    pub(crate) fn in_flight(&self, into: &mut HashMap<EndpointId, usize>) {
         let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        for (id, slot) in slots.iter() {
-            if slot.running >= cap(*id) {
-                into.insert(*id);
-            }
+        for (id, slot) in slots.iter().filter(|(_, s)| s.running > 0) {
+            let n = into.entry(*id).or_default();
+            *n = (*n).max(slot.running);
         }
     }
 
@@ -167,12 +162,9 @@ mod tests {
         let a = l.admit(ep(), None, Some(1), ms(0));
         assert!(matches!(a, Admit::Go(_)));
         assert!(matches!(l.admit(ep(), None, Some(1), ms(0)), Admit::Busy));
-        let mut full = BTreeSet::new();
-        l.at_cap(|_| 1, &mut full);
-        assert!(full.contains(&ep()));
-        full.clear();
-        l.at_cap(|_| 2, &mut full);
-        assert!(full.is_empty());
+        let mut flying = HashMap::new();
+        l.in_flight(&mut flying);
+        assert_eq!(flying.get(&ep()), Some(&1));
         drop(a);
         assert!(matches!(l.admit(ep(), None, Some(1), ms(0)), Admit::Go(_)));
         assert!(

@@ -146,6 +146,16 @@ impl Report {
     pub fn completed(&self) -> u64 {
         self.succeeded + self.retried + self.held + self.snoozed + self.parked + self.dead
     }
+
+    /// Claims per delivery: deliveries claimed ÷ deliveries that reached a verdict
+    /// ([`Report::completed`]). 1.0 when every claimed delivery was sent (or otherwise
+    /// decided); above it when deliveries were claimed and handed back unstarted (an
+    /// endpoint at its cap or over its rate limit, a shutdown) and claimed again. `None`
+    /// when nothing reached a verdict.
+    pub fn claims_per_delivery(&self) -> Option<f64> {
+        let done = self.completed();
+        (done > 0).then(|| self.claimed as f64 / done as f64)
+    }
 }
 
 impl fmt::Display for Report {

@@ -31,6 +31,7 @@ use crate::report::Report;
 use crate::timer::TimerExt;
 use outboxkit_core::claim::{Claimed, Lease};
 use outboxkit_core::error::{ErrorKind, Result};
+use outboxkit_core::ids::EndpointId;
 use outboxkit_core::model::Destination;
 use outboxkit_core::time::Timestamp;
 use outboxkit_core::wake::WakeListener;
@@ -51,9 +52,14 @@ type Settling = Pin<Box<dyn Future<Output = Report> + Send>>;
 
 /// A webhook or e-mail delivery run on the loop's own task. Dropping it aborts it (its
 /// lease is then released, attempt refunded, as for an aborted task); a panic is caught
-/// and releases the delivery the same way, as a panicking task does.
+/// and releases the delivery due after a poll interval, as a panicking task does (a panic
+/// of the transport itself is caught inside and spends the attempt).
 struct Inline {
     lease: Lease,
+    /// The endpoint of a webhook delivery (counted against its cap until it finishes).
+    endpoint: Option<EndpointId>,
+    /// How long a delivery that panicked waits before it is due again.
+    pause: Duration,
     state: Arc<RunState>,
     run: Pin<Box<dyn Future<Output = std::thread::Result<Done>> + Send>>,
 }
@@ -67,8 +73,8 @@ impl Future for Inline {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(done)) => Poll::Ready(done),
             Poll::Ready(Err(_)) => {
-                tracing::error!(delivery_id = %this.lease.delivery_id, "a delivery panicked; releasing it");
-                Poll::Ready(unfinished(&this.state, this.lease.clone()))
+                tracing::error!(delivery_id = %this.lease.delivery_id, "a delivery panicked; releasing it for a poll interval");
+                Poll::Ready(unfinished(&this.state, this.lease.clone(), this.pause))
             }
         }
     }
@@ -182,7 +188,15 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                 Claim::Idle => {}
             }
             if self.drained() {
-                break;
+                // Deliveries handed back over a rate limit are work this run can still do:
+                // wait for them while the budget lasts, rather than end with them due.
+                match self.rate_wait() {
+                    Some(due) => {
+                        self.shared.clock.sleep_until(due).await;
+                        continue;
+                    }
+                    None => break,
+                }
             }
             self.wait().await;
         }
@@ -193,7 +207,12 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// inline ones as far as they can go).
     fn reap(&mut self) {
         while let Some(r) = self.tasks.try_join_next_with_id() {
-            let done = joined(r, &mut self.leases, &self.run);
+            let done = joined(
+                r,
+                &mut self.leases,
+                &self.run,
+                self.shared.config.poll_interval,
+            );
             self.finished.push(done);
         }
         while let Some(Some(done)) = self.inline.next().now_or_never() {
@@ -328,7 +347,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             return Ok(Claim::Idle);
         }
         let now = s.clock.now();
-        let Some(req) = self.dispatcher.claim_request(&self.run, free, now) else {
+        let Some(req) =
+            self.dispatcher
+                .claim_request(&self.run, free, now, self.held_per_endpoint())
+        else {
             return Ok(Claim::Idle);
         };
         let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
@@ -386,6 +408,21 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
     }
 
+    /// The webhook deliveries this run holds per endpoint: claimed and waiting to start, or
+    /// running (a claim takes no more for an endpoint than its cap less these).
+    fn held_per_endpoint(&self) -> HashMap<EndpointId, usize> {
+        let mut held = HashMap::new();
+        let waiting = self
+            .ready
+            .iter()
+            .map(|(c, _)| c.delivery.destination.endpoint());
+        let running = self.inline.iter().map(|i| i.endpoint);
+        for e in waiting.chain(running).flatten() {
+            *held.entry(e).or_default() += 1;
+        }
+        held
+    }
+
     /// One task per handler delivery, webhooks and e-mail on the loop's task; the
     /// deliveries started together share one endpoint cache.
     fn spawn_batch(&mut self, batch: Vec<Claimed>) {
@@ -405,12 +442,15 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                     .map(tracing::field::display),
             );
             let lease = claimed.lease.clone();
+            let endpoint = claimed.delivery.destination.endpoint();
             let inline = runs_inline(&claimed.delivery.destination);
             let run =
                 deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span);
             if inline {
                 self.inline.push(Inline {
                     lease,
+                    endpoint,
+                    pause: s.config.poll_interval,
                     state: self.run.clone(),
                     run: Box::pin(AssertUnwindSafe(run).catch_unwind()),
                 });
@@ -419,6 +459,15 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                 self.leases.insert(h.id(), lease);
             }
         }
+    }
+
+    /// When `run_once`, drained, should look again: the earliest due time of the
+    /// deliveries it handed back over a rate limit, when one can still start within the
+    /// budget.
+    fn rate_wait(&self) -> Option<Timestamp> {
+        let due = self.run.take_rate_due()?;
+        let deadline = self.run.deadline?;
+        (due.saturating_add(self.dispatcher.min_reservation()) <= deadline).then_some(due)
     }
 
     /// `run_once` has nothing running, ready, settling or left to write.
@@ -452,6 +501,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                 Mode::Once => std::future::pending().await,
             }
         };
+        let pause = s.config.poll_interval;
         let tasks = &mut self.tasks;
         let leases = &mut self.leases;
         let run = &self.run;
@@ -460,7 +510,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let woke = tokio::select! {
             Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
             Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                Woke::Task(joined(r, leases, run))
+                Woke::Task(joined(r, leases, run, pause))
             }
             r = settled(settling), if settling.is_some() => Woke::Settled(r),
             () = woken => Woke::Other,
@@ -485,6 +535,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             None => s.clock.now().saturating_add(s.config.shutdown_grace),
         };
         while !(self.tasks.is_empty() && self.inline.is_empty()) {
+            let pause = s.config.poll_interval;
             let tasks = &mut self.tasks;
             let leases = &mut self.leases;
             let run = &self.run;
@@ -493,7 +544,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             let woke = tokio::select! {
                 Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
                 Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    Woke::Task(joined(r, leases, run))
+                    Woke::Task(joined(r, leases, run, pause))
                 }
                 r = settled(settling), if settling.is_some() => Woke::Settled(r),
                 () = s.clock.sleep_until(grace_end) => break,
@@ -502,7 +553,12 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
         self.tasks.abort_all();
         while let Some(r) = self.tasks.join_next_with_id().await {
-            let done = joined(r, &mut self.leases, &self.run);
+            let done = joined(
+                r,
+                &mut self.leases,
+                &self.run,
+                self.shared.config.poll_interval,
+            );
             self.finished.push(done);
         }
         // Still running at the end of the grace period: dropped (aborted), back unstarted.
@@ -593,25 +649,30 @@ fn joined(
     r: std::result::Result<(Id, Done), JoinError>,
     leases: &mut HashMap<Id, Lease>,
     run: &RunState,
+    pause: Duration,
 ) -> Done {
     match r {
         Ok((id, done)) => {
             leases.remove(&id);
             done
         }
+        // A task that panicked waits a poll interval, so a bug cannot hot-loop; one aborted
+        // at shutdown is due again at once.
         Err(e) => match leases.remove(&e.id()) {
-            Some(lease) => unfinished(run, lease),
+            Some(lease) if e.is_panic() => unfinished(run, lease, pause),
+            Some(lease) => unfinished(run, lease, Duration::ZERO),
             None => Done::LeaseLost,
         },
     }
 }
 
 /// A delivery that did not finish (panicked, or aborted at shutdown) goes back unstarted,
-/// and this run may start it again when it is handed out again (as after any release).
-fn unfinished(run: &RunState, lease: Lease) -> Done {
+/// due after `pause`, and this run may start it again when it is handed out again (as
+/// after any release).
+fn unfinished(run: &RunState, lease: Lease, pause: Duration) -> Done {
     run.started
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&lease.delivery_id);
-    Done::release_now(lease)
+    Done::release(lease, pause)
 }

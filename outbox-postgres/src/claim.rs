@@ -91,7 +91,8 @@ fn budget(d: &str) -> String {
 /// The claim statement. Parameters, bound in this order by [`PostgresStore::claim_now`]:
 /// $1 now, $2 batch, $3 consumers, $4 their budgets, $5 webhook budget, $6 e-mail budget,
 /// $7 dormant topics, $8 tokens, $9 lease end, $10 smallest budget, $11 excluded
-/// endpoints (ids as text).
+/// endpoints (ids as text), $12 endpoints with a room of their own, $13 their rooms,
+/// $14 the per-endpoint limit of the others (NULL: none).
 ///
 /// Its steps:
 /// 1. `exhausted`/`killed`/`buried`: rows that spent their budget become `dead` (at most
@@ -108,7 +109,8 @@ fn budget(d: &str) -> String {
 /// 4. `picked`: from each of those groups, its first claimable rows in (due, enqueue order),
 ///    behind the per-key barrier, locked with `SKIP LOCKED`: at most `$2 - k + 1` each when
 ///    `k` groups take part (a group can get no more: every other group gets one first), so
-///    a 100k backlog costs as much as any other group.
+///    a 100k backlog costs as much as any other group; an endpoint's group no more than its
+///    room (`$13`) or the per-endpoint limit (`$14`).
 /// 5. `chosen`: rounds — each group's first row, then each group's second, … — groups in the
 ///    order of their first picked row, cut at `$2`; locked rows not chosen are released when
 ///    the statement ends.
@@ -177,7 +179,9 @@ fn claim_text(t: &Tables) -> String {
                          AND NOT (p.status <> 'held' AND p.next_attempt_at <= $1::int8 \
                                   AND p.attempts >= {bd}))) \
               ORDER BY d.next_attempt_at, d.seq \
-              LIMIT share.n \
+              LIMIT CASE WHEN h.kind = 'webhook' THEN least(share.n, coalesce( \
+                      ($13::int8[])[array_position($12::text[], h.target)], $14::int8)) \
+                    ELSE share.n END \
               FOR UPDATE OF d SKIP LOCKED) p), \
          rounds AS ( \
            SELECT picked.*, \
@@ -260,6 +264,11 @@ impl PostgresStore {
             .iter()
             .map(ToString::to_string)
             .collect();
+        let (room_endpoints, rooms): (Vec<String>, Vec<i64>) = request
+            .endpoint_rooms()
+            .iter()
+            .map(|(e, n)| (e.to_string(), i64::from(*n)))
+            .unzip();
         let sql = &self.inner.sql.claim;
         let generic = sql.generic.load(Ordering::Relaxed);
         let mut tx = self.inner.pool.begin_with(claim_mode(generic)).await.db()?;
@@ -275,6 +284,9 @@ impl PostgresStore {
             .bind(ms(until)) // $9
             .bind(int4(min_budget)) // $10
             .bind(excluded_endpoints) // $11
+            .bind(room_endpoints) // $12
+            .bind(rooms) // $13
+            .bind(request.default_endpoint_limit().map(i64::from)) // $14
             .fetch_all(&mut *tx)
             .await
             .db()?;

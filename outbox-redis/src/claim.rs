@@ -166,6 +166,12 @@ impl RedisStore {
         // quotas[shard] = (group, how many) in group order; picks = the rows, in order.
         let mut quotas: Vec<Vec<(String, usize)>> = vec![Vec::new(); n];
         let mut picks: Vec<String> = Vec::new();
+        // An endpoint's group takes no more than its room, over all the shards.
+        for (g, r) in &mut groups {
+            if let Some(room) = group_room(request, g) {
+                r.truncate(room);
+            }
+        }
         let mut round = 0;
         while picks.len() < batch && groups.iter().any(|g| g.1.len() > round) {
             for (g, r) in groups.iter().filter(|g| g.1.len() > round) {
@@ -210,7 +216,9 @@ impl RedisStore {
             if want == 0 {
                 break;
             }
-            match self.claim_on(shard, request, want, &[]).await {
+            // What the rounds took counts against each endpoint's room.
+            let fill = less_taken(request, &out);
+            match self.claim_on(shard, &fill, want, &[]).await {
                 Ok(rows) => out.extend(rows),
                 Err(e) => failed = Some(e),
             }
@@ -263,6 +271,11 @@ impl RedisStore {
         a.n(request.dormant().len() as i64);
         for t in request.dormant() {
             a.s(t.as_str());
+        }
+        a.n(request.default_endpoint_limit().map_or(0, i64::from));
+        a.n(request.endpoint_rooms().len() as i64);
+        for (e, n) in request.endpoint_rooms() {
+            a.s(e.to_string()).n(i64::from(*n));
         }
         a.n(nquota);
         for (g, q) in quotas {
@@ -466,4 +479,40 @@ fn claimed(v: Value) -> Result<Claimed> {
         delivery,
         message,
     })
+}
+
+/// The room of a group named by its key after the prefix (`:g:<len>:<kind><len>:<tenant>
+/// <target>`), when it is an endpoint's group with a room or a limit.
+fn group_room(request: &ClaimRequest, group: &str) -> Option<usize> {
+    let mut rest = group.strip_prefix(":g:")?;
+    let mut parts = [""; 2];
+    for part in &mut parts {
+        let (len, tail) = rest.split_once(':')?;
+        let len: usize = len.parse().ok()?;
+        *part = tail.get(..len)?;
+        rest = tail.get(len..)?;
+    }
+    if parts[0] != "webhook" {
+        return None;
+    }
+    let endpoint = outboxkit_core::EndpointId::parse(rest).ok()?;
+    request.room_for(&endpoint).map(|n| n as usize)
+}
+
+/// `request` with each endpoint's room less the deliveries to it in `taken`.
+fn less_taken(request: &ClaimRequest, taken: &[Claimed]) -> ClaimRequest {
+    let mut counts: std::collections::BTreeMap<outboxkit_core::EndpointId, u32> =
+        Default::default();
+    for c in taken {
+        if let Some(e) = c.delivery.destination.endpoint() {
+            *counts.entry(e).or_default() += 1;
+        }
+    }
+    let mut fill = request.clone();
+    for (e, n) in counts {
+        if let Some(room) = request.room_for(&e) {
+            fill = fill.endpoint_room(e, room.saturating_sub(n));
+        }
+    }
+    fill
 }

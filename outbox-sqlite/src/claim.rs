@@ -87,6 +87,8 @@ struct Served<'r> {
     request: &'r ClaimRequest,
     consumers: HashMap<&'r str, u32>,
     excluded_endpoints: HashSet<String>,
+    /// Endpoints with a room of their own (the most of their rows one claim takes).
+    rooms: HashMap<String, usize>,
     dormant: String,
 }
 
@@ -106,8 +108,26 @@ impl<'r> Served<'r> {
                 .iter()
                 .map(|e| e.to_string())
                 .collect(),
+            rooms: request
+                .endpoint_rooms()
+                .iter()
+                .map(|(e, n)| (e.to_string(), *n as usize))
+                .collect(),
             dormant: topics(request.dormant())?,
         })
+    }
+
+    /// The most rows of a group one claim takes: an endpoint's room, else the claim's
+    /// per-endpoint limit (`usize::MAX`: no limit).
+    fn cap(&self, group: &Group) -> usize {
+        if group.kind != "webhook" {
+            return usize::MAX;
+        }
+        self.rooms
+            .get(&group.target)
+            .copied()
+            .or(self.request.default_endpoint_limit().map(|n| n as usize))
+            .unwrap_or(usize::MAX)
     }
 
     /// The attempt budget for a group, `None` when this claim does not take it (an
@@ -233,7 +253,7 @@ const CANDIDATES: &str = concat!(
      ORDER BY c.next_attempt_at, c.seq LIMIT :limit"
 );
 
-/// Up to `limit` claimable rows of `group`, in claim order.
+/// Up to `limit` claimable rows of `group` (and no more than its cap), in claim order.
 fn candidates(
     conn: &Connection,
     served: &Served<'_>,
@@ -241,6 +261,7 @@ fn candidates(
     now: Timestamp,
     limit: usize,
 ) -> Result<Vec<Candidate>> {
+    let limit = limit.min(served.cap(group));
     let mut stmt = conn.prepare_cached(CANDIDATES)?;
     let rows = stmt.query_map(
         named_params! {
@@ -330,7 +351,7 @@ pub(crate) fn claim(
     let mut picked = rounds(&heads, batch);
     if picked.len() < batch && share < batch {
         for (g, h) in groups.iter().zip(heads.iter_mut()) {
-            if h.len() == share {
+            if h.len() == share && served.cap(g) > share {
                 *h = candidates(conn, &served, g, now, batch)?;
             }
         }

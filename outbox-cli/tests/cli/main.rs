@@ -5,6 +5,7 @@ mod alerts;
 mod bad_input;
 mod broker;
 mod bulk;
+mod claims;
 mod defects;
 mod demo;
 mod features;

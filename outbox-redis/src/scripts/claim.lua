@@ -5,6 +5,7 @@
 -- (next_attempt_at, sequence) order, skipping rows held back by the ordering barrier. Groups of excluded endpoints are left untouched.
 -- ARGV: now, lease_until, batch, nsrc, (kind, target, budget) x nsrc,
 --       nexe, excluded endpoints..., ndorm, dormant topics...,
+--       endpoint limit (0: none), nroom, (endpoint, room) x nroom,
 --       nquota, (group, quota) x nquota, tokens (batch of them)
 -- With quotas (a claim over several shards, whose rounds the caller played across all of
 -- them) only the groups named are read, in the order given, each up to its quota; a group
@@ -36,6 +37,22 @@ for _ = 1, ndorm do
   dormant[ARGV[a]] = true
   a = a + 1
 end
+-- The most rows of one endpoint's group this claim takes: its room, else the limit.
+local ep_limit = tonumber(ARGV[a])
+if ep_limit == 0 then ep_limit = nil end
+a = a + 1
+local rooms = {}
+local nroom = tonumber(ARGV[a])
+a = a + 1
+for _ = 1, nroom do
+  rooms[ARGV[a]] = tonumber(ARGV[a + 1])
+  a = a + 2
+end
+local function cap_of(key)
+  local kind, _, target = parse_g(key)
+  if kind ~= 'webhook' then return nil end
+  return rooms[target] or ep_limit
+end
 local quotas = {}
 local nquota = tonumber(ARGV[a])
 a = a + 1
@@ -59,7 +76,7 @@ for _, q in ipairs(quotas) do
   for _, src in ipairs(sources) do
     if src.kind == kind and (kind ~= 'handler' or src.G == k_G(kind, target)) then
       groups[#groups + 1] = { key = q.key, score = 0, src = src, buf = {}, pos = 1,
-        done = false, quota = q.quota }
+        done = false, quota = q.quota, cap = cap_of(q.key) }
       break
     end
   end
@@ -74,7 +91,7 @@ for _, src in ipairs(nquota > 0 and {} or sources) do
     end
     if not skip then
       groups[#groups + 1] = { key = r[j], score = tonumber(r[j + 1]), src = src, buf = {},
-        pos = 1, done = false }
+        pos = 1, done = false, cap = cap_of(r[j]) }
     end
   end
 end
@@ -232,18 +249,20 @@ local function take(g)
   end
 end
 
+-- Whether a group may take another row: within its quota and its endpoint's room.
+local function open(g)
+  return not ((g.cap and g.cap <= 0) or (g.quota and g.quota <= 0))
+end
+
 local active = groups
 while #claimed < batch and #active > 0 do
   local still = {}
   for _, g in ipairs(active) do
     if #claimed >= batch then break end
-    if g.quota then
-      if g.quota > 0 and take(g) then
-        g.quota = g.quota - 1
-        if g.quota > 0 then still[#still + 1] = g end
-      end
-    elseif take(g) then
-      still[#still + 1] = g
+    if open(g) and take(g) then
+      if g.cap then g.cap = g.cap - 1 end
+      if g.quota then g.quota = g.quota - 1 end
+      if open(g) then still[#still + 1] = g end
     end
   end
   active = still

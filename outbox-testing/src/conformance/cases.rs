@@ -65,6 +65,7 @@ macro_rules! __conformance_cases {
             delayed_message_appears_when_due,
             claim_skips_excluded_endpoints,
             claim_gives_every_group_a_turn,
+            claim_takes_no_more_than_an_endpoint_has_room_for,
             claim_shares_a_batch_between_backlogs,
             claim_is_exclusive,
             stranded_claim_is_claimable_after_lease,

@@ -359,11 +359,10 @@ impl State {
                 }
                 let group = (r.d.tenant.clone(), r.d.destination.clone());
                 if seen.insert(group.clone()) {
-                    if let Some(head) = self
-                        .groups
-                        .get(&group)
-                        .and_then(|set| self.group_head(set, req, now, batch))
-                    {
+                    if let Some(head) = self.groups.get(&group).and_then(|set| {
+                        let limit = batch.min(req.group_limit(&group.1));
+                        self.group_head(set, req, now, limit)
+                    }) {
                         heads.push(head);
                     }
                 }
@@ -373,7 +372,8 @@ impl State {
                 if !req.serves(destination) {
                     continue;
                 }
-                if let Some(head) = self.group_head(set, req, now, batch) {
+                let limit = batch.min(req.group_limit(destination));
+                if let Some(head) = self.group_head(set, req, now, limit) {
                     heads.push(head);
                 }
             }

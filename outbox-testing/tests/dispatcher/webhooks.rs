@@ -320,22 +320,22 @@ impl outboxkit_core::WebhookTransport for Unruly {
 }
 
 #[tokio::test]
-async fn a_panicking_or_hanging_send_is_released_and_the_others_go_on() {
+async fn a_panicking_send_spends_its_attempt_a_hanging_one_is_released_the_others_go_on() {
     let w = world();
     let transport = Arc::new(Unruly::default());
     let d = w.webhook_dispatcher(transport.clone());
     w.endpoint("https://hooks.example/x").await;
     w.enqueue_n(5).await;
     let (tx, run) = crate::spawn_run(&d);
-    // The panic releases its delivery with the attempt refunded; it runs again and
-    // succeeds. The hanging one holds its slot; the rest are delivered meanwhile.
+    // The panic spends its attempt like a failed send (retried after the policy's delay);
+    // the hanging one holds its slot; the rest are delivered meanwhile.
     for _ in 0..500 {
-        if w.count(DeliveryStatus::Succeeded).await == 4 {
+        if w.count(DeliveryStatus::Succeeded).await == 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 4);
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 3);
     tx.send(()).unwrap();
     // The hanging send gets the grace period, then is aborted and released.
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -344,12 +344,21 @@ async fn a_panicking_or_hanging_send_is_released_and_the_others_go_on() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((r.succeeded, r.released), (4, 2), "{r}");
-    assert_eq!(transport.sends.load(std::sync::atomic::Ordering::SeqCst), 6);
+    assert_eq!((r.succeeded, r.retried, r.released), (3, 1, 1), "{r}");
+    assert_eq!(transport.sends.load(std::sync::atomic::Ordering::SeqCst), 5);
     let mut ledger = 0;
     for del in w.deliveries().await {
         let attempts = w.store.attempts(&w.tenant, del.id).await.unwrap();
         match del.status {
+            // The one that panicked: the attempt is spent and in the ledger, as the panic.
+            DeliveryStatus::Pending if del.attempts == 1 => {
+                assert_eq!(attempts.len(), 1);
+                assert_eq!(
+                    attempts[0].record.excerpt.as_deref(),
+                    Some("the webhook transport panicked")
+                );
+                assert!(del.next_attempt_at > w.clock.now(), "retried after a delay");
+            }
             DeliveryStatus::Succeeded => assert_eq!((del.attempts, attempts.len()), (1, 1)),
             // Aborted at shutdown: back, unstarted, nothing in its ledger.
             _ => assert_eq!(
@@ -360,4 +369,55 @@ async fn a_panicking_or_hanging_send_is_released_and_the_others_go_on() {
         ledger += attempts.len();
     }
     assert_eq!(ledger, 4);
+}
+
+/// Panics on every send.
+#[derive(Debug, Default)]
+struct AlwaysPanics {
+    sends: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl outboxkit_core::WebhookTransport for AlwaysPanics {
+    async fn send(&self, _request: outboxkit_core::SignedRequest) -> WebhookResponse {
+        self.sends.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        panic!("the transport has a bug");
+    }
+}
+
+/// A send that panics every time spends an attempt each time (the panic is in the
+/// ledger) and ends dead after the budget, instead of being handed out again and again.
+#[tokio::test]
+async fn a_send_that_always_panics_spends_its_attempts_and_dies() {
+    let w = world();
+    let transport = Arc::new(AlwaysPanics::default());
+    let d = w.webhook_dispatcher(transport.clone());
+    w.endpoint("https://hooks.example/x").await;
+    w.enqueue_n(1).await;
+    let mut claims = 0;
+    for _ in 0..20 {
+        let r = d.run_once(BUDGET).await.unwrap();
+        claims += r.claimed;
+        if w.count(DeliveryStatus::Dead).await == 1 {
+            break;
+        }
+        w.advance(Duration::from_secs(86_400));
+    }
+    let del = w.deliveries().await.remove(0);
+    assert_eq!(del.status, DeliveryStatus::Dead, "{del:?}");
+    let attempts = w.store.attempts(&w.tenant, del.id).await.unwrap();
+    assert!(!attempts.is_empty());
+    assert_eq!(
+        attempts.len() as u32,
+        del.attempts,
+        "every attempt is in the ledger"
+    );
+    assert!(attempts
+        .iter()
+        .all(|a| a.record.excerpt.as_deref() == Some("the webhook transport panicked")));
+    assert_eq!(
+        transport.sends.load(std::sync::atomic::Ordering::SeqCst) as u64,
+        claims,
+        "each claim was one send, none released unspent"
+    );
 }

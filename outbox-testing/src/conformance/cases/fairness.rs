@@ -157,3 +157,82 @@ pub async fn claim_shares_a_batch_between_backlogs(fx: Fixture) {
     let rest = claim(&fx, &ClaimRequest::new(100, LEASE).handler(c, 10)).await;
     assert_eq!(rest.len(), 16, "the remaining backlog is claimable");
 }
+
+/// A claim with a room of `n` for an endpoint takes at most `n` of its deliveries (its
+/// oldest), still claims the other endpoints' deliveries, keeps the fair-round order, and
+/// leaves the rest exactly as they were; a per-endpoint limit caps every endpoint without a
+/// room of its own; a limit of 0 is refused.
+pub async fn claim_takes_no_more_than_an_endpoint_has_room_for(fx: Fixture) {
+    let t = tenant("acme");
+    let busy = add_endpoint(&fx, "acme", "bulk.*").await;
+    let quiet = add_endpoint(&fx, "acme", "ping.*").await;
+    let mut backlog = Vec::new();
+    for _ in 0..20 {
+        backlog.push(
+            enqueue(&fx, msg("bulk.item").tenant("acme"))
+                .await
+                .message_id,
+        );
+    }
+    fx.clock().advance(secs(1));
+    let mut pings = Vec::new();
+    for _ in 0..3 {
+        pings.push(
+            enqueue(&fx, msg("ping.one").tenant("acme"))
+                .await
+                .message_id,
+        );
+    }
+    let got = claim(&fx, &for_webhooks().endpoint_room(busy.id, 3)).await;
+    let order: Vec<_> = got.iter().map(|c| c.message.id).collect();
+    assert_eq!(
+        order,
+        vec![backlog[0], pings[0], backlog[1], pings[1], backlog[2], pings[2]],
+        "three of the busy endpoint (its oldest), every delivery of the other, in rounds"
+    );
+    let capped = claim(&fx, &for_webhooks().endpoint_limit(2)).await;
+    assert_eq!(
+        capped.iter().map(|c| c.message.id).collect::<Vec<_>>(),
+        backlog[3..5].to_vec(),
+        "the per-endpoint limit caps an endpoint without a room of its own"
+    );
+    let room = claim(
+        &fx,
+        &for_webhooks().endpoint_limit(5).endpoint_room(busy.id, 1),
+    )
+    .await;
+    assert_eq!(
+        room.iter().map(|c| c.message.id).collect::<Vec<_>>(),
+        vec![backlog[5]],
+        "an endpoint's room overrides the limit"
+    );
+    claim_none(&fx, &for_webhooks().endpoint_room(busy.id, 0)).await;
+    let waiting: Vec<_> = list_all(&fx, &t, &Default::default())
+        .await
+        .into_iter()
+        .filter(|d| d.status == DeliveryStatus::Pending)
+        .collect();
+    assert_eq!(waiting.len(), 14, "the rest wait");
+    for d in &waiting {
+        assert_eq!(d.destination, Destination::Webhook(busy.id));
+        assert_eq!(
+            (d.attempts, d.lease_until),
+            (0, None),
+            "a delivery left out for want of room spends no attempt"
+        );
+    }
+    let err = fx
+        .store()
+        .claim(&for_webhooks().endpoint_limit(0))
+        .await
+        .expect_err("a per-endpoint limit of 0 is refused");
+    assert_eq!(err.kind(), outboxkit_core::ErrorKind::InvalidInput);
+    let rest = claim(&fx, &for_webhooks()).await;
+    assert_eq!(rest.len(), 14, "without a room, the rest are claimed");
+    assert_eq!(
+        got.iter()
+            .filter(|c| c.delivery.destination == Destination::Webhook(quiet.id))
+            .count(),
+        3
+    );
+}
