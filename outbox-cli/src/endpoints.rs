@@ -11,11 +11,11 @@ use outboxkit_core::{
 use outboxkit_dispatch::signed_request;
 use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 
+use crate::endpoints_view::{circuit_detail, circuit_text, last_delivery_text, parse_rate_limit};
 use crate::error::{CliError, CliResult};
 use crate::json::display_url;
 use crate::store::{vault_from, Env, StoreArgs, VaultArgs};
 use crate::util::{emit_json, table};
-use crate::endpoints_view::{circuit_detail, circuit_text, last_delivery_text, parse_rate_limit};
 use crate::{json, out, outln};
 
 /// `outbox endpoints`.

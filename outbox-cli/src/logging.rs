@@ -50,9 +50,8 @@ pub fn init(json: bool, filter: EnvFilter, hold_warnings: bool) {
             .with_filter(filter)
             .boxed()
     };
-    let counted = hold_warnings.then(|| {
-        CountWarnings.with_filter(tracing_subscriber::filter::LevelFilter::WARN)
-    });
+    let counted = hold_warnings
+        .then(|| CountWarnings.with_filter(tracing_subscriber::filter::LevelFilter::WARN));
     tracing_subscriber::registry()
         .with(printed)
         .with(counted)

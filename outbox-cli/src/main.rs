@@ -22,8 +22,8 @@ mod serve;
 mod store;
 mod tenancy;
 mod tokens;
-mod vault_check;
 mod util;
+mod vault_check;
 
 use std::process::ExitCode;
 

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    DynSecretVault, Endpoint, Error, ErrorKind, SealedSecret, SecretContext, SecretVault,
-    TenantId,
+    DynSecretVault, Endpoint, Error, ErrorKind, SealedSecret, SecretContext, SecretVault, TenantId,
 };
 
 use crate::error::{CliError, CliResult};

@@ -110,7 +110,16 @@ fn purge_and_stats_help_says_every_tenant_without_tenant() {
     outbox(&["migrate", "--store", s]).ok();
     for t in ["alpha", "beta"] {
         outbox(&[
-            "enqueue", "--store", s, "--tenant", t, "--topic", "a.b", "--data", "{}", "--email",
+            "enqueue",
+            "--store",
+            s,
+            "--tenant",
+            t,
+            "--topic",
+            "a.b",
+            "--data",
+            "{}",
+            "--email",
             "x@example.com",
         ])
         .ok();
@@ -125,13 +134,7 @@ fn purge_and_stats_help_says_every_tenant_without_tenant() {
 fn json_log_format_prints_a_fatal_error_as_one_json_line() {
     let dir = tempfile::tempdir().unwrap();
     let missing = sqlite_url(dir.path());
-    let r = outbox(&[
-        "--log-format",
-        "json",
-        "stats",
-        "--store",
-        &missing,
-    ]);
+    let r = outbox(&["--log-format", "json", "stats", "--store", &missing]);
     assert_eq!(r.code, 2, "{r:?}");
     let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "{r:?}");
@@ -194,7 +197,11 @@ fn allow_private_never_admits_a_metadata_address() {
     }
     let list: Value =
         serde_json::from_str(&outbox(&["endpoints", "list", "--store", s, "--json"]).ok()).unwrap();
-    assert_eq!(list["endpoints"].as_array().map(Vec::len), Some(0), "{list}");
+    assert_eq!(
+        list["endpoints"].as_array().map(Vec::len),
+        Some(0),
+        "{list}"
+    );
 }
 
 #[test]
@@ -223,7 +230,11 @@ fn endpoints_take_a_rate_limit_and_show_it() {
     assert!(refused.stderr.contains("rate_limit"), "{refused:?}");
     let list: Value =
         serde_json::from_str(&outbox(&["endpoints", "list", "--store", s, "--json"]).ok()).unwrap();
-    assert_eq!(list["endpoints"].as_array().map(Vec::len), Some(0), "{list}");
+    assert_eq!(
+        list["endpoints"].as_array().map(Vec::len),
+        Some(0),
+        "{list}"
+    );
 
     let v: Value = serde_json::from_str(&add(&["--rate-limit", "5"]).ok()).unwrap();
     assert_eq!(v["rate_limit"], 5, "{v}");
@@ -235,7 +246,11 @@ fn endpoints_take_a_rate_limit_and_show_it() {
         }
         outbox(&args).ok()
     };
-    assert!(show(false).contains("rate limit:   5 per second"), "{}", show(false));
+    assert!(
+        show(false).contains("rate limit:   5 per second"),
+        "{}",
+        show(false)
+    );
     let update = |value: &str| {
         outbox(&[
             "endpoints",
@@ -259,7 +274,11 @@ fn endpoints_take_a_rate_limit_and_show_it() {
     update("none").ok();
     let v: Value = serde_json::from_str(&show(true)).unwrap();
     assert_eq!(v["rate_limit"], Value::Null, "{v}");
-    assert!(show(false).contains("rate limit:   none"), "{}", show(false));
+    assert!(
+        show(false).contains("rate limit:   none"),
+        "{}",
+        show(false)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,7 +348,15 @@ async fn the_cli_runs_on_a_redis_cluster_with_shards() {
 
     // Bad shard counts are bad input, and only Redis has shards.
     for bad in ["0", "65"] {
-        let r = outbox(&["stats", "--store", &url, "--namespace", &ns, "--shards", bad]);
+        let r = outbox(&[
+            "stats",
+            "--store",
+            &url,
+            "--namespace",
+            &ns,
+            "--shards",
+            bad,
+        ]);
         assert_eq!(r.code, 2, "{bad}: {r:?}");
     }
     let dir = tempfile::tempdir().unwrap();
@@ -362,10 +389,7 @@ fn a_relay_needs_a_vault_key_only_for_endpoints_and_refuses_a_wrong_one() {
     outbox(&["migrate", "--store", s]).ok();
     let relay = ["relay", "--store", s, "--until-idle", "--json"];
     // No endpoint to sign for: no key needed.
-    outbox(&[
-        "enqueue", "--store", s, "--topic", "a.b", "--data", "{}",
-    ])
-    .ok();
+    outbox(&["enqueue", "--store", s, "--topic", "a.b", "--data", "{}"]).ok();
     let r = run_with_key(None, &relay);
     assert_eq!(r.code, 0, "{r:?}");
 
@@ -380,10 +404,7 @@ fn a_relay_needs_a_vault_key_only_for_endpoints_and_refuses_a_wrong_one() {
         "--allow-private",
     ])
     .ok();
-    outbox(&[
-        "enqueue", "--store", s, "--topic", "a.b", "--data", "{}",
-    ])
-    .ok();
+    outbox(&["enqueue", "--store", s, "--topic", "a.b", "--data", "{}"]).ok();
     // An endpoint and no key: the key is demanded.
     let r = run_with_key(None, &relay);
     assert_eq!(r.code, 2, "{r:?}");

@@ -159,7 +159,10 @@ async fn every_metadata_address_is_refused_in_every_mode() {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
             v4 => v4,
         };
-        assert!(listed.contains(&plain), "{text} is not in METADATA_ADDRESSES");
+        assert!(
+            listed.contains(&plain),
+            "{text} is not in METADATA_ADDRESSES"
+        );
         assert_eq!(AddressKind::of(addr), Some(AddressKind::Metadata), "{text}");
         let host = if addr.is_ipv6() {
             format!("[{text}]")
