@@ -201,11 +201,7 @@ pub fn attempts_table(attempts: &[outboxkit_core::Attempt]) -> String {
                 a.record
                     .status_code
                     .map_or(String::new(), |s| s.to_string()),
-                if a.probe {
-                    "probe".into()
-                } else {
-                    String::new()
-                },
+                if a.probe { "yes" } else { "no" }.to_owned(),
                 a.record
                     .excerpt
                     .clone()
@@ -228,7 +224,7 @@ pub fn attempts_table(attempts: &[outboxkit_core::Attempt]) -> String {
             "took",
             "outcome",
             "status",
-            "",
+            "probe",
             "excerpt",
             "payload",
         ],

@@ -368,6 +368,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
             "handler_calls_succeeded": handled.load(Ordering::Relaxed),
             "emails_accepted": mail.sent().len(),
             "broker_messages": broker.as_ref().map(|b| b.1),
+            "warnings": crate::logging::warnings_held(),
         }))?;
         if !figures_ok {
             return Err(CliError::failed(
@@ -402,6 +403,10 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
     if let Some((stream, n)) = &broker {
         outln!("messages acknowledged by NATS JetStream (stream {stream}): {n}");
     }
+    outln!(
+        "warnings logged while it ran: {} (counted, not printed: the failing receiver is part of the story; OUTBOX_LOG=warn prints them)",
+        crate::logging::warnings_held()
+    );
     outln!(
         "\nfigures: deliveries={} succeeded={} dead={} retried={} held_released={} replayed={} replayed_succeeded={}",
         figures.deliveries, figures.succeeded, figures.dead, figures.retried, figures.held_released, figures.replayed,

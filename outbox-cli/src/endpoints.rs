@@ -11,6 +11,7 @@ use outboxkit_core::{
 use outboxkit_dispatch::signed_request;
 use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 
+use crate::endpoints_view::{circuit_detail, circuit_text, last_delivery_text, parse_rate_limit};
 use crate::error::{CliError, CliResult};
 use crate::json::display_url;
 use crate::store::{vault_from, Env, StoreArgs, VaultArgs};
@@ -82,6 +83,9 @@ pub struct AddArgs {
     /// Send the payload as is instead of the {type, timestamp, data} envelope.
     #[arg(long)]
     raw: bool,
+    /// At most this many deliveries per second to this endpoint (1-1000000; none by default).
+    #[arg(long, value_name = "PER_SECOND")]
+    rate_limit: Option<u32>,
     #[command(flatten)]
     egress: EgressArgs,
 }
@@ -179,6 +183,9 @@ pub struct UpdateArgs {
     /// `envelope` or `raw`.
     #[arg(long)]
     body_format: Option<String>,
+    /// A new rate limit in deliveries per second (1-1000000), or `none` to remove it.
+    #[arg(long, value_name = "PER_SECOND|none")]
+    rate_limit: Option<String>,
     #[command(flatten)]
     egress: EgressArgs,
 }
@@ -314,7 +321,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 } else {
                     BodyFormat::Envelope
                 },
-                rate_limit: None,
+                rate_limit: a.rate_limit,
                 secret: a.secret,
             };
             let (e, secret) = admin_for(&env, a.egress)?
@@ -357,7 +364,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                     &[
                         "id",
                         "status",
-                        "circuit",
+                        "circuit at start",
                         "filter",
                         "url",
                         "last delivery",
@@ -380,12 +387,20 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             outln!("status:       {}", status_text(&e.status));
             outln!("filter:       {}", e.filter);
             outln!("body format:  {}", e.body_format.as_str());
+            outln!(
+                "rate limit:   {}",
+                e.rate_limit
+                    .map_or_else(|| "none".to_owned(), |r| format!("{r} per second"))
+            );
             outln!("description:  {}", e.description);
             outln!(
                 "last delivery: {}",
                 last_delivery_text(e.last_delivery.as_ref())
             );
-            outln!("circuit:      {}", circuit_detail(e.last_delivery.as_ref()));
+            outln!(
+                "circuit at start: {}",
+                circuit_detail(e.last_delivery.as_ref())
+            );
             outln!(
                 "rotation:     {}",
                 if e.previous_secret.is_some() {
@@ -410,6 +425,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 .as_deref()
                 .map(BodyFormat::parse)
                 .transpose()?;
+            update.rate_limit = a.rate_limit.as_deref().map(parse_rate_limit).transpose()?;
             update.validate()?;
             let env = a.store.open_with(&a.vault).await?;
             let url = update.url.clone();
@@ -565,34 +581,5 @@ async fn test_endpoint(a: TestArgs) -> CliResult<()> {
                 "no answer ({class}): {detail}{hint}"
             )))
         }
-    }
-}
-
-/// The circuit state a relay adopts for an endpoint when it starts, from its last delivery:
-/// `half-open` after a timeout, connection error or 5xx, else `closed`. A running relay
-/// keeps its own, live state (its report and observer show it).
-fn circuit_text(l: Option<&outboxkit_core::LastDelivery>) -> &'static str {
-    outboxkit_dispatch::CircuitState::on_start(l).as_str()
-}
-
-/// [`circuit_text`] with what it means.
-fn circuit_detail(l: Option<&outboxkit_core::LastDelivery>) -> String {
-    match outboxkit_dispatch::CircuitState::on_start(l) {
-        outboxkit_dispatch::CircuitState::Closed => "closed".to_owned(),
-        s => format!(
-            "{} (the last delivery failed in a retryable way: a relay sends one probe before the rest; repeated failures open the circuit)",
-            s.as_str()
-        ),
-    }
-}
-
-/// An endpoint's last delivery: `succeeded 204 at 2026-…`, or `-` before the first one.
-fn last_delivery_text(l: Option<&outboxkit_core::LastDelivery>) -> String {
-    match l {
-        None => "-".to_owned(),
-        Some(l) => match l.status_code {
-            Some(code) => format!("{} {code} at {}", l.outcome.as_str(), l.at),
-            None => format!("{} at {}", l.outcome.as_str(), l.at),
-        },
     }
 }

@@ -72,7 +72,14 @@ pub fn endpoint(e: &Endpoint, show_url: bool) -> Value {
         "description": e.description,
         "rate_limit": e.rate_limit,
         "rotation_in_progress": e.previous_secret.is_some(),
-        "circuit": outboxkit_dispatch::CircuitState::on_start(e.last_delivery.as_ref()).as_str(),
+        // Not a live state: the circuit a relay starting now would adopt from the last
+        // delivery (a running relay keeps its own; its report and observer show it).
+        "circuit_at_start": outboxkit_dispatch::CircuitState::on_start(e.last_delivery.as_ref()).as_str(),
+        "last_delivery": e.last_delivery.as_ref().map(|l| json!({
+            "outcome": l.outcome.as_str(),
+            "status_code": l.status_code,
+            "at": time(l.at),
+        })),
         "created_at": time(e.created_at),
         "updated_at": time(e.updated_at),
     })

@@ -10,9 +10,11 @@ mod deliveries;
 mod demo;
 mod demo_broker;
 mod endpoints;
+mod endpoints_view;
 mod error;
 mod json;
 mod listen;
+mod logging;
 mod metrics;
 mod ops;
 mod relay;
@@ -21,6 +23,7 @@ mod store;
 mod tenancy;
 mod tokens;
 mod util;
+mod vault_check;
 
 use std::process::ExitCode;
 
@@ -181,21 +184,9 @@ fn main() -> ExitCode {
         }
     };
     let filter = log_filter(matches!(cli.command, Command::Relay(_) | Command::Serve(_)));
-    match cli.log_format {
-        LogFormat::Text => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
-    }
+    let json_errors = matches!(cli.log_format, LogFormat::Json);
+    let hold_warnings = matches!(cli.command, Command::Demo(_)) && !logging::filter_given();
+    logging::init(json_errors, filter, hold_warnings);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -213,7 +204,19 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.message.is_empty() => ExitCode::from(e.code),
         Err(e) => {
-            eprintln!("error: {e}");
+            if json_errors {
+                // One JSON object line, like every log line of `--log-format json`.
+                eprintln!(
+                    "{}",
+                    serde_json::json!({
+                        "level": "ERROR",
+                        "fields": { "message": e.to_string(), "exit_code": e.code },
+                        "target": "outbox",
+                    })
+                );
+            } else {
+                eprintln!("error: {e}");
+            }
             ExitCode::from(e.code)
         }
     }

@@ -43,9 +43,11 @@ pub struct EnqueueArgs {
 pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
     let limits = outboxkit_core::Limits::default();
     let text = read_data(&a.data, limits.max_payload_bytes)?;
-    let data: serde_json::Value = serde_json::from_str(&text)
+    // Validate that it is one JSON text without evaluating it, then store the bytes as given:
+    // large integers, decimals, duplicate keys and whitespace reach the store unchanged.
+    serde_json::from_str::<serde::de::IgnoredAny>(&text)
         .map_err(|e| CliError::usage(format!("invalid input: data: not JSON ({e})")))?;
-    let mut m = NewMessage::new(a.topic, data).tenant(a.store.tenant_name());
+    let mut m = NewMessage::raw(a.topic, text.into_bytes()).tenant(a.store.tenant_name());
     if let Some(k) = a.key {
         m = m.idempotency_key(k);
     }
@@ -82,8 +84,8 @@ pub async fn enqueue(a: EnqueueArgs) -> CliResult<()> {
     Ok(())
 }
 
-/// The `--data` text: inline, `@FILE` or `-` (stdin), refused beyond `max` bytes (the JSON
-/// is re-encoded compactly before the store checks its own limit).
+/// The `--data` text: inline, `@FILE` or `-` (stdin), refused beyond `max` bytes (the bytes
+/// are stored as given, so the store's own limit sees the same size).
 fn read_data(data: &str, max: usize) -> CliResult<String> {
     let too_big = || {
         CliError::usage(format!(

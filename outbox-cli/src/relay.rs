@@ -10,7 +10,7 @@ use outboxkit_smtp::{SmtpConfig, SmtpMailer};
 
 use crate::endpoints::{egress_policy, EgressArgs};
 use crate::error::{CliError, CliResult};
-use crate::store::{vault_from, LocationArgs, VaultArgs};
+use crate::store::{LocationArgs, VaultArgs};
 use crate::util::{emit, emit_json, parse_flag_duration, MAX_DURATION};
 
 /// `relay`.
@@ -355,7 +355,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
             .map(|b| crate::metrics::Sink::new(a.broker.name(), b));
         crate::metrics::serve(addr, handle, env.store.clone(), sink).await?;
     }
-    let vault = vault_from(&env)?;
+    let vault = crate::vault_check::relay_vault(&env).await?;
     let transport = Arc::new(HintingTransport {
         inner: outboxkit_http::HttpTransport::new(egress_policy(a.egress))?,
         egress: a.egress,

@@ -23,6 +23,11 @@ pub struct ConnectArgs {
     /// put `sslmode=verify-full&sslrootcert=PATH` in the URL).
     #[arg(long, env = "OUTBOX_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
+    /// Redis only: how many hash slots (shards) the outbox is spread over (1-64), for a
+    /// Redis Cluster (`redis+cluster://host:port,host:port`). Every process sharing an
+    /// outbox must use the same number.
+    #[arg(long, env = "OUTBOX_REDIS_SHARDS", default_value_t = 1)]
+    pub shards: u16,
 }
 
 impl ConnectArgs {
@@ -34,10 +39,16 @@ impl ConnectArgs {
                 "invalid input: --connect-timeout: must be longer than zero",
             ));
         }
+        if !(1..=64).contains(&self.shards) {
+            return Err(CliError::usage(
+                "invalid input: --shards: must be from 1 to 64",
+            ));
+        }
         Ok(Connect {
             timeout,
             max_connections,
             ca_cert: self.ca_cert.clone(),
+            shards: self.shards,
         })
     }
 }
@@ -51,6 +62,8 @@ pub struct Connect {
     pub max_connections: Option<u32>,
     /// Roots for `rediss://`.
     pub ca_cert: Option<PathBuf>,
+    /// Redis shards (hash slots), 1 unless `--shards`.
+    pub shards: u16,
 }
 
 impl Default for Connect {
@@ -59,6 +72,7 @@ impl Default for Connect {
             timeout: std::time::Duration::from_secs(5),
             max_connections: None,
             ca_cert: None,
+            shards: 1,
         }
     }
 }
@@ -66,8 +80,8 @@ impl Default for Connect {
 /// Where the outbox lives (for commands that act on every tenant).
 #[derive(Debug, Args, Clone)]
 pub struct LocationArgs {
-    /// The store: `sqlite:PATH`, `postgres://user@host/db[?sslmode=…]` or
-    /// `redis://host:port` (`rediss://` for TLS).
+    /// The store: `sqlite:PATH`, `postgres://user@host/db[?sslmode=…]`,
+    /// `redis://host:port` (`rediss://` for TLS) or `redis+cluster://host:port,host:port`.
     #[arg(long, env = "OUTBOX_STORE")]
     pub store: String,
     /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
@@ -101,8 +115,8 @@ impl LocationArgs {
 /// Where the outbox lives, and whose part of it.
 #[derive(Debug, Args, Clone)]
 pub struct StoreArgs {
-    /// The store: `sqlite:PATH`, `postgres://user@host/db[?sslmode=…]` or
-    /// `redis://host:port` (`rediss://` for TLS).
+    /// The store: `sqlite:PATH`, `postgres://user@host/db[?sslmode=…]`,
+    /// `redis://host:port` (`rediss://` for TLS) or `redis+cluster://host:port,host:port`.
     #[arg(long, env = "OUTBOX_STORE")]
     pub store: String,
     /// The PostgreSQL schema, or the Redis key prefix `{NAMESPACE}`.
@@ -194,6 +208,8 @@ enum Url {
     Sqlite(PathBuf),
     Postgres(String),
     Redis(String),
+    /// A Redis Cluster's seed nodes, each as `redis://[auth@]host:port`.
+    RedisCluster(Vec<String>),
 }
 
 fn parse(url: &str) -> CliResult<Url> {
@@ -214,8 +230,28 @@ fn parse(url: &str) -> CliResult<Url> {
     if url.starts_with("redis://") || url.starts_with("rediss://") {
         return Ok(Url::Redis(url.to_owned()));
     }
+    if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        // `redis+cluster://[auth@]h1:p1,h2:p2[/…]`, as `outboxkit_redis::RedisStore::connect`
+        // reads it: each seed node gets the same credentials.
+        let (auth, hosts) = match rest.rsplit_once('@') {
+            Some((a, h)) => (format!("{a}@"), h),
+            None => (String::new(), rest),
+        };
+        let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
+        let nodes: Vec<String> = hosts
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|h| format!("redis://{auth}{h}"))
+            .collect();
+        if nodes.is_empty() {
+            return Err(CliError::usage(
+                "invalid store: redis+cluster:// names no node (redis+cluster://host:port,host:port)",
+            ));
+        }
+        return Ok(Url::RedisCluster(nodes));
+    }
     Err(CliError::usage(
-        "invalid store: use sqlite:PATH, postgres://… or redis://… (rediss:// for TLS)",
+        "invalid store: use sqlite:PATH, postgres://…, redis://… (rediss:// for TLS) or redis+cluster://…",
     ))
 }
 
@@ -252,7 +288,13 @@ pub async fn open_url_with(
     let entropy: Arc<dyn Entropy> = Arc::new(OsEntropy);
     let unavailable =
         |e: outboxkit_core::Error| CliError::failed(format!("cannot open the store: {e}"));
-    let backend = match parse(url)? {
+    let parsed = parse(url)?;
+    if connect.shards != 1 && !matches!(parsed, Url::Redis(_) | Url::RedisCluster(_)) {
+        return Err(CliError::usage(
+            "invalid input: --shards: only a redis store has shards",
+        ));
+    }
+    let backend = match parsed {
         Url::Sqlite(path) => {
             if !create && !path.exists() {
                 return Err(CliError::usage(format!(
@@ -276,10 +318,23 @@ pub async fn open_url_with(
                 max_connections: connect.max_connections.unwrap_or(8),
                 ..PostgresConfig::new(namespace)
             };
-            config.validate()?;
+            config
+                .validate()
+                .map_err(|e| CliError::usage(format!("invalid input: --namespace: {e}")))?;
             let pool = config.connect_pool(&u).await.map_err(unavailable)?;
             let s = PostgresStore::new(pool, config, clock.clone(), entropy.clone())?;
             Backend::Postgres(s)
+        }
+        Url::RedisCluster(nodes) => {
+            let config = redis_config(namespace, connect, None)?;
+            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            let s = RedisStore::new_cluster(&nodes, config, Arc::new(SystemClock), entropy.clone())
+                .await
+                .map_err(|e| match e.kind() {
+                    outboxkit_core::ErrorKind::Misconfigured => CliError::usage(e.to_string()),
+                    _ => unavailable(e),
+                })?;
+            Backend::Redis(s)
         }
         Url::Redis(u) => {
             let tls_root_cert = match &connect.ca_cert {
@@ -291,12 +346,7 @@ pub async fn open_url_with(
                 })?),
                 None => None,
             };
-            let config = RedisConfig {
-                connection_timeout: connect.timeout,
-                setup_timeout: connect.timeout,
-                tls_root_cert,
-                ..RedisConfig::with_prefix(format!("{{{namespace}}}"))
-            };
+            let config = redis_config(namespace, connect, tls_root_cert)?;
             let client = config.client(&u)?;
             config.probe(&client).await.map_err(unavailable)?;
             let s = RedisStore::new(client, config, clock.clone(), entropy.clone())
@@ -318,6 +368,31 @@ pub async fn open_url_with(
         tenant,
         vault_key,
     })
+}
+
+/// The Redis configuration for `--namespace` (the prefix `{NAMESPACE}`), refused as bad
+/// input (exit 2, as PostgreSQL refuses a bad schema name) before anything connects.
+fn redis_config(
+    namespace: &str,
+    connect: &Connect,
+    tls_root_cert: Option<Vec<u8>>,
+) -> CliResult<RedisConfig> {
+    if namespace.contains(['{', '}']) {
+        return Err(CliError::usage(
+            "invalid input: --namespace: must not contain `{` or `}` (the prefix adds its own hash tag)",
+        ));
+    }
+    let config = RedisConfig {
+        connection_timeout: connect.timeout,
+        setup_timeout: connect.timeout,
+        tls_root_cert,
+        shards: connect.shards,
+        ..RedisConfig::with_prefix(format!("{{{namespace}}}"))
+    };
+    config
+        .validate()
+        .map_err(|e| CliError::usage(format!("invalid input: --namespace: {e}")))?;
+    Ok(config)
 }
 
 /// `migrate`.
@@ -346,7 +421,10 @@ pub async fn migrate(a: MigrateArgs) -> CliResult<()> {
             outboxkit_sqlite::migration_script()
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             outboxkit_postgres::migration_script(&a.location.namespace)?
-        } else if url.starts_with("redis://") || url.starts_with("rediss://") {
+        } else if url.starts_with("redis://")
+            || url.starts_with("rediss://")
+            || url.starts_with("redis+cluster://")
+        {
             return Err(CliError::usage(
                 "invalid input: --print-sql: redis has no SQL schema (nothing to migrate)",
             ));

@@ -17,7 +17,8 @@ use crate::{out, outln};
 /// `purge`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  outbox purge --store postgres://postgres@127.0.0.1/app --older-than 30d\n  outbox purge --store sqlite:./outbox.sqlite --older-than 30d --tenant-window acme=90d\n  outbox purge --store sqlite:./outbox.sqlite --older-than 7d --tenant acme --json"
+    after_help = "Examples:\n  outbox purge --store postgres://postgres@127.0.0.1/app --older-than 30d\n  outbox purge --store sqlite:./outbox.sqlite --older-than 30d --tenant-window acme=90d\n  outbox purge --store sqlite:./outbox.sqlite --older-than 7d --tenant acme --json",
+    mut_arg("tenant", |a| a.help("Purge only this tenant (every tenant, in rotation, when not given)"))
 )]
 pub struct PurgeArgs {
     #[command(flatten)]
@@ -40,7 +41,8 @@ pub struct PurgeArgs {
 /// `stats`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  outbox stats --store sqlite:./outbox.sqlite\n  outbox stats --store sqlite:./outbox.sqlite --tenant acme --json\n  outbox stats --store sqlite:./outbox.sqlite --tenant acme --endpoint 0193…"
+    after_help = "Examples:\n  outbox stats --store sqlite:./outbox.sqlite\n  outbox stats --store sqlite:./outbox.sqlite --tenant acme --json\n  outbox stats --store sqlite:./outbox.sqlite --tenant acme --endpoint 0193…",
+    mut_arg("tenant", |a| a.help("Count only this tenant (every tenant when not given; with --endpoint, `default` when not given)"))
 )]
 pub struct StatsArgs {
     #[command(flatten)]

@@ -39,7 +39,8 @@ pub enum AddressKind {
     Documentation,
     /// `198.18/15`, `2001:2::/48`.
     Benchmarking,
-    /// `169.254.169.254`, `fd00:ec2::254`, `100.100.100.200`.
+    /// The well-known cloud metadata and credential addresses ([`METADATA_ADDRESSES`]):
+    /// refused in every mode, whatever the allow-lists say.
     Metadata,
     /// `0.0.0.0/8` ("this network").
     ThisNetwork,
@@ -103,10 +104,51 @@ fn in6(ip: Ipv6Addr, net: Ipv6Addr, prefix: u32) -> bool {
     u128::from(ip) & mask == u128::from(net) & mask
 }
 
+/// The well-known cloud metadata, credential and host-agent addresses. The policy refuses
+/// them in every mode — `allow_private`, an allowed CIDR or an allowed host name never
+/// admits them — because a webhook pointed at one of them would hand the cloud's
+/// credentials to whoever controls the endpoint. IPv4-mapped and other IPv6 forms that
+/// carry one of the IPv4 addresses are refused too.
+pub const METADATA_ADDRESSES: &[IpAddr] = &[
+    // AWS, GCP, Azure, OpenStack, Oracle, DigitalOcean, Hetzner, Linode: the instance metadata service.
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254)),
+    // AWS ECS/Fargate container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI).
+    IpAddr::V4(Ipv4Addr::new(169, 254, 170, 2)),
+    // AWS EKS Pod Identity agent.
+    IpAddr::V4(Ipv4Addr::new(169, 254, 170, 23)),
+    // AWS VPC DNS resolver (Route 53 Resolver).
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 253)),
+    // AWS Time Sync Service.
+    IpAddr::V4(Ipv4Addr::new(169, 254, 169, 123)),
+    // Alibaba Cloud metadata.
+    IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200)),
+    // Tencent Cloud metadata.
+    IpAddr::V4(Ipv4Addr::new(169, 254, 0, 23)),
+    // Scaleway metadata.
+    IpAddr::V4(Ipv4Addr::new(169, 254, 42, 42)),
+    // Oracle Cloud legacy metadata.
+    IpAddr::V4(Ipv4Addr::new(192, 0, 0, 192)),
+    // Azure WireServer (host agent; a public address reachable only from inside Azure).
+    IpAddr::V4(Ipv4Addr::new(168, 63, 129, 16)),
+    // AWS IMDS, DNS resolver, time sync and EKS Pod Identity over IPv6.
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0253)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0123)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0023)),
+    // GCP metadata over IPv6.
+    IpAddr::V6(Ipv6Addr::new(0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0x0254)),
+    // Scaleway metadata over IPv6.
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0x0042, 0, 0, 0, 0, 0, 0x0042)),
+];
+
+/// Whether `ip` is one of [`METADATA_ADDRESSES`], directly or carried in an IPv6 form.
+fn is_metadata(ip: IpAddr) -> bool {
+    AddressKind::of(ip) == Some(AddressKind::Metadata)
+}
+
 fn v4_kind(ip: Ipv4Addr) -> Option<AddressKind> {
     use AddressKind::*;
-    let o = ip.octets();
-    if o == [169, 254, 169, 254] || o == [100, 100, 100, 200] {
+    if METADATA_ADDRESSES.contains(&IpAddr::V4(ip)) {
         return Some(Metadata);
     }
     let table: [([u8; 4], u32, AddressKind); 17] = [
@@ -138,7 +180,7 @@ fn v6_kind(ip: Ipv6Addr) -> Option<AddressKind> {
     use AddressKind::*;
     let bits = u128::from(ip);
     let seg = ip.segments();
-    if ip == Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254) {
+    if METADATA_ADDRESSES.contains(&IpAddr::V6(ip)) {
         return Some(Metadata);
     }
     if ip.is_unspecified() {
@@ -319,8 +361,12 @@ impl EgressPolicy {
             .any(|net| net.contains(&ip) || mapped.is_some_and(|m| net.contains(&m)))
     }
 
-    /// Check one address: allowed when it is in an allowed CIDR or public.
+    /// Check one address: allowed when it is in an allowed CIDR or public, and never when it
+    /// is a cloud metadata address ([`METADATA_ADDRESSES`]).
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), EgressRefusal> {
+        if is_metadata(ip) {
+            return Err(EgressRefusal::Address(AddressKind::Metadata));
+        }
         if self.in_allowed_cidr(ip) {
             return Ok(());
         }
@@ -346,25 +392,28 @@ impl EgressPolicy {
             "http" if self.allow_http => {}
             _ => return Err(EgressRefusal::Scheme),
         }
-        let host = url.host();
-        if self.is_allowed_host(&host) {
-            return Ok(());
-        }
-        match url.url().host() {
-            Some(url::Host::Ipv4(v4)) => self.check_ip(IpAddr::V4(v4)),
-            Some(url::Host::Ipv6(v6)) => self.check_ip(IpAddr::V6(v6)),
-            _ => Ok(()),
+        let ip = match url.url().host() {
+            Some(url::Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+            Some(url::Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+            _ => None,
+        };
+        match ip {
+            Some(ip) if is_metadata(ip) => Err(EgressRefusal::Address(AddressKind::Metadata)),
+            _ if self.is_allowed_host(&url.host()) => Ok(()),
+            Some(ip) => self.check_ip(ip),
+            None => Ok(()),
         }
     }
 
     /// Resolve `host` and check every address: all of them must pass (a name with one
-    /// refused address is refused whole). An allowed host name is resolved but not checked.
+    /// refused address is refused whole). An allowed host name is resolved and checked only
+    /// against the cloud metadata addresses, which are refused in every mode.
     /// `localhost` names resolve to loopback and `.invalid` names to nothing without a
     /// lookup (RFC 6761). The returned addresses carry port 0.
     pub async fn resolve(&self, host: &str) -> Result<Vec<SocketAddr>, EgressError> {
         let name = normalize_host(host);
         if let Ok(ip) = name.trim_matches(['[', ']']).parse::<IpAddr>() {
-            if !self.is_allowed_host(&name) {
+            if !self.is_allowed_host(&name) || is_metadata(ip) {
                 self.check_ip(ip)?;
             }
             return Ok(vec![SocketAddr::new(ip, 0)]);
@@ -385,8 +434,9 @@ impl EgressPolicy {
         if addrs.is_empty() {
             return Err(EgressError::NotFound);
         }
-        if !self.is_allowed_host(&name) {
-            for a in &addrs {
+        let allowed = self.is_allowed_host(&name);
+        for a in &addrs {
+            if !allowed || is_metadata(a.ip()) {
                 self.check_ip(a.ip())?;
             }
         }

@@ -8,6 +8,8 @@ pub mod mailer;
 pub mod transport;
 
 pub use config::{HttpMailerConfig, HttpTransportConfig};
-pub use egress::{AddressKind, EgressError, EgressPolicy, EgressRefusal, PolicyResolver};
+pub use egress::{
+    AddressKind, EgressError, EgressPolicy, EgressRefusal, PolicyResolver, METADATA_ADDRESSES,
+};
 pub use mailer::HttpMailer;
 pub use transport::HttpTransport;

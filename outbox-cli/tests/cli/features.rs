@@ -154,6 +154,31 @@ async fn every_printing_command_speaks_json() {
     let stats = json(&["stats", "--store", s]);
     assert_eq!(stats["succeeded"], 1, "{stats}");
     let shown = json(&["deliveries", "show", "--store", s, &did]);
+    // Every column of the attempts table has a name (issue 31: the probe column had none).
+    let text = outbox(&["deliveries", "show", "--store", s, &did]).ok();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("outcome") && l.contains("excerpt"))
+        .unwrap_or_else(|| panic!("no attempts header: {text}"));
+    let names: Vec<&str> = lines[at].split_whitespace().collect();
+    let columns = lines[at + 1].split_whitespace().count();
+    assert_eq!(names.len(), columns, "an unnamed column:\n{text}");
+    assert!(names.contains(&"probe"), "{text}");
+    // The JSON of an endpoint carries the last delivery the text shows, and names its
+    // circuit for what it is: the state a relay starting now adopts (issue 31).
+    let shown_ep = json(&["endpoints", "show", "--store", s, &ep]);
+    let listed = json(&["endpoints", "list", "--store", s]);
+    for v in [&shown_ep, &listed["endpoints"][0]] {
+        assert_eq!(v["last_delivery"]["outcome"], "succeeded", "{v}");
+        assert!(v["last_delivery"]["status_code"].is_u64(), "{v}");
+        assert!(is_rfc3339(&v["last_delivery"]["at"]), "{v}");
+        assert_eq!(v["circuit_at_start"], "closed", "{v}");
+        assert!(v.get("circuit").is_none(), "{v}");
+    }
+    let text = outbox(&["endpoints", "show", "--store", s, &ep]).ok();
+    assert!(text.contains("last delivery: succeeded"), "{text}");
+    assert!(text.contains("circuit at start: closed"), "{text}");
     let a = &shown["attempts"][0];
     assert!(
         a["duration_ms"].is_u64() && is_rfc3339(&a["started_at"]),

@@ -6,6 +6,9 @@ mod bad_input;
 mod broker;
 mod bulk;
 mod claims;
+// The real local Redis Cluster the Redis adapter's tests start (free loopback ports).
+#[path = "../../../outbox-redis/tests/support/cluster.rs"]
+mod cluster;
 mod defects;
 mod demo;
 mod features;
@@ -13,6 +16,7 @@ mod listen;
 mod observability;
 mod operator;
 mod print_sql;
+mod promises;
 mod relay;
 mod serve;
 mod smtp;

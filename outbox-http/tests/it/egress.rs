@@ -112,7 +112,8 @@ fn the_allow_list_admits_cidrs_and_addresses() {
         ("fd00::1", true),
         ("192.168.7.7", true),
         ("192.168.7.8", false),
-        ("fd00:ec2::254", true),
+        // An allowed CIDR never admits a cloud metadata address (issue 31).
+        ("fd00:ec2::254", false),
         ("fe80::1", false),
         ("127.0.0.1", false),
     ];
@@ -123,6 +124,84 @@ fn the_allow_list_admits_cidrs_and_addresses() {
         let e = EgressPolicy::default().allow_cidr(bad).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{bad}");
         assert_eq!(e.field(), Some("cidr"));
+    }
+}
+
+/// The well-known cloud metadata addresses, as a list: refused by every policy, whatever
+/// `allow_private`, the allowed CIDRs and the allowed hosts say (issue 31).
+const METADATA: &[&str] = &[
+    "169.254.169.254",
+    "169.254.170.2",
+    "169.254.170.23",
+    "169.254.169.253",
+    "169.254.169.123",
+    "100.100.100.200",
+    "169.254.0.23",
+    "169.254.42.42",
+    "192.0.0.192",
+    "168.63.129.16",
+    "fd00:ec2::254",
+    "fd00:ec2::253",
+    "fd00:ec2::123",
+    "fd00:ec2::23",
+    "fd20:ce::254",
+    "fd00:42::42",
+    "::ffff:169.254.170.2",
+    "::ffff:100.100.100.200",
+];
+
+#[tokio::test]
+async fn every_metadata_address_is_refused_in_every_mode() {
+    let listed: Vec<IpAddr> = outboxkit_http::METADATA_ADDRESSES.to_vec();
+    for text in METADATA {
+        let addr = ip(text);
+        let plain = match addr {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+            v4 => v4,
+        };
+        assert!(
+            listed.contains(&plain),
+            "{text} is not in METADATA_ADDRESSES"
+        );
+        assert_eq!(AddressKind::of(addr), Some(AddressKind::Metadata), "{text}");
+        let host = if addr.is_ipv6() {
+            format!("[{text}]")
+        } else {
+            (*text).to_owned()
+        };
+        let modes = [
+            EgressPolicy::default(),
+            EgressPolicy::default().allow_private(true),
+            EgressPolicy::default()
+                .allow_http(true)
+                .allow_private(true)
+                .allow_cidr("0.0.0.0/0")
+                .unwrap()
+                .allow_cidr("::/0")
+                .unwrap(),
+            EgressPolicy::default().allow_cidr(text).unwrap(),
+            EgressPolicy::default().allow_host(&host).allow_host(text),
+        ];
+        for (i, policy) in modes.iter().enumerate() {
+            assert_eq!(
+                policy.check_ip(addr),
+                Err(EgressRefusal::Address(AddressKind::Metadata)),
+                "{text}, mode {i}"
+            );
+            let url = EndpointUrl::parse(&format!("https://{host}/latest")).unwrap();
+            assert_eq!(
+                policy.check_url(&url),
+                Err(EgressRefusal::Address(AddressKind::Metadata)),
+                "{text}, mode {i}"
+            );
+            assert_eq!(
+                policy.resolve(&host).await,
+                Err(EgressError::Refused(EgressRefusal::Address(
+                    AddressKind::Metadata
+                ))),
+                "{text}, mode {i}"
+            );
+        }
     }
 }
 
