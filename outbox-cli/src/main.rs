@@ -96,7 +96,7 @@ enum Command {
     Tenants(tenancy::TenantsCmd),
     /// Run the dispatcher as a sidecar: deliver webhooks and e-mail until SIGINT/SIGTERM
     /// (or, with --until-idle, until nothing is due).
-    Relay(relay::RelayArgs),
+    Relay(Box<relay::RelayArgs>),
     /// A local receiver that verifies signatures, answers like a careful receiver and prints
     /// each event.
     Listen(listen::ListenArgs),
@@ -145,7 +145,7 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Purge(a) => tenancy::purge(a).await,
         Command::Stats(a) => tenancy::stats(a).await,
         Command::Tenants(c) => tenancy::tenants(c).await,
-        Command::Relay(a) => relay::run(a).await,
+        Command::Relay(a) => relay::run(*a).await,
         Command::Listen(a) => listen::run(a).await,
         Command::Serve(a) => serve::run(a).await,
         Command::Tokens(c) => tokens::run(c).await,

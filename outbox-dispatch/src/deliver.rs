@@ -21,7 +21,8 @@ use crate::timer::TimerExt;
 use outboxkit_core::claim::{Claimed, Completion, Lease};
 use outboxkit_core::ids::{ConsumerName, EndpointId};
 use outboxkit_core::model::{
-    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind, Message,
+    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
+    ErrorClass, Message,
 };
 use outboxkit_core::time::{EntropyExt, Timestamp};
 use outboxkit_core::verdict::{
@@ -451,12 +452,22 @@ async fn webhook_path(
     let secrets = match endpoints.secrets(&*ch.vault, &endpoint).await {
         Ok(s) => s,
         Err(e) => {
-            // Our configuration, not the receiver: park it without spending an attempt.
+            // Our configuration, not the receiver: park it without spending an attempt, and
+            // say why in the ledger (the error names no secret).
             tracing::error!(error = %e, endpoint = %endpoint.id, "cannot open the endpoint's secret; parking the delivery");
             let verdict = Verdict::Parked {
                 until: now.saturating_add(shared.config.park_delay),
             };
-            return completed(lease, verdict, None, delivery, now, now);
+            let why = AttemptRecord {
+                started_at: now,
+                finished_at: now,
+                outcome: AttemptOutcome::Failed(ErrorClass::SecretUnavailable),
+                status_code: None,
+                excerpt: Some(excerpt(&format!(
+                    "the endpoint's secret cannot be opened (check the vault key): {e}"
+                ))),
+            };
+            return completed(lease, verdict, Some(why), delivery, now, now);
         }
     };
     if let Gate::Release(delay) = gate(shared, run, shared.config.webhook_timeout, None) {

@@ -275,6 +275,9 @@ pub enum ErrorClass {
     BrokerDenied,
     /// The broker refused the message itself (e.g. too large).
     BrokerRejected,
+    /// The endpoint's signing secret could not be opened (a wrong or missing vault key):
+    /// our configuration, not the receiver; nothing was sent and no attempt is spent.
+    SecretUnavailable,
 }
 
 impl ErrorClass {
@@ -300,6 +303,7 @@ impl ErrorClass {
             BrokerNoRoute => "broker-no-route",
             BrokerDenied => "broker-denied",
             BrokerRejected => "broker-rejected",
+            SecretUnavailable => "secret-unavailable",
         }
     }
 
@@ -325,6 +329,7 @@ impl ErrorClass {
             BrokerNoRoute,
             BrokerDenied,
             BrokerRejected,
+            SecretUnavailable,
         ]
         .into_iter()
         .find(|c| c.as_str() == s)

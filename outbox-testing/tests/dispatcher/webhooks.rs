@@ -421,3 +421,39 @@ async fn a_send_that_always_panics_spends_its_attempts_and_dies() {
         "each claim was one send, none released unspent"
     );
 }
+
+/// A dispatcher whose vault cannot open the endpoint's secret (a wrong key) sends nothing,
+/// spends no attempt, and says why in the ledger.
+#[tokio::test]
+async fn a_secret_the_vault_cannot_open_parks_the_delivery_with_the_reason_in_the_ledger() {
+    let w = world();
+    let transport = ScriptedTransport::new();
+    let wrong_key =
+        outboxkit_core::AeadVault::new(&[7u8; 32], Arc::new(outboxkit_core::OsEntropy)).unwrap();
+    let d = w
+        .builder()
+        .webhooks(Arc::new(transport.clone()), Arc::new(wrong_key))
+        .build()
+        .unwrap();
+    w.endpoint("https://hooks.example/x").await;
+    w.store
+        .enqueue(NewMessage::new(
+            "order.created",
+            serde_json::json!({"id": 1}),
+        ))
+        .await
+        .unwrap();
+    let r = d.run_once(BUDGET).await.unwrap();
+    assert_eq!((r.claimed, r.parked), (1, 1));
+    assert_eq!(transport.count(), 0, "nothing is sent without the secret");
+    let del = w.one().await;
+    assert_eq!((del.status, del.attempts), (DeliveryStatus::Pending, 0));
+    let ledger = w.store.attempts(&w.tenant, del.id).await.unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(
+        ledger[0].record.outcome,
+        AttemptOutcome::Failed(ErrorClass::SecretUnavailable)
+    );
+    let why = ledger[0].record.excerpt.as_deref().unwrap_or_default();
+    assert!(why.contains("vault key"), "{why}");
+}
