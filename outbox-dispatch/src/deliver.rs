@@ -60,8 +60,10 @@ impl RunState {
         }
     }
 
-    /// A delivery went back over its endpoint's rate limit, due again at `due`.
-    fn rate_limited(&self, due: Timestamp) {
+    /// A delivery went back over its endpoint's rate limit, due again at `due` (recorded
+    /// once the release is written, from the clock after the write, so the store's due time
+    /// is never later than this one).
+    pub(crate) fn rate_limited(&self, due: Timestamp) {
         let mut d = self.rate_due.lock().unwrap_or_else(|p| p.into_inner());
         *d = Some(d.map_or(due, |t| t.min(due)));
     }
@@ -116,6 +118,8 @@ pub(crate) enum Done {
         lease: Lease,
         delay: Duration,
         duplicate: bool,
+        /// Handed back over its endpoint's rate limit (`run_once` waits for it).
+        rate_limited: bool,
     },
     /// The lease was lost before the send.
     LeaseLost,
@@ -128,6 +132,17 @@ impl Done {
             lease,
             delay,
             duplicate: false,
+            rate_limited: false,
+        }
+    }
+
+    /// Put back unstarted over its endpoint's rate limit, due after `delay`.
+    pub(crate) fn rate_limited(lease: Lease, delay: Duration) -> Done {
+        Done::Release {
+            lease,
+            delay,
+            duplicate: false,
+            rate_limited: true,
         }
     }
 
@@ -142,6 +157,7 @@ impl Done {
             lease,
             delay,
             duplicate: true,
+            rate_limited: false,
         }
     }
 }
@@ -501,14 +517,10 @@ async fn webhook_path(
             }
             // At its cap: due again at once; the endpoint stays out of claims while it is
             // at its cap, so this does not spin.
-            let delay = match refused {
-                Admit::RateLimited(wait) => {
-                    run.rate_limited(shared.clock.now().saturating_add(wait));
-                    wait
-                }
-                _ => Duration::ZERO,
+            return match refused {
+                Admit::RateLimited(wait) => Done::rate_limited(lease, wait),
+                _ => Done::release_now(lease),
             };
-            return Done::release(lease, delay);
         }
     };
     let started = shared.clock.now();

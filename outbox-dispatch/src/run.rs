@@ -226,7 +226,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         if self.settling.is_none() && !self.finished.is_empty() {
             self.settling_len = self.finished.len();
             let batch = std::mem::take(&mut self.finished);
-            let write = AssertUnwindSafe(settle(self.shared.clone(), batch))
+            let write = AssertUnwindSafe(settle(self.shared.clone(), self.run.clone(), batch))
                 .catch_unwind()
                 .map(|r| {
                     r.unwrap_or_else(|_| {
@@ -571,7 +571,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
         let mut report = std::mem::take(&mut self.report);
         let finished = std::mem::take(&mut self.finished);
-        report.absorb(settle(s.clone(), finished).await);
+        report.absorb(settle(s.clone(), self.run.clone(), finished).await);
         report.run_time = s.clock.now().duration_since(self.start);
         report.circuits = s.breakers.not_closed();
         report.stats = tokio::time::timeout(s.config.stats_deadline, s.store.stats())

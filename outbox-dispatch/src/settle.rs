@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::alerts;
 use super::breaker::CircuitState;
-use super::deliver::{Done, Meta};
+use super::deliver::{Done, Meta, RunState};
 use super::report::{observe, CircuitEvent, DeadLetterEvent, DeliveryEvent, Report, SettleEvent};
 use super::Shared;
 use outboxkit_core::claim::{Completion, Lease};
@@ -19,13 +19,15 @@ use outboxkit_core::verdict::Verdict;
 /// Write what finished — verdicts in one `complete_many`, releases grouped by delay — and
 /// return what that adds to the report. Runs beside the claim loop, so a batch's completion
 /// overlaps the next batch's claim.
-pub(crate) async fn settle(shared: Arc<Shared>, finished: Vec<Done>) -> Report {
+pub(crate) async fn settle(shared: Arc<Shared>, run: Arc<RunState>, finished: Vec<Done>) -> Report {
     let watch = outboxkit_core::Stopwatch::start();
     let mut report = Report::default();
     let s = &shared;
     let mut items: Vec<(Lease, Completion)> = Vec::new();
     let mut metas: Vec<Meta> = Vec::new();
     let mut releases: BTreeMap<Duration, Vec<Lease>> = BTreeMap::new();
+    // Delays of the releases over a rate limit: `run_once` waits for them.
+    let mut rate_delays: Vec<Duration> = Vec::new();
     for done in finished {
         match done {
             Done::Completed {
@@ -40,9 +42,13 @@ pub(crate) async fn settle(shared: Arc<Shared>, finished: Vec<Done>) -> Report {
                 lease,
                 delay,
                 duplicate,
+                rate_limited,
             } => {
                 if duplicate {
                     report.duplicate_in_run += 1;
+                }
+                if rate_limited {
+                    rate_delays.push(delay);
                 }
                 releases.entry(delay).or_default().push(lease);
             }
@@ -72,6 +78,10 @@ pub(crate) async fn settle(shared: Arc<Shared>, finished: Vec<Done>) -> Report {
             Ok(r) => {
                 report.released += u64::from(r.released);
                 report.lease_lost += u64::from(r.lost);
+                if rate_delays.contains(&delay) {
+                    // Read after the write: the store's due time is at or before this one.
+                    run.rate_limited(s.clock.now().saturating_add(delay));
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "releasing deliveries failed; their leases will expire")

@@ -16,7 +16,10 @@
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::ManualClock;
 
 use async_trait::async_trait;
 use outboxkit_core::{
@@ -36,6 +39,8 @@ pub struct FaultyStore<S> {
     latency: Duration,
     injected: AtomicU64,
     calls: AtomicU64,
+    /// Calls that take store time on a manual clock: (operation, clock, how long).
+    slow: Option<(&'static str, Arc<ManualClock>, Duration)>,
 }
 
 impl<S> FaultyStore<S> {
@@ -49,7 +54,16 @@ impl<S> FaultyStore<S> {
             latency: Duration::ZERO,
             injected: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            slow: None,
         }
+    }
+
+    /// Move `clock` on by `by` before each call to the trait method named `op` (e.g.
+    /// `"release"`): the call then takes `by` of the store's time, so a caller that read the
+    /// clock before the call sees a later time written than it computed.
+    pub fn slow_on(mut self, op: &'static str, clock: Arc<ManualClock>, by: Duration) -> Self {
+        self.slow = Some((op, clock, by));
+        self
     }
 
     /// Fail this fraction of calls (clamped to `[0, 1]`; not a number means 0).
@@ -97,6 +111,11 @@ impl<S> FaultyStore<S> {
 
     async fn gate(&self, op: &'static str) -> Result<()> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        if let Some((slow, clock, by)) = &self.slow {
+            if *slow == op {
+                clock.advance(*by);
+            }
+        }
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }

@@ -209,3 +209,57 @@ fn a_zero_endpoint_concurrency_is_refused_by_name() {
         Some("endpoint_concurrency_overrides")
     );
 }
+
+/// `run_once` waits out a rate limit even when writing the release takes store time: it
+/// waits for the due time the store wrote, not the one computed before the write, so it
+/// does not end with deliveries due a moment later (the CLI's `relay --until-idle` once
+/// did, 5 of 12 sent).
+#[tokio::test]
+async fn run_once_waits_for_the_due_time_the_release_wrote() {
+    let w = world();
+    let slow = outboxkit_testing::FaultyStore::new(w.store.clone(), 1).slow_on(
+        "release",
+        w.clock.clone(),
+        Duration::from_millis(500),
+    );
+    let w = World {
+        store: Arc::new(slow),
+        ..w
+    };
+    let receiver = WebhookReceiver::start()
+        .await
+        .unwrap()
+        .with_clock(w.clock.clone());
+    w.admin
+        .create(
+            &w.tenant,
+            NewEndpoint {
+                url: receiver.url(),
+                rate_limit: Some(5),
+                ..NewEndpoint::default()
+            },
+        )
+        .await
+        .unwrap();
+    let d = w.webhook_dispatcher(Arc::new(loopback()));
+    const N: usize = 12;
+    w.enqueue_n(N).await;
+    let run = {
+        let d = d.clone();
+        tokio::spawn(async move { d.run_once(crate::BUDGET).await.unwrap() })
+    };
+    for _ in 0..20_000 {
+        if run.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if w.count(DeliveryStatus::Processing).await == 0 {
+            w.advance(Duration::from_millis(100));
+        }
+    }
+    let r = run.await.unwrap();
+    assert!(r.released > 0, "deliveries over the limit waited: {r}");
+    assert_eq!(r.succeeded, N as u64, "{r}");
+    assert_eq!(receiver.count(), N);
+    all_delivered_once(&w, N).await;
+}
