@@ -3,6 +3,7 @@
 
 pub mod broker;
 pub mod claim;
+pub mod claim_rules;
 pub mod endpoint;
 pub mod error;
 pub mod fanout;

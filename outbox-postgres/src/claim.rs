@@ -115,6 +115,27 @@ fn budget(d: &str) -> String {
 ///    order of their first picked row, cut at `$2`; locked rows not chosen are released when
 ///    the statement ends.
 /// 6. `claimed`: the update (token, lease, attempt), returned with the message columns.
+/// The predicate on a due row `d` that core's claim rules (`outboxkit_core::claim_rules`)
+/// call claimable: within its budget (a held probe spends none) and not behind an older
+/// unfinished row of its ordering key whose topic is not dormant (an older row that dies
+/// at this claim does not hold it back). The group heads and the picked rows use the same
+/// predicate, so a group whose due rows all wait counts for no share of the batch.
+fn claimable(d: &str) -> String {
+    format!(
+        "(d.status = 'held' OR d.attempts < {bd}) \
+         AND (d.ordering_key IS NULL OR NOT EXISTS ( \
+               SELECT 1 FROM {d} p \
+                WHERE p.tenant = d.tenant AND p.kind = d.kind AND p.target = d.target \
+                  AND p.ordering_key = d.ordering_key AND p.seq < d.seq \
+                  AND p.status IN {UNFINISHED} \
+                  AND p.topic <> ALL($7::text[]) \
+                  AND NOT (p.status <> 'held' AND p.next_attempt_at <= $1::int8 \
+                           AND p.attempts >= {bp})))",
+        bd = budget("d"),
+        bp = budget("p"),
+    )
+}
+
 fn claim_text(t: &Tables) -> String {
     let (d, m, done) = (&t.deliveries, &t.messages, &t.done);
     let dcols = delivery_cols("d");
@@ -156,6 +177,7 @@ fn claim_text(t: &Tables) -> String {
              SELECT d.next_attempt_at, d.seq FROM {d} d \
               WHERE d.tenant = g.tenant AND d.kind = g.kind AND d.target = g.target \
                 AND d.status IN {UNFINISHED} AND d.next_attempt_at <= $1::int8 \
+                AND {claimable} \
               ORDER BY d.next_attempt_at, d.seq LIMIT 1) h \
             WHERE {bg} IS NOT NULL AND NOT {xg} \
             ORDER BY h.next_attempt_at, h.seq \
@@ -169,15 +191,7 @@ fn claim_text(t: &Tables) -> String {
               WHERE d.tenant = h.tenant AND d.kind = h.kind AND d.target = h.target \
                 AND d.status IN {UNFINISHED} \
                 AND d.next_attempt_at <= $1::int8 \
-                AND (d.status = 'held' OR d.attempts < {bd}) \
-                AND (d.ordering_key IS NULL OR NOT EXISTS ( \
-                      SELECT 1 FROM {d} p \
-                       WHERE p.tenant = d.tenant AND p.kind = d.kind AND p.target = d.target \
-                         AND p.ordering_key = d.ordering_key AND p.seq < d.seq \
-                         AND p.status IN {UNFINISHED} \
-                         AND p.topic <> ALL($7::text[]) \
-                         AND NOT (p.status <> 'held' AND p.next_attempt_at <= $1::int8 \
-                                  AND p.attempts >= {bd}))) \
+                AND {claimable} \
               ORDER BY d.next_attempt_at, d.seq \
               LIMIT CASE WHEN h.kind = 'webhook' THEN least(share.n, coalesce( \
                       ($13::int8[])[array_position($12::text[], h.target)], $14::int8)) \
@@ -212,6 +226,7 @@ fn claim_text(t: &Tables) -> String {
           ORDER BY c.rn",
         bd = budget("d"),
         bg = budget("g"),
+        claimable = claimable(&t.deliveries),
         xd = excluded_endpoint("d"),
         xg = excluded_endpoint("g"),
     )

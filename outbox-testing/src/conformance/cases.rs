@@ -14,6 +14,7 @@ mod helpers;
 mod history;
 mod ledger;
 mod operator;
+mod order;
 mod retention;
 mod roundtrip;
 
@@ -30,6 +31,7 @@ pub use held::*;
 pub use history::*;
 pub use ledger::*;
 pub use operator::*;
+pub use order::*;
 pub use retention::*;
 pub use roundtrip::*;
 
@@ -75,6 +77,8 @@ macro_rules! __conformance_cases {
             extend_keeps_lease_alive,
             exhausted_rows_die_at_claim,
             claim_kills_exhausted_rows_beyond_its_batch,
+            successive_claims_kill_every_exhausted_row,
+            claim_order_follows_the_fair_rounds,
             release_refunds_and_delays,
             ordering_key_is_fifo_per_destination,
             dormant_topic_does_not_block,

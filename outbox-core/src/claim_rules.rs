@@ -1,0 +1,164 @@
+//! The claim rules of DESIGN §6, written once: every store that claims in Rust calls these
+//! functions, and every store that claims in SQL or Lua mirrors them exactly (the
+//! conformance suite compares each store's claims against [`fair_order`] on random
+//! backlogs: `claim_order_follows_the_fair_rounds`).
+//!
+//! - **Exhausted rows** ([`is_exhausted`], [`EXHAUSTED_PER_CLAIM`]): a due, served, not-held
+//!   row whose attempts reached its source's budget dies at claim time and is never handed
+//!   out; one claim kills at most [`EXHAUSTED_PER_CLAIM`] of them, and successive claims kill
+//!   the rest.
+//! - **The per-key barrier** ([`barrier_blocks`]): a delivery with an ordering key waits
+//!   while an older unfinished delivery to the same tenant and destination with the same key
+//!   exists, unless that older one's topic is dormant.
+//! - **Fair rounds** ([`fair_order`]): the due rows are grouped by (tenant, destination);
+//!   each group offers its claimable rows in due order, at most [`group_limit`] of them; the
+//!   groups are ordered by their first row's due key; the claim takes round by round (the
+//!   first row of every group, then the second of every group, …) until the batch is full.
+//!
+//! Topic matching is [`TopicFilter::matches`](crate::ids::TopicFilter) and the hold of a
+//! paused or disabled endpoint's deliveries at enqueue is
+//! [`fanout::hold_for_endpoints`](crate::fanout::hold_for_endpoints).
+
+use std::collections::BTreeSet;
+
+use crate::claim::ClaimRequest;
+use crate::ids::Topic;
+use crate::model::{DeliveryStatus, Destination};
+
+/// The most exhausted rows one claim kills (§6.5). A claim never hands out a row past its
+/// budget, so the rows beyond this bound wait, unclaimable, for the next claim to kill them:
+/// a backlog of spent rows costs each claim a bounded amount of work.
+pub const EXHAUSTED_PER_CLAIM: usize = 1000;
+
+/// Whether a claimable row dies at this claim: served by the request, due, not held (a held
+/// probe spends no attempt) and at or past its source's budget.
+pub fn is_exhausted(
+    request: &ClaimRequest,
+    destination: &Destination,
+    status: DeliveryStatus,
+    attempts: u32,
+    due: bool,
+) -> bool {
+    due && status != DeliveryStatus::Held
+        && request.serves(destination)
+        && request
+            .budget_for(destination)
+            .is_some_and(|budget| attempts >= budget)
+}
+
+/// Whether a delivery with an ordering key waits: some older unfinished delivery of its
+/// (tenant, destination, key) slot has a topic that is not dormant. `older_topics` are the
+/// topics of the older unfinished deliveries of the slot.
+pub fn barrier_blocks<'a>(
+    older_topics: impl IntoIterator<Item = &'a Topic>,
+    dormant: &BTreeSet<Topic>,
+) -> bool {
+    older_topics.into_iter().any(|t| !dormant.contains(t))
+}
+
+/// How many rows a group of `destination` may offer one claim: the batch, or less when the
+/// request gives the endpoint less room.
+pub fn group_limit(request: &ClaimRequest, destination: &Destination) -> usize {
+    (request.batch_size() as usize).min(request.group_limit(destination))
+}
+
+/// The fair-round order (§6.1): `groups` are each group's first-row key and its claimable
+/// rows in due order (already cut to [`group_limit`]); the result is at most `batch` rows,
+/// taken round by round over the groups in the order of their keys (ties keep the order
+/// given).
+pub fn fair_order<K: Ord, T>(mut groups: Vec<(K, Vec<T>)>, batch: usize) -> Vec<T> {
+    groups.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut queues: Vec<std::vec::IntoIter<T>> =
+        groups.into_iter().map(|(_, rows)| rows.into_iter()).collect();
+    let mut out = Vec::with_capacity(batch.min(1024));
+    while out.len() < batch {
+        let before = out.len();
+        for q in &mut queues {
+            if out.len() >= batch {
+                break;
+            }
+            if let Some(row) = q.next() {
+                out.push(row);
+            }
+        }
+        if out.len() == before {
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ids::{ConsumerName, EndpointId};
+
+    #[test]
+    fn rounds_take_the_first_of_every_group_then_the_second() {
+        let groups = vec![
+            (2, vec!["b1", "b2", "b3"]),
+            (1, vec!["a1", "a2"]),
+            (3, vec!["c1"]),
+        ];
+        assert_eq!(
+            fair_order(groups.clone(), 10),
+            ["a1", "b1", "c1", "a2", "b2", "b3"]
+        );
+        assert_eq!(fair_order(groups.clone(), 4), ["a1", "b1", "c1", "a2"]);
+        assert_eq!(fair_order(groups, 2), ["a1", "b1"]);
+        assert!(fair_order::<u8, &str>(vec![], 5).is_empty());
+        assert!(fair_order(vec![(1, vec!["x"])], 0).is_empty());
+    }
+
+    #[test]
+    fn equal_keys_keep_the_order_given() {
+        let groups = vec![(1, vec!["p1", "p2"]), (1, vec!["q1"])];
+        assert_eq!(fair_order(groups, 3), ["p1", "q1", "p2"]);
+    }
+
+    #[test]
+    fn exhausted_means_due_served_unheld_and_spent() {
+        let c = ConsumerName::new("worker").unwrap();
+        let req = ClaimRequest::new(10, Duration::from_secs(30)).handler(c.clone(), 3);
+        let d = Destination::Handler(c);
+        let other = Destination::Handler(ConsumerName::new("other").unwrap());
+        assert!(is_exhausted(&req, &d, DeliveryStatus::Pending, 3, true));
+        assert!(is_exhausted(&req, &d, DeliveryStatus::Processing, 4, true));
+        assert!(!is_exhausted(&req, &d, DeliveryStatus::Pending, 2, true));
+        assert!(!is_exhausted(&req, &d, DeliveryStatus::Pending, 3, false));
+        assert!(!is_exhausted(&req, &d, DeliveryStatus::Held, 9, true));
+        assert!(!is_exhausted(&req, &other, DeliveryStatus::Pending, 9, true));
+        let e = EndpointId::parse("0190a6b8-6c1e-7a2b-8c3d-4e5f60718293").unwrap();
+        let webhooks = ClaimRequest::new(10, Duration::from_secs(30))
+            .webhooks(2)
+            .exclude_endpoints([e]);
+        assert!(
+            !is_exhausted(&webhooks, &Destination::Webhook(e), DeliveryStatus::Pending, 5, true),
+            "an excluded endpoint's rows are not this claim's to kill"
+        );
+    }
+
+    #[test]
+    fn only_a_live_older_topic_blocks() {
+        let a = Topic::new("order.created").unwrap();
+        let b = Topic::new("order.legacy").unwrap();
+        let dormant: BTreeSet<Topic> = [b.clone()].into();
+        assert!(!barrier_blocks([], &dormant));
+        assert!(!barrier_blocks([&b], &dormant));
+        assert!(barrier_blocks([&b, &a], &dormant));
+        assert!(barrier_blocks([&b], &BTreeSet::new()));
+    }
+
+    #[test]
+    fn a_group_offers_at_most_the_batch_or_its_room() {
+        let e = EndpointId::parse("0190a6b8-6c1e-7a2b-8c3d-4e5f60718293").unwrap();
+        let req = ClaimRequest::new(10, Duration::from_secs(30))
+            .webhooks(5)
+            .endpoint_room(e, 3);
+        assert_eq!(group_limit(&req, &Destination::Webhook(e)), 3);
+        let wide = ClaimRequest::new(10, Duration::from_secs(30)).webhooks(5);
+        assert_eq!(group_limit(&wide, &Destination::Webhook(e)), 10);
+    }
+}
