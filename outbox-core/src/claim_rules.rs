@@ -27,7 +27,9 @@ use crate::model::{DeliveryStatus, Destination};
 
 /// The most exhausted rows one claim kills (§6.5). A claim never hands out a row past its
 /// budget, so the rows beyond this bound wait, unclaimable, for the next claim to kill them:
-/// a backlog of spent rows costs each claim a bounded amount of work.
+/// a backlog of spent rows costs each claim a bounded amount of work. A claim kills at least
+/// `min(exhausted, EXHAUSTED_PER_CLAIM)` of the due exhausted rows it serves; a store split in
+/// shards (Redis Cluster) keeps the bound per shard.
 pub const EXHAUSTED_PER_CLAIM: usize = 1000;
 
 /// Whether a claimable row dies at this claim: served by the request, due, not held (a held

@@ -149,7 +149,7 @@ fn claim_text(t: &Tables) -> String {
               AND d.attempts >= {bd} \
               AND NOT {xd} \
             ORDER BY d.attempts DESC \
-            LIMIT 1000 \
+            LIMIT {exhausted_bound} \
             FOR UPDATE OF d SKIP LOCKED), \
          killed AS ( \
            DELETE FROM {d} d USING exhausted x \
@@ -227,6 +227,7 @@ fn claim_text(t: &Tables) -> String {
         bd = budget("d"),
         bg = budget("g"),
         claimable = claimable(&t.deliveries),
+        exhausted_bound = outboxkit_core::claim_rules::EXHAUSTED_PER_CLAIM,
         xd = excluded_endpoint("d"),
         xg = excluded_endpoint("g"),
     )

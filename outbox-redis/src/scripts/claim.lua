@@ -147,13 +147,18 @@ end
 -- attempts index holds every queued (not claimed), unfinished, non-held row that spent
 -- attempts, and every claimed row whose claim spent its claimer's last attempt (and
 -- finished rows not yet cleaned up, removed here). The step reads at most EXHAUSTED_STEP
--- entries per source, so a claim stays bounded however many rows are exhausted at once;
+-- entries over all the sources (per shard), so a claim stays bounded however many rows are
+-- exhausted at once;
 -- rows beyond it die in a later claim, or in step 3 when the claim meets them in due order.
 -- The dry run of a claim over several shards takes this step too: the rounds may give a
 -- shard nothing to claim, and its exhausted rows must die at this claim all the same.
-local EXHAUSTED_STEP = 256
+local EXHAUSTED_STEP = 1000 -- outboxkit_core::claim_rules::EXHAUSTED_PER_CLAIM (checked by a test)
+local exhausted_left = EXHAUSTED_STEP
 for _, src in ipairs(sources) do
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf', 'LIMIT', 0, EXHAUSTED_STEP)) do
+  if exhausted_left <= 0 then break end
+  local spent = redis.call('ZRANGEBYSCORE', src.x, src.budget, '+inf', 'LIMIT', 0, exhausted_left)
+  exhausted_left = exhausted_left - #spent
+  for _, m in ipairs(spent) do
     local d = load(member_id(m))
     if not d or finished(d.status) then
       redis.call('ZREM', src.x, m)
@@ -208,7 +213,10 @@ local function take(g)
         '^[^\31]*\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
       if peek and (finished(st) or tonumber(nx) > now
           or (st ~= 'held' and tonumber(at) >= src.budget)) then
-        -- A dry run leaves rows that would be cleaned up or killed as they are.
+        -- A dry run leaves rows that would be cleaned up or killed as they are: they are
+        -- examined, so the next chunk starts after them (else a chunk of nothing but such
+        -- rows would be read again and again).
+        g.anchor = m
       elseif finished(st) then
         redis.call('ZREM', g.key, m)
       elseif tonumber(nx) > now then
@@ -219,6 +227,8 @@ local function take(g)
       elseif okey ~= '' and blocked(k_o(tenant, kind, target, okey), m) then
         g.anchor = m
       elseif peek then
+        -- A dry run moves nothing: the row stays where it is, examined.
+        g.anchor = m
         claimed[#claimed + 1] = { m, string.sub(g.key, #P + 1), nx }
         return true
       else

@@ -170,6 +170,17 @@ impl Scripts {
 
 #[cfg(test)]
 mod tests {
+    /// The claim kills at most core's one bound of exhausted rows.
+    #[test]
+    fn exhausted_bound_matches_core() {
+        let claim = include_str!("claim.lua");
+        let bound = format!(
+            "local EXHAUSTED_STEP = {} ",
+            outboxkit_core::claim_rules::EXHAUSTED_PER_CLAIM
+        );
+        assert!(claim.contains(&bound), "claim.lua must say `{bound}`");
+    }
+
     /// The hold times written by the scripts are the ones outboxkit-core defines.
     #[test]
     fn hold_constants_match_core() {
