@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use outboxkit_core::claim_rules::fair_order;
 use outboxkit_core::{
     ClaimRequest, ClaimSource, ClaimToken, Claimed, Completion, DeliveryStatus, Entropy, Error,
     Lease, ReleaseReport, Result,
@@ -154,39 +155,28 @@ impl RedisStore {
                 rows.entry(g).or_default().push((score, m, shard));
             }
         }
-        let mut groups: Vec<(String, Vec<DueRow>)> = rows
+        // Each group's rows over all the shards in (due, member) order, cut to its
+        // endpoint's room and the batch, keyed by its first row: core's fair rounds pick.
+        let heads: Vec<GroupHead> = rows
             .into_iter()
             .filter(|(_, r)| !r.is_empty())
             .map(|(g, mut r)| {
                 r.sort();
-                (g, r)
+                r.truncate(group_room(request, &g).unwrap_or(batch).min(batch));
+                let key = (r[0].0, r[0].1.clone());
+                (key, r.into_iter().map(|row| (g.clone(), row)).collect())
             })
             .collect();
-        groups.sort_by(|x, y| (&x.1[0].0, &x.1[0].1).cmp(&(&y.1[0].0, &y.1[0].1)));
-        // quotas[shard] = (group, how many) in group order; picks = the rows, in order.
+        // quotas[shard] = (group, how many) in round order; picks = the rows, in order.
         let mut quotas: Vec<Vec<(String, usize)>> = vec![Vec::new(); n];
         let mut picks: Vec<String> = Vec::new();
-        // An endpoint's group takes no more than its room, over all the shards.
-        for (g, r) in &mut groups {
-            if let Some(room) = group_room(request, g) {
-                r.truncate(room);
+        for (g, (_, m, shard)) in fair_order(heads, batch) {
+            let q = &mut quotas[shard];
+            match q.iter_mut().find(|(name, _)| *name == g) {
+                Some(e) => e.1 += 1,
+                None => q.push((g, 1)),
             }
-        }
-        let mut round = 0;
-        while picks.len() < batch && groups.iter().any(|g| g.1.len() > round) {
-            for (g, r) in groups.iter().filter(|g| g.1.len() > round) {
-                if picks.len() == batch {
-                    break;
-                }
-                let (_, m, shard) = &r[round];
-                let q = &mut quotas[*shard];
-                match q.iter_mut().find(|(name, _)| name == g) {
-                    Some(e) => e.1 += 1,
-                    None => q.push((g.clone(), 1)),
-                }
-                picks.push(m.get(15..).unwrap_or_default().to_owned());
-            }
-            round += 1;
+            picks.push(m.get(15..).unwrap_or_default().to_owned());
         }
         let want: Vec<usize> = quotas.iter().map(|q| q.iter().map(|e| e.1).sum()).collect();
         let start = self.inner.turn.fetch_add(1, Ordering::Relaxed);
@@ -425,6 +415,9 @@ impl RedisStore {
 
 /// A due row seen by a multi-shard claim: (score, member, shard).
 type DueRow = (i64, String, usize);
+
+/// A group's first-row key and its rows over the shards, each named with its group.
+type GroupHead = ((i64, String), Vec<(String, DueRow)>);
 
 /// The served sources as (kind, target, budget), first occurrence of each destination
 /// winning as in [`ClaimRequest::budget_for`].
