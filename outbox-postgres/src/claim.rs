@@ -88,33 +88,6 @@ fn budget(d: &str) -> String {
     )
 }
 
-/// The claim statement. Parameters, bound in this order by [`PostgresStore::claim_now`]:
-/// $1 now, $2 batch, $3 consumers, $4 their budgets, $5 webhook budget, $6 e-mail budget,
-/// $7 dormant topics, $8 tokens, $9 lease end, $10 smallest budget, $11 excluded
-/// endpoints (ids as text), $12 endpoints with a room of their own, $13 their rooms,
-/// $14 the per-endpoint limit of the others (NULL: none).
-///
-/// Its steps:
-/// 1. `exhausted`/`killed`/`buried`: rows that spent their budget become `dead` (at most
-///    1,000 per claim), found through the small `deliveries_spent` index, and move from the
-///    hot table to the history.
-/// 2. `groups`: every (tenant, kind, target) with unfinished rows, by a skip scan of the
-///    `deliveries_group` index (one index probe per group, whatever its backlog).
-/// 3. `heads`: of the groups this claim serves (and does not exclude), those with a due row,
-///    the `$2` whose oldest due row is oldest (only they can get a turn). The limit is
-///    written `(SELECT $2)` on purpose: the planner then guesses a few groups instead of
-///    `$2`, which keeps its estimate of the per-group scans low (with `LIMIT $2` a claim of
-///    100 was estimated at 290k and, with JIT on, spent 155 ms compiling JIT code for a 5 ms
-///    execution; [`PostgresStore::claim_now`] also turns JIT off).
-/// 4. `picked`: from each of those groups, its first claimable rows in (due, enqueue order),
-///    behind the per-key barrier, locked with `SKIP LOCKED`: at most `$2 - k + 1` each when
-///    `k` groups take part (a group can get no more: every other group gets one first), so
-///    a 100k backlog costs as much as any other group; an endpoint's group no more than its
-///    room (`$13`) or the per-endpoint limit (`$14`).
-/// 5. `chosen`: rounds — each group's first row, then each group's second, … — groups in the
-///    order of their first picked row, cut at `$2`; locked rows not chosen are released when
-///    the statement ends.
-/// 6. `claimed`: the update (token, lease, attempt), returned with the message columns.
 /// The predicate on a due row `d` that core's claim rules (`outboxkit_core::claim_rules`)
 /// call claimable: within its budget (a held probe spends none) and not behind an older
 /// unfinished row of its ordering key whose topic is not dormant (an older row that dies
@@ -136,6 +109,33 @@ fn claimable(d: &str) -> String {
     )
 }
 
+/// The claim statement. Parameters, bound in this order by [`PostgresStore::claim_now`]:
+/// $1 now, $2 batch, $3 consumers, $4 their budgets, $5 webhook budget, $6 e-mail budget,
+/// $7 dormant topics, $8 tokens, $9 lease end, $10 smallest budget, $11 excluded
+/// endpoints (ids as text), $12 endpoints with a room of their own, $13 their rooms,
+/// $14 the per-endpoint limit of the others (NULL: none).
+///
+/// Its steps:
+/// 1. `exhausted`/`killed`/`buried`: rows that spent their budget become `dead` (at most
+///    core's `EXHAUSTED_PER_CLAIM`, 1,000, per claim), found through the small `deliveries_spent` index, and move from the
+///    hot table to the history.
+/// 2. `groups`: every (tenant, kind, target) with unfinished rows, by a skip scan of the
+///    `deliveries_group` index (one index probe per group, whatever its backlog).
+/// 3. `heads`: of the groups this claim serves (and does not exclude), those with a
+///    claimable due row ([`claimable`]), the `$2` whose oldest such row is oldest (only they can get a turn). The limit is
+///    written `(SELECT $2)` on purpose: the planner then guesses a few groups instead of
+///    `$2`, which keeps its estimate of the per-group scans low (with `LIMIT $2` a claim of
+///    100 was estimated at 290k and, with JIT on, spent 155 ms compiling JIT code for a 5 ms
+///    execution; [`PostgresStore::claim_now`] also turns JIT off).
+/// 4. `picked`: from each of those groups, its first claimable rows in (due, enqueue order),
+///    behind the per-key barrier, locked with `SKIP LOCKED`: at most `$2 - k + 1` each when
+///    `k` groups take part (a group can get no more: every other group gets one first), so
+///    a 100k backlog costs as much as any other group; an endpoint's group no more than its
+///    room (`$13`) or the per-endpoint limit (`$14`).
+/// 5. `chosen`: rounds — each group's first row, then each group's second, … — groups in the
+///    order of their first picked row, cut at `$2`; locked rows not chosen are released when
+///    the statement ends.
+/// 6. `claimed`: the update (token, lease, attempt), returned with the message columns.
 fn claim_text(t: &Tables) -> String {
     let (d, m, done) = (&t.deliveries, &t.messages, &t.done);
     let dcols = delivery_cols("d");

@@ -10,6 +10,7 @@ pub mod error;
 mod ledger;
 mod rows;
 mod schema;
+mod sql;
 mod store;
 mod tenancy;
 mod tokens;

@@ -8,13 +8,14 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::error::map_err;
+use crate::sql::{self, Params, Statement};
 use crate::store::PostgresStore;
 
-const COLUMNS: &str = "id, label, tenant, read_only, hash, created_at, revoked_at";
-
 impl PostgresStore {
-    fn tokens_table(&self) -> String {
-        format!("\"{}\".api_tokens", self.inner.config.schema)
+    /// A statement of `sql/tokens.sql` on this store's schema.
+    fn token_statement(&self, name: &str) -> Result<Statement> {
+        let table = format!("\"{}\".api_tokens", self.inner.config.schema);
+        sql::load(sql::TOKENS, name, &[("api_tokens", &table)])
     }
 }
 
@@ -55,18 +56,17 @@ fn token(row: &PgRow) -> Result<ApiToken> {
 impl TokenStore for PostgresStore {
     async fn create_token(&self, t: &ApiToken) -> Result<()> {
         t.validate()?;
-        let sql = format!(
-            "INSERT INTO {} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            self.tokens_table()
-        );
-        sqlx::query(&sql)
-            .bind(t.id.as_uuid())
-            .bind(&t.label)
-            .bind(t.scope.tenant().map(TenantId::as_str))
-            .bind(t.read_only)
-            .bind(t.hash.as_bytes().as_slice())
-            .bind(t.created_at.as_unix_millis())
-            .bind(t.revoked_at.map(Timestamp::as_unix_millis))
+        let statement = self.token_statement("create_token")?;
+        let params = Params::new()
+            .set("id", t.id.as_uuid())
+            .set("label", t.label.as_str())
+            .set("tenant", t.scope.tenant().map(TenantId::as_str))
+            .set("read_only", t.read_only)
+            .set("hash", t.hash.as_bytes().as_slice())
+            .set("created_at", t.created_at.as_unix_millis())
+            .set("revoked_at", t.revoked_at.map(Timestamp::as_unix_millis));
+        statement
+            .bind(params)?
             .execute(&self.inner.pool)
             .await
             .map_err(map_err)?;
@@ -74,12 +74,9 @@ impl TokenStore for PostgresStore {
     }
 
     async fn get_token(&self, id: TokenId) -> Result<ApiToken> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM {} WHERE id = $1",
-            self.tokens_table()
-        );
-        let row = sqlx::query(&sql)
-            .bind(id.as_uuid())
+        let statement = self.token_statement("get_token")?;
+        let row = statement
+            .bind(Params::new().set("id", id.as_uuid()))?
             .fetch_optional(&self.inner.pool)
             .await
             .map_err(map_err)?;
@@ -90,11 +87,9 @@ impl TokenStore for PostgresStore {
     }
 
     async fn list_tokens(&self) -> Result<Vec<ApiToken>> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM {} ORDER BY created_at, id",
-            self.tokens_table()
-        );
-        let rows = sqlx::query(&sql)
+        let statement = self.token_statement("list_tokens")?;
+        let rows = statement
+            .bind(Params::new())?
             .fetch_all(&self.inner.pool)
             .await
             .map_err(map_err)?;
@@ -102,14 +97,12 @@ impl TokenStore for PostgresStore {
     }
 
     async fn revoke_token(&self, id: TokenId, at: Timestamp) -> Result<ApiToken> {
-        let sql = format!(
-            "UPDATE {} SET revoked_at = coalesce(revoked_at, $2) WHERE id = $1 \
-             RETURNING {COLUMNS}",
-            self.tokens_table()
-        );
-        let row = sqlx::query(&sql)
-            .bind(id.as_uuid())
-            .bind(at.as_unix_millis())
+        let statement = self.token_statement("revoke_token")?;
+        let params = Params::new()
+            .set("id", id.as_uuid())
+            .set("at", at.as_unix_millis());
+        let row = statement
+            .bind(params)?
             .fetch_optional(&self.inner.pool)
             .await
             .map_err(map_err)?;
