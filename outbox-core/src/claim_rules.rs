@@ -70,8 +70,10 @@ pub fn group_limit(request: &ClaimRequest, destination: &Destination) -> usize {
 /// given).
 pub fn fair_order<K: Ord, T>(mut groups: Vec<(K, Vec<T>)>, batch: usize) -> Vec<T> {
     groups.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut queues: Vec<std::vec::IntoIter<T>> =
-        groups.into_iter().map(|(_, rows)| rows.into_iter()).collect();
+    let mut queues: Vec<std::vec::IntoIter<T>> = groups
+        .into_iter()
+        .map(|(_, rows)| rows.into_iter())
+        .collect();
     let mut out = Vec::with_capacity(batch.min(1024));
     while out.len() < batch {
         let before = out.len();
@@ -131,13 +133,25 @@ mod tests {
         assert!(!is_exhausted(&req, &d, DeliveryStatus::Pending, 2, true));
         assert!(!is_exhausted(&req, &d, DeliveryStatus::Pending, 3, false));
         assert!(!is_exhausted(&req, &d, DeliveryStatus::Held, 9, true));
-        assert!(!is_exhausted(&req, &other, DeliveryStatus::Pending, 9, true));
+        assert!(!is_exhausted(
+            &req,
+            &other,
+            DeliveryStatus::Pending,
+            9,
+            true
+        ));
         let e = EndpointId::parse("0190a6b8-6c1e-7a2b-8c3d-4e5f60718293").unwrap();
         let webhooks = ClaimRequest::new(10, Duration::from_secs(30))
             .webhooks(2)
             .exclude_endpoints([e]);
         assert!(
-            !is_exhausted(&webhooks, &Destination::Webhook(e), DeliveryStatus::Pending, 5, true),
+            !is_exhausted(
+                &webhooks,
+                &Destination::Webhook(e),
+                DeliveryStatus::Pending,
+                5,
+                true
+            ),
             "an excluded endpoint's rows are not this claim's to kill"
         );
     }

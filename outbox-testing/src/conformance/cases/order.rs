@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use outboxkit_core::claim_rules::{fair_order, EXHAUSTED_PER_CLAIM};
 use outboxkit_core::{
-    ClaimRequest, Completion, ConsumerName, DeadReason, DeliveryFilter, DeliveryId,
-    DeliveryStatus, NewMessage, TenantId, Timestamp, Verdict, MAX_BATCH,
+    ClaimRequest, Completion, ConsumerName, DeadReason, DeliveryFilter, DeliveryId, DeliveryStatus,
+    NewMessage, TenantId, Timestamp, Verdict, MAX_BATCH,
 };
 
 use super::helpers::*;
@@ -82,7 +82,9 @@ pub async fn claim_order_follows_the_fair_rounds(fx: Fixture) {
     let req = |batch: u32| {
         consumers
             .iter()
-            .fold(ClaimRequest::new(batch, LEASE), |r, c| r.handler(c.clone(), 100))
+            .fold(ClaimRequest::new(batch, LEASE), |r, c| {
+                r.handler(c.clone(), 100)
+            })
     };
     let mut rng = Rng(0x5eed_0c1a_1e00_0001);
     for round in 0..4 {
@@ -114,11 +116,7 @@ pub async fn claim_order_follows_the_fair_rounds(fx: Fixture) {
         for step in 0..40 {
             let batch = 1 + rng.below(6) as usize;
             let want = expected(&rows, batch);
-            let got = fx
-                .store()
-                .claim(&req(batch as u32))
-                .await
-                .expect("claim");
+            let got = fx.store().claim(&req(batch as u32)).await.expect("claim");
             let got_ids: BTreeSet<DeliveryId> = got.iter().map(|c| c.delivery.id).collect();
             assert_eq!(
                 got_ids, want,
