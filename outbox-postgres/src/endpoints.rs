@@ -16,75 +16,50 @@ use sqlx::postgres::PgConnection;
 use crate::error::DbResult;
 use crate::rows::{self, get, ms};
 use crate::schema::Tables;
+use crate::sql::{self, Params, Statement};
 use crate::store::PostgresStore;
 
-const ENDPOINT_COLS: &str = "id, tenant, url, description, filter, status, disabled_reason, \
-     secret, previous_secret, body_format, rate_limit, created_at, updated_at";
-
-/// [`ENDPOINT_COLS`] and the endpoint's last delivery (read, never inserted).
-const ENDPOINT_READ_COLS: &str = "id, tenant, url, description, filter, status, disabled_reason, \
-     secret, previous_secret, body_format, rate_limit, created_at, updated_at, last_outcome, \
-     last_status_code, last_at";
-
-/// The endpoint and consumer statements of one store. Each names its parameters; the
-/// endpoint's columns are bound by [`PostgresStore::write_endpoint`].
+/// The endpoint and consumer statements of one store (`sql/endpoints.sql`), parsed once
+/// with the store's table names.
 #[derive(Debug)]
 pub(crate) struct Sql {
-    insert_endpoint: String,
-    update_endpoint: String,
-    get_endpoint: String,
-    lock_endpoint: String,
-    list_endpoints: String,
-    delete_endpoint: String,
-    put_consumer: String,
-    list_consumers: String,
-    delete_consumer: String,
+    insert_endpoint: Statement,
+    update_endpoint: Statement,
+    get_endpoint: Statement,
+    lock_endpoint: Statement,
+    list_endpoints: Statement,
+    delete_endpoint: Statement,
+    put_consumer: Statement,
+    list_consumers: Statement,
+    delete_consumer: Statement,
 }
 
 impl Sql {
-    pub fn new(t: &Tables) -> Self {
-        let (e, c) = (&t.endpoints, &t.consumers);
-        // $1 id, $2 tenant.
-        let get_endpoint = format!(
-            "SELECT {ENDPOINT_READ_COLS} FROM {e} WHERE id = $1::uuid AND tenant = $2::text"
-        );
-        Sql {
-            // $1…$13: ENDPOINT_COLS in order.
-            insert_endpoint: format!(
-                "INSERT INTO {e} ({ENDPOINT_COLS}) \
-                 VALUES ($1::uuid, $2::text, $3::text, $4::text, $5::text[], $6::text, \
-                         $7::text, $8::bytea, $9::bytea, $10::text, $11::int4, $12::int8, \
-                         $13::int8)"
-            ),
-            // $1…$11: ENDPOINT_COLS up to rate_limit, $12 updated_at.
-            update_endpoint: format!(
-                "UPDATE {e} SET url = $3::text, description = $4::text, filter = $5::text[], \
-                        status = $6::text, disabled_reason = $7::text, secret = $8::bytea, \
-                        previous_secret = $9::bytea, body_format = $10::text, \
-                        rate_limit = $11::int4, updated_at = $12::int8 \
-                  WHERE id = $1::uuid AND tenant = $2::text"
-            ),
-            lock_endpoint: format!("{get_endpoint} FOR UPDATE"),
-            get_endpoint,
-            // $1 tenant.
-            list_endpoints: format!(
-                "SELECT {ENDPOINT_READ_COLS} FROM {e} WHERE tenant = $1::text \
-                  ORDER BY created_at, id"
-            ),
-            // $1 id, $2 tenant.
-            delete_endpoint: format!("DELETE FROM {e} WHERE id = $1::uuid AND tenant = $2::text"),
-            // $1 name, $2 filter, $3 created at.
-            put_consumer: format!(
-                "INSERT INTO {c} (name, filter, created_at) \
-                 VALUES ($1::text, $2::text[], $3::int8) \
-                 ON CONFLICT (name) DO UPDATE SET filter = EXCLUDED.filter, \
-                                                  created_at = EXCLUDED.created_at"
-            ),
-            list_consumers: format!("SELECT name, filter, created_at FROM {c} ORDER BY name"),
-            // $1 name.
-            delete_consumer: format!("DELETE FROM {c} WHERE name = $1::text"),
-        }
+    pub fn new(t: &Tables) -> Result<Self> {
+        let tables = [
+            ("endpoints", t.endpoints.as_str()),
+            ("consumers", t.consumers.as_str()),
+        ];
+        let load = |name| sql::load(sql::ENDPOINTS, name, &tables);
+        Ok(Sql {
+            insert_endpoint: load("insert_endpoint")?,
+            update_endpoint: load("update_endpoint")?,
+            get_endpoint: load("get_endpoint")?,
+            lock_endpoint: load("lock_endpoint")?,
+            list_endpoints: load("list_endpoints")?,
+            delete_endpoint: load("delete_endpoint")?,
+            put_consumer: load("put_consumer")?,
+            list_consumers: load("list_consumers")?,
+            delete_consumer: load("delete_consumer")?,
+        })
     }
+}
+
+/// An endpoint's id and tenant, the key of most endpoint statements.
+fn key<'q>(tenant: &'q TenantId, id: EndpointId) -> Params<'q> {
+    Params::new()
+        .set("id", id.as_uuid())
+        .set("tenant", tenant.as_str())
 }
 
 impl PostgresStore {
@@ -94,27 +69,26 @@ impl PostgresStore {
         e: &Endpoint,
         insert: bool,
     ) -> Result<u64> {
-        let sql = if insert {
-            &self.inner.sql.endpoints.insert_endpoint
-        } else {
-            &self.inner.sql.endpoints.update_endpoint
-        };
-        let q = sqlx::query(sql)
-            .bind(e.id.as_uuid()) // $1
-            .bind(e.tenant.as_str()) // $2
-            .bind(e.url.as_str()) // $3
-            .bind(&e.description) // $4
-            .bind(rows::filter_to(&e.filter)) // $5
-            .bind(e.status.as_str()) // $6
-            .bind(e.status.reason().map(|r| r.as_str())) // $7
-            .bind(&e.secret.0) // $8
-            .bind(e.previous_secret.as_ref().map(|s| &s.0)) // $9
-            .bind(e.body_format.as_str()) // $10
-            .bind(e.rate_limit.map(rows::int4)); // $11
+        let sql = &self.inner.sql.endpoints;
+        let params = key(&e.tenant, e.id)
+            .set("url", e.url.as_str())
+            .set("description", e.description.as_str())
+            .set("filter", rows::filter_to(&e.filter))
+            .set("status", e.status.as_str())
+            .set("disabled_reason", e.status.reason().map(|r| r.as_str()))
+            .set("secret", e.secret.0.as_slice())
+            .set(
+                "previous_secret",
+                e.previous_secret.as_ref().map(|s| s.0.as_slice()),
+            )
+            .set("body_format", e.body_format.as_str())
+            .set("rate_limit", e.rate_limit.map(rows::int4))
+            .set("updated_at", ms(e.updated_at));
         let q = if insert {
-            q.bind(ms(e.created_at)).bind(ms(e.updated_at)) // $12, $13
+            sql.insert_endpoint
+                .bind(params.set("created_at", ms(e.created_at)))?
         } else {
-            q.bind(ms(e.updated_at)) // $12
+            sql.update_endpoint.bind(params)?
         };
         Ok(q.execute(conn).await.db()?.rows_affected())
     }
@@ -132,9 +106,8 @@ impl EndpointStore for PostgresStore {
     }
 
     async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint> {
-        let row = sqlx::query(&self.inner.sql.endpoints.get_endpoint)
-            .bind(id.as_uuid())
-            .bind(tenant.as_str())
+        let row = (self.inner.sql.endpoints.get_endpoint)
+            .bind(key(tenant, id))?
             .fetch_optional(&self.inner.pool)
             .await
             .db()?
@@ -143,8 +116,8 @@ impl EndpointStore for PostgresStore {
     }
 
     async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>> {
-        sqlx::query(&self.inner.sql.endpoints.list_endpoints)
-            .bind(tenant.as_str())
+        (self.inner.sql.endpoints.list_endpoints)
+            .bind(Params::new().set("tenant", tenant.as_str()))?
             .fetch_all(&self.inner.pool)
             .await
             .db()?
@@ -162,9 +135,8 @@ impl EndpointStore for PostgresStore {
         update.validate()?;
         let now = self.inner.clock.now();
         let mut tx = self.inner.pool.begin().await.db()?;
-        let row = sqlx::query(&self.inner.sql.endpoints.lock_endpoint)
-            .bind(id.as_uuid())
-            .bind(tenant.as_str())
+        let row = (self.inner.sql.endpoints.lock_endpoint)
+            .bind(key(tenant, id))?
             .fetch_optional(&mut *tx)
             .await
             .db()?
@@ -204,9 +176,8 @@ impl EndpointStore for PostgresStore {
     async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
         let now = self.inner.clock.now();
         let mut tx = self.inner.pool.begin().await.db()?;
-        let done = sqlx::query(&self.inner.sql.endpoints.delete_endpoint)
-            .bind(id.as_uuid())
-            .bind(tenant.as_str())
+        let done = (self.inner.sql.endpoints.delete_endpoint)
+            .bind(key(tenant, id))?
             .execute(&mut *tx)
             .await
             .db()?;
@@ -231,10 +202,12 @@ impl EndpointStore for PostgresStore {
     }
 
     async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {
-        sqlx::query(&self.inner.sql.endpoints.put_consumer)
-            .bind(consumer.name.as_str())
-            .bind(rows::filter_to(&consumer.filter))
-            .bind(ms(consumer.created_at))
+        let params = Params::new()
+            .set("name", consumer.name.as_str())
+            .set("filter", rows::filter_to(&consumer.filter))
+            .set("created_at", ms(consumer.created_at));
+        (self.inner.sql.endpoints.put_consumer)
+            .bind(params)?
             .execute(&self.inner.pool)
             .await
             .db()?;
@@ -242,7 +215,8 @@ impl EndpointStore for PostgresStore {
     }
 
     async fn list_consumers(&self) -> Result<Vec<Consumer>> {
-        sqlx::query(&self.inner.sql.endpoints.list_consumers)
+        (self.inner.sql.endpoints.list_consumers)
+            .bind(Params::new())?
             .fetch_all(&self.inner.pool)
             .await
             .db()?
@@ -252,8 +226,8 @@ impl EndpointStore for PostgresStore {
     }
 
     async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
-        let done = sqlx::query(&self.inner.sql.endpoints.delete_consumer)
-            .bind(name.as_str())
+        let done = (self.inner.sql.endpoints.delete_consumer)
+            .bind(Params::new().set("name", name.as_str()))?
             .execute(&self.inner.pool)
             .await
             .db()?;

@@ -56,16 +56,16 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    fn new(schema: &str) -> Self {
+    fn new(schema: &str) -> Result<Self> {
         let tables = Tables::new(schema);
-        Statements {
+        Ok(Statements {
             enqueue: crate::enqueue::Sql::new(&tables),
             claim: crate::claim::Sql::new(&tables),
             deliveries: crate::deliveries::Sql::new(&tables),
             ledger: crate::ledger::Sql::new(&tables),
-            endpoints: crate::endpoints::Sql::new(&tables),
+            endpoints: crate::endpoints::Sql::new(&tables)?,
             tables,
-        }
+        })
     }
 }
 
@@ -116,7 +116,7 @@ impl PostgresStore {
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 channel: config.channel(),
-                sql: Statements::new(&config.schema),
+                sql: Statements::new(&config.schema)?,
                 pool,
                 clock,
                 entropy,

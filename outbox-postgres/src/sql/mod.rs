@@ -16,6 +16,8 @@ use sqlx::{Arguments, Encode, Type};
 
 /// The token statements.
 pub(crate) const TOKENS: &str = include_str!("tokens.sql");
+/// The endpoint and consumer statements.
+pub(crate) const ENDPOINTS: &str = include_str!("endpoints.sql");
 
 type Bind<'q> = Box<
     dyn FnOnce(&mut PgArguments) -> std::result::Result<(), sqlx::error::BoxDynError> + Send + 'q,
@@ -216,9 +218,20 @@ mod tests {
     /// Every statement of every `.sql` file parses with the store's table names.
     #[test]
     fn every_sql_file_parses() {
-        let tables = [("api_tokens", "\"s\".api_tokens")];
-        for name in ["create_token", "get_token", "list_tokens", "revoke_token"] {
-            load(TOKENS, name, &tables).unwrap();
+        let tables = [
+            ("api_tokens", "\"s\".api_tokens"),
+            ("endpoints", "\"s\".endpoints"),
+            ("consumers", "\"s\".consumers"),
+        ];
+        for file in [TOKENS, ENDPOINTS] {
+            let names: Vec<&str> = file
+                .lines()
+                .filter_map(|l| l.strip_prefix("-- name: "))
+                .collect();
+            assert!(!names.is_empty());
+            for name in names {
+                load(file, name, &tables).unwrap();
+            }
         }
     }
 
