@@ -1,10 +1,29 @@
 //! Project automation behind `cargo xtask`: `ci`, `tidy` (house rules), and `bench`.
+//!
+//! `tidy` checks: no ignored tests or `todo!`/`unimplemented!`, every crate on the workspace
+//! lints, file sizes, the store file shape ([`store_shape`]), the conformance case lists
+//! ([`case_lists`]), a pure `outbox-core` ([`core_is_pure`]) and the crate layers
+//! ([`layering`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The longest source file tidy accepts.
+mod caselist;
+mod deps;
+mod manifest;
+#[cfg(test)]
+mod scratch;
+mod shape;
+
+pub use caselist::case_lists;
+pub use deps::{core_is_pure, layering};
+pub use shape::store_shape;
+
+/// The longest Rust file tidy accepts anywhere (tests, examples, benches).
 pub const MAX_LINES: usize = 800;
+
+/// The longest file tidy accepts under a workspace crate's `src/`.
+pub const MAX_SRC_LINES: usize = 600;
 
 /// One broken house rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +50,7 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
@@ -50,10 +69,32 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Check the house rules under `root`: no ignored tests, no `todo!`/`unimplemented!`, every
-/// crate on the workspace lints, no source file over [`MAX_LINES`] lines.
+/// Check every house rule under `root` (see the functions it calls).
 pub fn tidy(root: &Path) -> Vec<Problem> {
+    let mut problems = house_rules(root);
+    problems.extend(store_shape(root));
+    problems.extend(case_lists(root));
+    problems.extend(core_is_pure(root));
+    problems.extend(layering(root));
+    problems
+}
+
+/// The `src/` Rust files of the workspace members.
+fn member_src_files(root: &Path, manifest: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for member in workspace_members(manifest) {
+        rust_files(&root.join(member).join("src"), &mut files);
+    }
+    files
+}
+
+/// No ignored tests, no `todo!`/`unimplemented!`, every crate on the workspace lints, no
+/// member's `src/` file over [`MAX_SRC_LINES`] lines and no other Rust file over
+/// [`MAX_LINES`].
+fn house_rules(root: &Path) -> Vec<Problem> {
     let mut problems = Vec::new();
+    let manifest = fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
+    let src_files = member_src_files(root, &manifest);
     // Built from pieces so this file does not flag itself.
     let banned = [
         format!("#[{}", "ignore"),
@@ -76,20 +117,29 @@ pub fn tidy(root: &Path) -> Vec<Problem> {
             }
         }
         let lines = text.lines().count();
-        if lines > MAX_LINES {
+        if src_files.contains(f) {
+            if lines > MAX_SRC_LINES {
+                problems.push(Problem {
+                    path: f.clone(),
+                    what: format!(
+                        "has {lines} lines (limit {MAX_SRC_LINES} under a crate's src/): split it by responsibility"
+                    ),
+                });
+            }
+        } else if lines > MAX_LINES {
             problems.push(Problem {
                 path: f.clone(),
                 what: format!("has {lines} lines (limit {MAX_LINES})"),
             });
         }
     }
-    let Ok(manifest) = fs::read_to_string(root.join("Cargo.toml")) else {
+    if manifest.is_empty() {
         problems.push(Problem {
             path: root.join("Cargo.toml"),
             what: "unreadable".into(),
         });
         return problems;
-    };
+    }
     for member in workspace_members(&manifest) {
         let path = root.join(&member).join("Cargo.toml");
         match fs::read_to_string(&path) {
@@ -283,18 +333,42 @@ mod tests {
 
     #[test]
     fn flags_banned_markers_in_a_scratch_tree() {
-        let dir = std::env::temp_dir().join(format!("xtask-tidy-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(dir.join("c/src")).unwrap();
-        fs::write(dir.join("Cargo.toml"), "[workspace]\nmembers = [\"c\"]\n").unwrap();
-        fs::write(dir.join("c/Cargo.toml"), "[package]\nname = \"c\"\n").unwrap();
-        fs::write(
-            dir.join("c/src/lib.rs"),
-            format!("fn f() {{ {}!() }}\n", "todo"),
-        )
-        .unwrap();
-        let p = tidy(&dir);
-        let _ = fs::remove_dir_all(&dir);
+        let t = scratch::Scratch::tidy_workspace("markers");
+        t.write(
+            "outbox-core/src/lib.rs",
+            &format!("fn f() {{ {}!() }}\n", "todo"),
+        );
+        t.write(
+            "outbox-cli/Cargo.toml",
+            "[package]\nname = \"outboxkit-cli\"\n",
+        );
+        let p = tidy(t.root());
         assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].path.ends_with("outbox-core/src/lib.rs"), "{p:?}");
+        assert!(p[0].what.contains(&format!("{}!(", "todo")), "{p:?}");
+        assert!(p[1].path.ends_with("outbox-cli/Cargo.toml"), "{p:?}");
+        assert!(p[1].what.contains("[lints] workspace = true"), "{p:?}");
+    }
+
+    #[test]
+    fn flags_long_src_files_in_a_scratch_tree() {
+        let t = scratch::Scratch::tidy_workspace("size");
+        let lines = |n: usize| "// line\n".repeat(n);
+        t.write("outbox-dispatch/src/run.rs", &lines(MAX_SRC_LINES));
+        t.write("outbox-dispatch/tests/long.rs", &lines(MAX_LINES));
+        assert!(tidy(t.root()).is_empty());
+        t.write("outbox-dispatch/src/run.rs", &lines(MAX_SRC_LINES + 1));
+        scratch::assert_one(
+            &tidy(t.root()),
+            "outbox-dispatch/src/run.rs",
+            "has 601 lines (limit 600 under a crate's src/): split it",
+        );
+        t.write("outbox-dispatch/src/run.rs", "//! Short.\n");
+        t.write("outbox-dispatch/tests/long.rs", &lines(MAX_LINES + 1));
+        scratch::assert_one(
+            &tidy(t.root()),
+            "outbox-dispatch/tests/long.rs",
+            "has 801 lines (limit 800)",
+        );
     }
 }

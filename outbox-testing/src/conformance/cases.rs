@@ -5,7 +5,9 @@
 //! never depend on each other. They are grouped by subject in the modules below and
 //! re-exported here, so each is `outboxkit_testing::conformance::cases::<name>`.
 
+mod budget;
 mod claim;
+mod endpoints;
 mod enqueue;
 mod fairness;
 mod fencing;
@@ -23,7 +25,9 @@ mod tokens;
 mod verdicts;
 mod waiting;
 
+pub use budget::*;
 pub use claim::*;
+pub use endpoints::*;
 pub use enqueue::*;
 pub use fairness::*;
 pub use fencing::*;

@@ -1,0 +1,260 @@
+//! Claiming and starting deliveries: the claim step, the claim-ahead queue it fills, and
+//! where each delivery runs (on the loop's own task, [`Inline`], or a task of its own); and
+//! what a delivery that did not finish hands back.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use tokio::task::{Id, JoinError};
+use tracing::Instrument;
+
+use super::{settled, RunLoop, Woke};
+use crate::deliver::{deliver, Done, RunState};
+use crate::report::{observe, ClaimEvent};
+use crate::webhook::EndpointCache;
+use outboxkit_core::claim::{Claimed, Lease};
+use outboxkit_core::error::{ErrorKind, Result};
+use outboxkit_core::ids::EndpointId;
+use outboxkit_core::model::Destination;
+
+/// A webhook or e-mail delivery run on the loop's own task. Dropping it aborts it (its
+/// lease is then released, attempt refunded, as for an aborted task); a panic is caught
+/// and releases the delivery due after a poll interval, as a panicking task does (a panic
+/// of the transport itself is caught inside and spends the attempt).
+pub(super) struct Inline {
+    pub(super) lease: Lease,
+    /// The endpoint of a webhook delivery (counted against its cap until it finishes).
+    endpoint: Option<EndpointId>,
+    /// How long a delivery that panicked waits before it is due again.
+    pause: Duration,
+    state: Arc<RunState>,
+    run: Pin<Box<dyn Future<Output = std::thread::Result<Done>> + Send>>,
+}
+
+impl Future for Inline {
+    type Output = Done;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Done> {
+        let this = self.get_mut();
+        match this.run.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(done)) => Poll::Ready(done),
+            Poll::Ready(Err(_)) => {
+                tracing::error!(delivery_id = %this.lease.delivery_id, "a delivery panicked; releasing it for a poll interval");
+                Poll::Ready(unfinished(&this.state, this.lease.clone(), this.pause))
+            }
+        }
+    }
+}
+
+/// Whether a delivery runs on the loop's task (webhooks, e-mail: the transports' async
+/// I/O) or on a task of its own (handlers and broker sinks: user code that may block).
+fn runs_inline(destination: &Destination) -> bool {
+    matches!(destination, Destination::Webhook(_) | Destination::Email(_))
+}
+
+/// What one claim step did.
+pub(super) enum Claim {
+    /// Work was claimed and spawned: go round again at once.
+    Spawned,
+    /// Nothing was claimed (no free slots, nothing due, nothing to ask for).
+    Idle,
+    /// The store failed: pause, then go round again.
+    Failed,
+}
+
+impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
+    /// Start ready deliveries while slots are free. One whose lease no longer covers its
+    /// deadline plus the reservation margin goes back unstarted, attempt refunded.
+    pub(super) fn start_ready(&mut self) {
+        if self.ready.is_empty() {
+            return;
+        }
+        let now = self.shared.clock.now();
+        let mut batch = Vec::new();
+        while self.running() + batch.len() < self.shared.config.concurrency {
+            let Some((claimed, claimed_at)) = self.ready.pop_front() else {
+                break;
+            };
+            // The configured lease covers the deadline plus the margin (checked at build);
+            // what it covers beyond that is the slack a delivery may spend waiting here.
+            // Measured from when the claim returned, so the claim's own round trip (which
+            // the store's lease already started counting) is not held against it.
+            let need = self.dispatcher.deadline_of(&claimed.delivery.destination)
+                + self.shared.config.reservation_margin;
+            let slack = self.shared.config.lease.saturating_sub(need);
+            if now.duration_since(claimed_at) > slack {
+                self.finished.push(Done::release_now(claimed.lease));
+                continue;
+            }
+            batch.push(claimed);
+        }
+        if !batch.is_empty() {
+            self.spawn_batch(batch);
+        }
+    }
+
+    /// Claim as many as the free room allows (running slots plus the claim-ahead queue) and
+    /// start what fits.
+    pub(super) async fn claim_step(&mut self) -> Result<Claim> {
+        let s = self.shared.clone();
+        let held = self.running() + self.ready.len();
+        let free = self.capacity.saturating_sub(held);
+        if free < self.refill {
+            return Ok(Claim::Idle);
+        }
+        let now = s.clock.now();
+        let Some(req) =
+            self.dispatcher
+                .claim_request(&self.run, free, now, self.held_per_endpoint())
+        else {
+            return Ok(Claim::Idle);
+        };
+        let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
+        let watch = outboxkit_core::Stopwatch::start();
+        // The inline deliveries and the settle go on while the store answers.
+        let claim = s.store.claim(&req).instrument(span);
+        tokio::pin!(claim);
+        let claim = loop {
+            let woke = tokio::select! {
+                biased;
+                r = &mut claim => break r,
+                Some(done) = self.inline.next(), if !self.inline.is_empty() => Woke::Task(done),
+                r = settled(&mut self.settling), if self.settling.is_some() => Woke::Settled(r),
+            };
+            self.woke(woke);
+        };
+        if let Some(o) = &s.observer {
+            let event = ClaimEvent {
+                size: claim.as_ref().map_or(0, Vec::len),
+                duration: watch.elapsed(),
+                failed: claim.is_err(),
+            };
+            observe(|| o.on_claim(&event));
+        }
+        match claim {
+            Ok(batch) if batch.is_empty() => Ok(Claim::Idle),
+            Ok(batch) => {
+                self.report.batches += 1;
+                if let Some(o) = &s.observer {
+                    observe(|| o.on_batch(batch.len()));
+                }
+                for claimed in &batch {
+                    self.report.record_claim(&claimed.delivery.topic);
+                }
+                let claimed_at = s.clock.now();
+                self.ready
+                    .extend(batch.into_iter().map(|c| (c, claimed_at)));
+                self.start_ready();
+                Ok(Claim::Spawned)
+            }
+            // A bad request or configuration stops the run; an outage or a row the store
+            // cannot read must not stop delivery for everyone else: log it and try again
+            // after a pause.
+            Err(e) if matches!(e.kind(), ErrorKind::InvalidInput | ErrorKind::Misconfigured) => {
+                Err(e)
+            }
+            Err(e) => {
+                if e.is_retryable() {
+                    tracing::warn!(error = %e, "claim failed; backing off");
+                } else {
+                    tracing::error!(error = %e, "claim failed; backing off");
+                }
+                Ok(Claim::Failed)
+            }
+        }
+    }
+
+    /// The webhook deliveries this run holds per endpoint: claimed and waiting to start, or
+    /// running (a claim takes no more for an endpoint than its cap less these).
+    fn held_per_endpoint(&self) -> HashMap<EndpointId, usize> {
+        let mut held = HashMap::new();
+        let waiting = self
+            .ready
+            .iter()
+            .map(|(c, _)| c.delivery.destination.endpoint());
+        let running = self.inline.iter().map(|i| i.endpoint);
+        for e in waiting.chain(running).flatten() {
+            *held.entry(e).or_default() += 1;
+        }
+        held
+    }
+
+    /// One task per handler delivery, webhooks and e-mail on the loop's task; the
+    /// deliveries started together share one endpoint cache.
+    fn spawn_batch(&mut self, batch: Vec<Claimed>) {
+        let s = &self.shared;
+        let endpoints = Arc::new(EndpointCache::default());
+        for claimed in batch {
+            let span = tracing::info_span!(
+                "outbox.delivery",
+                delivery_id = %claimed.delivery.id,
+                topic = %claimed.delivery.topic,
+                kind = claimed.delivery.destination.kind().as_str(),
+                // Webhooks only: an e-mail recipient is never logged.
+                endpoint_id = claimed.delivery.destination.endpoint().map(tracing::field::display),
+                attempt = claimed.lease.attempts,
+                // The producer's trace, to link this attempt to it.
+                traceparent = outboxkit_core::Traceparent::from_headers(&claimed.message.headers)
+                    .map(tracing::field::display),
+            );
+            let lease = claimed.lease.clone();
+            let endpoint = claimed.delivery.destination.endpoint();
+            let inline = runs_inline(&claimed.delivery.destination);
+            let run =
+                deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span);
+            if inline {
+                self.inline.push(Inline {
+                    lease,
+                    endpoint,
+                    pause: s.config.poll_interval,
+                    state: self.run.clone(),
+                    run: Box::pin(AssertUnwindSafe(run).catch_unwind()),
+                });
+            } else {
+                let h = self.tasks.spawn(run);
+                self.leases.insert(h.id(), lease);
+            }
+        }
+    }
+}
+
+/// What a joined task hands back; a task that did not finish (aborted at shutdown, or a
+/// bug panicked it) puts its delivery back unstarted.
+pub(super) fn joined(
+    r: std::result::Result<(Id, Done), JoinError>,
+    leases: &mut HashMap<Id, Lease>,
+    run: &RunState,
+    pause: Duration,
+) -> Done {
+    match r {
+        Ok((id, done)) => {
+            leases.remove(&id);
+            done
+        }
+        // A task that panicked waits a poll interval, so a bug cannot hot-loop; one aborted
+        // at shutdown is due again at once.
+        Err(e) => match leases.remove(&e.id()) {
+            Some(lease) if e.is_panic() => unfinished(run, lease, pause),
+            Some(lease) => unfinished(run, lease, Duration::ZERO),
+            None => Done::LeaseLost,
+        },
+    }
+}
+
+/// A delivery that did not finish (panicked, or aborted at shutdown) goes back unstarted,
+/// due after `pause`, and this run may start it again when it is handed out again (as
+/// after any release).
+fn unfinished(run: &RunState, lease: Lease, pause: Duration) -> Done {
+    run.started
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&lease.delivery_id);
+    Done::release(lease, pause)
+}
