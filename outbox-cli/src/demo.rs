@@ -6,6 +6,11 @@
 //! endpoint, which an operator then re-enables and replays), the mail service is down at
 //! first, and a few events are poison. At the end: deliveries by status, the ledger of one
 //! retried delivery, and the figures.
+//!
+//! The receivers and the mail stand-in are the demo's own (`demo/receivers.rs`): the shipped
+//! binary links no test code.
+
+mod receivers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,14 +21,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use outboxkit_core::{
     AeadVault, Clock, DeliveryFilter, DeliveryStatus, EndpointId, EndpointStatus, Jitter,
     MailErrorCode, MailOutcome, NewMessage, PageRequest, RetryPolicy, Store, SystemClock, TenantId,
-    TenantPolicy, WebhookSecret,
+    TenantPolicy,
 };
 use outboxkit_dispatch::Timer;
 use outboxkit_dispatch::{
     DispatcherConfig, EndpointAdmin, HandlerOptions, HandlerResult, NewEndpoint,
 };
-use outboxkit_testing::{MailStandIn, Reply, WebhookReceiver};
 
+use self::receivers::{Mailbox, Receiver};
 use crate::deliveries::attempts_table;
 use crate::error::{CliError, CliResult};
 use crate::store::open_url;
@@ -96,10 +101,10 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
     say(&format!("outbox demo: store {}", env.describe()));
 
     // Two receivers and their endpoints.
-    let shop = WebhookReceiver::start()
+    let shop = Receiver::start()
         .await
         .map_err(|e| CliError::failed(format!("receiver: {e}")))?;
-    let crm = WebhookReceiver::start()
+    let crm = Receiver::start()
         .await
         .map_err(|e| CliError::failed(format!("receiver: {e}")))?;
     let mut key = [0u8; 32];
@@ -112,7 +117,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
         env.entropy.clone(),
     )
     .with_url_policy(Arc::new(loopback_policy()));
-    let (shop_ep, shop_secret) = admin
+    let (shop_ep, _) = admin
         .create(
             &tenant,
             NewEndpoint {
@@ -123,7 +128,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
             },
         )
         .await?;
-    let (crm_ep, crm_secret) = admin
+    let (crm_ep, _) = admin
         .create(
             &tenant,
             NewEndpoint {
@@ -134,16 +139,14 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
             },
         )
         .await?;
-    shop.set_secrets(vec![shop_secret]);
-    crm.set_secrets(vec![crm_secret]);
     // The shop fails with 503 for a while, then rejects our signature (401) until we rotate.
-    shop.script(std::iter::repeat_n(Reply::Status(503), 40));
+    shop.script(std::iter::repeat_n(503, 40));
     shop.refuse(401);
     // The crm takes 30 deliveries, then answers 410 Gone: its endpoint gets disabled.
     let crm_quota = (a.events / 2).clamp(1, 30) as usize;
-    crm.script(std::iter::repeat_n(Reply::Status(200), crm_quota));
+    crm.script(std::iter::repeat_n(200, crm_quota));
     crm.refuse(410);
-    let mail = MailStandIn::new();
+    let mail = Arc::new(Mailbox::default());
     mail.refuse(MailErrorCode::Unavailable, MailOutcome::NotSent);
 
     let handled = Arc::new(AtomicU64::new(0));
@@ -203,7 +206,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
             vault,
         )
         .webhook_policy(TenantPolicy::uniform(webhook_policy))
-        .mailer(Arc::new(mail.clone()))
+        .mailer(mail.clone())
         .mail_policy(TenantPolicy::uniform(handler_policy));
     if let Some(leg) = &leg {
         dispatcher = dispatcher.broker("demo-broker", "*", leg.sink()?);
@@ -287,11 +290,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
                 bar.set_message(format!(
                     "{held} shop deliveries held on 401: rotating the secret"
                 ));
-                let new = WebhookSecret::generate(&*env.entropy);
-                admin
-                    .rotate_secret(&tenant, shop_ep.id, Some(&new.expose()))
-                    .await?;
-                shop.set_secrets(vec![new]);
+                admin.rotate_secret(&tenant, shop_ep.id, None).await?;
                 shop.heal();
                 figures.held_released = held;
                 rotated = true;
@@ -366,7 +365,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
             },
             "stats": crate::json::stats(&stats),
             "handler_calls_succeeded": handled.load(Ordering::Relaxed),
-            "emails_accepted": mail.sent().len(),
+            "emails_accepted": mail.accepted(),
             "broker_messages": broker.as_ref().map(|b| b.1),
             "warnings": crate::logging::warnings_held(),
         }))?;
@@ -398,7 +397,7 @@ pub async fn run(a: DemoArgs) -> CliResult<()> {
     outln!(
         "handler calls that succeeded: {}; e-mails accepted: {}",
         handled.load(Ordering::Relaxed),
-        mail.sent().len()
+        mail.accepted()
     );
     if let Some((stream, n)) = &broker {
         outln!("messages acknowledged by NATS JetStream (stream {stream}): {n}");

@@ -74,3 +74,10 @@ pub use verdict::{
 };
 pub use verifier::{HeaderLookup, Verifier};
 pub use wake::{WakeListener, Wakeups};
+
+// The operator services and the webhook request: they only call the traits, so every
+// front end (the dispatcher, the admin API, the `outbox` command) shares them.
+pub mod ops;
+pub mod webhook_request;
+pub use ops::{EndpointAdmin, NewEndpoint, Operator};
+pub use webhook_request::{open_secrets, signed_request, webhook_body};

@@ -14,7 +14,6 @@ mod lease;
 mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
-mod ops;
 mod report;
 mod run;
 mod settle;
@@ -37,7 +36,7 @@ pub use builder::DispatcherBuilder;
 pub use config::DispatcherConfig;
 pub use email::{LiteralRecipients, MailComposer, PayloadComposer, RecipientResolver};
 pub use handler::{Context, Dedup, Handler, HandlerOptions, HandlerResult};
-pub use ops::{EndpointAdmin, NewEndpoint, Operator};
+pub use outboxkit_core::ops::{EndpointAdmin, NewEndpoint, Operator};
 pub use report::{
     CircuitEvent, ClaimEvent, DeadLetterEvent, DeliveryEvent, Observer, Report, SettleEvent,
     TopicReport, DEAD_IDS_LIMIT,

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use outboxkit_core::endpoint::{HttpsOnly, UrlPolicy};
+use outboxkit_core::ops::{EndpointAdmin, Operator};
 use outboxkit_core::tokens::{DynTokenStore, TokenScope};
 use outboxkit_core::{
     DynClock, DynEntropy, DynSecretVault, DynStore, DynWebhookTransport, Timestamp, TokenId,
 };
-use outboxkit_dispatch::{EndpointAdmin, Operator};
 
 /// Settings of the API and the console, with documented defaults.
 #[derive(Clone, Debug)]

@@ -6,10 +6,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use outboxkit_core::endpoint::{BodyFormat, EndpointStatus, EndpointUpdate, EndpointUrl};
+use outboxkit_core::ops::{EndpointAdmin, NewEndpoint};
+use outboxkit_core::webhook_request::{open_secrets, signed_request};
 use outboxkit_core::{
     DisabledReason, Message, MessageId, TenantId, Topic, TopicFilter, WebhookResponse,
 };
-use outboxkit_dispatch::{open_secrets, signed_request, EndpointAdmin, NewEndpoint};
 
 use super::{endpoint_id, Body, OptBody};
 use crate::auth::Scoped;

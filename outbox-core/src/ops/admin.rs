@@ -1,93 +1,19 @@
-//! Operator calls and endpoint administration on top of the store traits.
+//! Endpoint administration on top of the store traits: create, change and rotate the
+//! secrets of webhook endpoints, checking every input before anything is written.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use outboxkit_core::endpoint::{
-    check_description, BodyFormat, Endpoint, EndpointStatus, EndpointUpdate, EndpointUrl,
-    HttpsOnly, UrlPolicy,
+use crate::endpoint::{
+    check_description, check_rate_limit, BodyFormat, Endpoint, EndpointStatus, EndpointUpdate,
+    EndpointUrl, HttpsOnly, UrlPolicy,
 };
-use outboxkit_core::error::Result;
-use outboxkit_core::ids::{DeliveryId, EndpointId, TenantId, TopicFilter};
-use outboxkit_core::signing::WebhookSecret;
-use outboxkit_core::store::{DynStore, PurgeReport, Stats};
-use outboxkit_core::time::{DynClock, DynEntropy};
-use outboxkit_core::vault::{DynSecretVault, SecretContext};
-
-/// What an operator does: replay dead letters, release held deliveries, retry now, purge,
-/// read statistics.
-#[derive(Clone, Debug)]
-pub struct Operator {
-    store: Arc<DynStore>,
-    clock: Arc<DynClock>,
-}
-
-impl Operator {
-    /// Operator calls on `store`, with time from `clock`.
-    pub fn new(store: Arc<DynStore>, clock: Arc<DynClock>) -> Self {
-        Operator { store, clock }
-    }
-
-    /// Give a dead delivery a fresh budget, due now.
-    ///
-    /// # Cancel safety
-    /// One store call: dropping the future leaves the change made or not made, never half.
-    pub async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.store.replay(tenant, delivery).await
-    }
-
-    /// Release an endpoint's held deliveries.
-    ///
-    /// # Cancel safety
-    /// One store call: dropping the future leaves the change made or not made, never half.
-    pub async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
-        self.store.release_held(tenant, endpoint).await
-    }
-
-    /// Make a pending or held delivery due now.
-    ///
-    /// # Cancel safety
-    /// One store call: dropping the future leaves the change made or not made, never half.
-    pub async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.store.retry_now(tenant, delivery).await
-    }
-
-    /// Reset a held delivery to a fresh budget, due now (attempts and snoozes 0). Any other
-    /// status is a `Conflict`.
-    ///
-    /// # Cancel safety
-    /// One store call: dropping the future leaves the change made or not made, never half.
-    pub async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.store.reset(tenant, delivery).await
-    }
-
-    /// Remove finished deliveries older than `older_than`, `batch` at a time, visiting
-    /// tenants in rotation until nothing is left to purge.
-    ///
-    /// # Cancel safety
-    /// Each batch is one store call; dropping the future stops between or within batches,
-    /// leaving the batches already purged purged and the rest in place (call it again).
-    pub async fn purge(&self, older_than: Duration, batch: u32) -> Result<PurgeReport> {
-        outboxkit_core::store::check_purge_limit(batch)?;
-        let before = self.clock.now().saturating_sub(older_than);
-        let mut total = PurgeReport::default();
-        for _ in 0..1_000_000 {
-            let r = self.store.purge_completed(before, batch).await?;
-            if r.tenant.is_none() || (r.deliveries == 0 && r.messages == 0) {
-                break;
-            }
-            total.deliveries += r.deliveries;
-            total.messages += r.messages;
-            total.tenant = r.tenant;
-        }
-        Ok(total)
-    }
-
-    /// Queue statistics.
-    pub async fn stats(&self) -> Result<Stats> {
-        self.store.stats().await
-    }
-}
+use crate::error::Result;
+use crate::ids::{EndpointId, TenantId, TopicFilter};
+use crate::signing::WebhookSecret;
+use crate::store::DynStore;
+use crate::time::{DynClock, DynEntropy};
+use crate::vault::{DynSecretVault, SecretContext};
+use crate::webhook_request::open_secrets;
 
 /// A new webhook endpoint, as an operator describes it.
 #[derive(Clone, Debug, Default)]
@@ -136,7 +62,7 @@ impl EndpointAdmin {
     }
 
     /// Check new and changed URLs with `policy` (e.g. `outboxkit_http::EgressPolicy`, which also
-    /// refuses private and metadata addresses; [`outboxkit_core::endpoint::AnyUrl`] for loopback
+    /// refuses private and metadata addresses; [`AnyUrl`](crate::endpoint::AnyUrl) for loopback
     /// receivers in tests).
     pub fn with_url_policy(mut self, policy: Arc<dyn UrlPolicy>) -> Self {
         self.urls = policy;
@@ -167,7 +93,7 @@ impl EndpointAdmin {
         } else {
             TopicFilter::parse(&new.filter)?
         };
-        outboxkit_core::endpoint::check_rate_limit(new.rate_limit)?;
+        check_rate_limit(new.rate_limit)?;
         let secret = self.secret(new.secret.as_deref())?;
         // Last, as it may resolve the host: every other field is checked first.
         self.urls.check(&url).await?;
@@ -281,6 +207,6 @@ impl EndpointAdmin {
     /// The endpoint's open secrets (current first).
     pub async fn secrets(&self, tenant: &TenantId, id: EndpointId) -> Result<Vec<WebhookSecret>> {
         let e = self.store.get_endpoint(tenant, id).await?;
-        super::webhook::open_secrets(&*self.vault, &e).await
+        open_secrets(&*self.vault, &e).await
     }
 }
