@@ -124,13 +124,12 @@ impl BrokerResponse {
         }
     }
 
-    /// The classification input.
-    pub fn outcome(&self) -> crate::verdict::Outcome {
+    /// The failure, `None` for an acknowledgement (the classification input is
+    /// `Outcome::Broker(response.failure().map_or(Ok(()), Err))`, or `Outcome::from(&response)`).
+    pub fn failure(&self) -> Option<BrokerFailure> {
         match self {
-            BrokerResponse::Acknowledged { .. } => crate::verdict::Outcome::Broker(Ok(())),
-            BrokerResponse::Failed { failure, .. } => {
-                crate::verdict::Outcome::Broker(Err(*failure))
-            }
+            BrokerResponse::Acknowledged { .. } => None,
+            BrokerResponse::Failed { failure, .. } => Some(*failure),
         }
     }
 

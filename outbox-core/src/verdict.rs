@@ -56,6 +56,13 @@ pub enum Outcome {
     Unrenderable,
 }
 
+impl From<&crate::broker::BrokerResponse> for Outcome {
+    /// The classification input of a publish's answer.
+    fn from(response: &crate::broker::BrokerResponse) -> Self {
+        Outcome::Broker(response.failure().map_or(Ok(()), Err))
+    }
+}
+
 impl Outcome {
     /// What the ledger records for this outcome, or `None` when nothing was tried
     /// (the endpoint was missing, paused or disabled).

@@ -255,7 +255,7 @@ pub(crate) async fn broker_path(
     let started = shared.clock.now();
     let response = reg.sink.transport.publish(reg.sink.render(message)).await;
     let finished = shared.clock.now();
-    let outcome = response.outcome();
+    let outcome = outboxkit_core::Outcome::from(&response);
     let transition = breakers.record(consumer.clone(), Signal::of(&outcome), probe, finished);
     if let Some(t) = transition {
         circuit_changed(consumer, &t);

@@ -6,7 +6,7 @@ use std::io;
 
 use outboxkit_core::{ErrorClass, ErrorKind, MailError, MailErrorCode, MailOutcome};
 
-use crate::egress::EgressError;
+use crate::address::EgressError;
 
 /// This crate's own failures, mapped to [`outboxkit_core::ErrorKind`] by `From`.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod address;
 pub mod config;
 pub mod egress;
 mod error;
