@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use super::attempt::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::breaker::{CircuitState, Pass, Signal, Transition};
-use super::deliver::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::{DispatcherBuilder, Shared};
 use outboxkit_core::broker::{
     broker_headers, BrokerFailure, BrokerMessage, BrokerResponse, DynBrokerTransport,

@@ -1,183 +1,28 @@
 //! One delivery, start to verdict: the checks before starting (duplicates, shutdown, the
 //! breaker, the budget reservation), the channel call, and classification.
 
-use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use tokio_util::sync::CancellationToken;
 
-use super::breaker::{Pass, Signal, Transition};
+use super::breaker::{Pass, Signal};
 use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
 use super::lease::{keep_alive, LiveLease};
 use super::limits::Admit;
 use super::webhook::{endpoint_gate, signed_request, EndpointCache};
 
+use super::attempt::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::Shared;
 use crate::timer::TimerExt;
-use outboxkit_core::claim::{Claimed, Completion, Lease};
+use outboxkit_core::claim::{Claimed, Lease};
 use outboxkit_core::ids::{ConsumerName, EndpointId};
 use outboxkit_core::model::{
-    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, DestinationKind,
-    ErrorClass, Message,
+    excerpt, AttemptOutcome, AttemptRecord, Cause, Delivery, Destination, ErrorClass, Message,
 };
-use outboxkit_core::time::{EntropyExt, Timestamp};
-use outboxkit_core::verdict::{
-    classify, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy,
-};
-
-/// The state of one `run` or `run_once` call, shared by its delivery tasks.
-#[derive(Debug)]
-pub(crate) struct RunState {
-    /// `run_once`'s soft deadline.
-    pub(crate) deadline: Option<Timestamp>,
-    /// Set when the run stops (shutdown, or `run_once` out of budget or work): start
-    /// nothing new.
-    pub(crate) stopping: CancellationToken,
-    /// Set on `run`'s shutdown signal only: cancels running handlers' contexts.
-    pub(crate) shutdown: CancellationToken,
-    /// Handlers paused by a snooze, until when.
-    pub(crate) breakers: Mutex<HashMap<ConsumerName, Timestamp>>,
-    /// Deliveries this run has started (`run_once`: all of them; `run`: those in flight).
-    pub(crate) started: Mutex<HashSet<outboxkit_core::ids::DeliveryId>>,
-    /// The earliest time a delivery handed back over its endpoint's rate limit is due
-    /// again (`run_once` waits for it rather than ending with it due).
-    rate_due: Mutex<Option<Timestamp>>,
-}
-
-impl RunState {
-    pub(crate) fn new(deadline: Option<Timestamp>) -> Self {
-        RunState {
-            deadline,
-            stopping: CancellationToken::new(),
-            shutdown: CancellationToken::new(),
-            breakers: Mutex::new(HashMap::new()),
-            started: Mutex::new(HashSet::new()),
-            rate_due: Mutex::new(None),
-        }
-    }
-
-    /// A delivery went back over its endpoint's rate limit, due again at `due` (recorded
-    /// once the release is written, from the clock after the write, so the store's due time
-    /// is never later than this one).
-    pub(crate) fn rate_limited(&self, due: Timestamp) {
-        let mut d = self.rate_due.lock().unwrap_or_else(|p| p.into_inner());
-        *d = Some(d.map_or(due, |t| t.min(due)));
-    }
-
-    /// The earliest due time of the deliveries handed back over a rate limit since the last
-    /// call, if any.
-    pub(crate) fn take_rate_due(&self) -> Option<Timestamp> {
-        self.rate_due
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-    }
-
-    /// The shutdown signal arrived: start nothing new and cancel running handlers.
-    pub(crate) fn shut_down(&self) {
-        self.stopping.cancel();
-        self.shutdown.cancel();
-    }
-
-    /// Whether `started` covers the whole run (`run_once`, which has a deadline).
-    fn whole_run(&self) -> bool {
-        self.deadline.is_some()
-    }
-
-    pub(crate) fn tripped_until(
-        &self,
-        consumer: &ConsumerName,
-        now: Timestamp,
-    ) -> Option<Timestamp> {
-        let map = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(consumer).copied().filter(|until| *until > now)
-    }
-
-    fn trip(&self, consumer: &ConsumerName, until: Timestamp) {
-        let mut map = self.breakers.lock().unwrap_or_else(|p| p.into_inner());
-        let e = map.entry(consumer.clone()).or_insert(until);
-        *e = (*e).max(until);
-    }
-}
-
-/// What a delivery task hands back to the loop.
-#[derive(Debug)]
-pub(crate) enum Done {
-    /// A verdict to write.
-    Completed {
-        lease: Lease,
-        completion: Completion,
-        meta: Meta,
-    },
-    /// Put back unstarted, attempt refunded.
-    Release {
-        lease: Lease,
-        delay: Duration,
-        duplicate: bool,
-        /// Handed back over its endpoint's rate limit (`run_once` waits for it).
-        rate_limited: bool,
-    },
-    /// The lease was lost before the send.
-    LeaseLost,
-}
-
-impl Done {
-    /// Put back unstarted, due after `delay`, attempt refunded.
-    pub(crate) fn release(lease: Lease, delay: Duration) -> Done {
-        Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-            rate_limited: false,
-        }
-    }
-
-    /// Put back unstarted over its endpoint's rate limit, due after `delay`.
-    pub(crate) fn rate_limited(lease: Lease, delay: Duration) -> Done {
-        Done::Release {
-            lease,
-            delay,
-            duplicate: false,
-            rate_limited: true,
-        }
-    }
-
-    /// Put back unstarted, due at once (shutdown, abort, budget), attempt refunded.
-    pub(crate) fn release_now(lease: Lease) -> Done {
-        Done::release(lease, Duration::ZERO)
-    }
-
-    /// Handed out again while this run has it: put back without running it twice.
-    pub(crate) fn duplicate(lease: Lease, delay: Duration) -> Done {
-        Done::Release {
-            lease,
-            delay,
-            duplicate: true,
-            rate_limited: false,
-        }
-    }
-}
-
-/// What the report and observer need to know about a finished delivery.
-#[derive(Clone, Debug)]
-pub(crate) struct Meta {
-    pub(crate) topic: outboxkit_core::ids::Topic,
-    pub(crate) tenant: outboxkit_core::ids::TenantId,
-    pub(crate) kind: DestinationKind,
-    pub(crate) attempt: u32,
-    pub(crate) duration: Duration,
-    /// The change of the endpoint's circuit this attempt caused.
-    pub(crate) circuit: Option<Transition>,
-}
-
-pub(super) enum Gate {
-    Go,
-    Release(Duration),
-}
+use outboxkit_core::verdict::{classify, HandlerOutcome, Outcome, Verdict};
 
 pub(crate) async fn deliver(
     shared: Arc<Shared>,
@@ -224,96 +69,6 @@ pub(crate) async fn deliver(
             .remove(&delivery.id);
     }
     done
-}
-
-/// The checks made right before a delivery starts.
-pub(super) fn gate(
-    shared: &Shared,
-    run: &RunState,
-    timeout: Duration,
-    consumer: Option<&ConsumerName>,
-) -> Gate {
-    let now = shared.clock.now();
-    if run.stopping.is_cancelled() {
-        return Gate::Release(Duration::ZERO);
-    }
-    if let Some(until) = consumer.and_then(|c| run.tripped_until(c, now)) {
-        return Gate::Release(until.duration_since(now));
-    }
-    if let Some(deadline) = run.deadline {
-        if now
-            .saturating_add(timeout)
-            .saturating_add(shared.config.reservation_margin)
-            > deadline
-        {
-            return Gate::Release(Duration::ZERO);
-        }
-    }
-    Gate::Go
-}
-
-pub(super) fn verdict_policy(
-    shared: &Shared,
-    retry: outboxkit_core::retry::RetryPolicy,
-    mail_idempotent: bool,
-) -> VerdictPolicy {
-    let c = &shared.config;
-    VerdictPolicy {
-        retry,
-        held_probe_interval: c.held_probe_interval,
-        park_delay: c.park_delay,
-        max_snoozes: c.max_snoozes,
-        max_retry_after: Duration::from_secs(24 * 3600),
-        mail_idempotent,
-    }
-}
-
-pub(super) fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
-    AttemptContext {
-        attempt: lease.attempts,
-        snoozes: lease.snoozes,
-        probe: lease.is_probe(),
-        now: shared.clock.now(),
-        jitter: shared.entropy.unit_sample(),
-    }
-}
-
-pub(super) fn completed(
-    lease: Lease,
-    verdict: Verdict,
-    attempt: Option<AttemptRecord>,
-    delivery: &Delivery,
-    started: Timestamp,
-    finished: Timestamp,
-) -> Done {
-    let meta = Meta {
-        topic: delivery.topic.clone(),
-        tenant: delivery.tenant.clone(),
-        kind: delivery.destination.kind(),
-        attempt: lease.attempts,
-        duration: finished.duration_since(started),
-        circuit: None,
-    };
-    Done::Completed {
-        lease,
-        completion: Completion { verdict, attempt },
-        meta,
-    }
-}
-
-pub(super) fn record(
-    outcome: &Outcome,
-    started: Timestamp,
-    finished: Timestamp,
-    text: &str,
-) -> Option<AttemptRecord> {
-    outcome.attempt_outcome().map(|o| AttemptRecord {
-        started_at: started,
-        finished_at: finished,
-        outcome: o,
-        status_code: outcome.status_code(),
-        excerpt: (!text.is_empty()).then(|| excerpt(text)),
-    })
 }
 
 async fn handler_path(

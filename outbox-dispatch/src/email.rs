@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use async_trait::async_trait;
 use futures::FutureExt;
 
-use super::deliver::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
+use super::attempt::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::Shared;
 use crate::timer::TimerExt;
 use crate::ErrorKind;

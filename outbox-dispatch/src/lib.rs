@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod alerts;
+mod attempt;
 mod breaker;
 mod broker;
 mod builder;
@@ -44,8 +45,8 @@ pub use report::{
 pub use timer::{DynTimer, Timer, TimerExt};
 pub use webhook::{endpoint_gate, forward_traceparent, open_secrets, signed_request, webhook_body};
 
+use self::attempt::RunState;
 use self::dedup::DedupCache;
-use self::deliver::RunState;
 use self::run::{Mode, RunLoop};
 use outboxkit_core::claim::ClaimRequest;
 use outboxkit_core::endpoint::Consumer;

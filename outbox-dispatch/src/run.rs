@@ -26,7 +26,7 @@ use tokio::task::{Id, JoinSet};
 mod start;
 
 use self::start::{joined, Claim, Inline};
-use super::deliver::{Done, RunState};
+use super::attempt::{Done, RunState};
 use super::settle::settle;
 use super::{Dispatcher, Shared};
 use crate::report::Report;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::alerts;
+use super::attempt::{Done, Meta, RunState};
 use super::breaker::CircuitState;
-use super::deliver::{Done, Meta, RunState};
 use super::report::{observe, CircuitEvent, DeadLetterEvent, DeliveryEvent, Report, SettleEvent};
 use super::Shared;
 use outboxkit_core::claim::{Completion, Lease};

@@ -15,7 +15,8 @@ use tokio::task::{Id, JoinError};
 use tracing::Instrument;
 
 use super::{settled, RunLoop, Woke};
-use crate::deliver::{deliver, Done, RunState};
+use crate::attempt::{Done, RunState};
+use crate::deliver::deliver;
 use crate::report::{observe, ClaimEvent};
 use crate::webhook::EndpointCache;
 use outboxkit_core::claim::{Claimed, Lease};
