@@ -249,6 +249,17 @@ pub async fn burn_down(
     })
 }
 
+/// Enqueue `n` messages through `store` in batches of 1,000 (the backlog; not timed).
+pub async fn load(store: &dyn outboxkit_core::MessageStore, n: usize) -> BenchResult<()> {
+    for c in chunks(n, 1000) {
+        store
+            .enqueue_batch(c.map(message).collect())
+            .await
+            .map_err(err("load"))?;
+    }
+    Ok(())
+}
+
 /// Split `0..n` into chunks of at most `size`.
 pub fn chunks(n: usize, size: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
     (0..n.div_ceil(size)).map(move |c| c * size..((c + 1) * size).min(n))

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use outboxkit_core::{Entropy, OsEntropy, Stopwatch, SystemClock, Timestamp};
 use outboxkit_testing::InMemoryStore;
 
+use crate::common::load;
 use crate::common::{burn_down, payload, secs, BenchResult, Progress};
-use crate::pg_dispatch::{burn_config, load, noop_dispatcher, BATCH, CONCURRENCY};
+use crate::pg_dispatch::{burn_config, noop_dispatcher, BATCH, CONCURRENCY};
 use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::timed::Timed;
 use crate::Ctx;

@@ -100,7 +100,7 @@ pub async fn load(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
         Arc::new(OsEntropy),
     )
     .map_err(err("postgres store"))?;
-    crate::pg_dispatch::load(&loader, n).await?;
+    crate::common::load(&loader, n).await?;
     analyze(&pool, schema, &["messages", "deliveries", "consumers"]).await?;
     pool.close().await;
     Ok(())

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::common::{
-    burn_down, chunks, err, message, noop, secs, BenchResult, BurnDown, Progress, CONSUMER, TOPIC,
+    burn_down, chunks, err, noop, secs, BenchResult, BurnDown, Progress, CONSUMER, TOPIC,
 };
 use crate::pg::{analyze, create_raw, pool, raw_bulk, store, with_schemas};
 use crate::report::{per_second, percentile, Figure, Row, Status, Target};
@@ -50,17 +50,6 @@ pub fn noop_dispatcher(
         .observer(progress.clone())
         .build()
         .map_err(err("dispatcher"))
-}
-
-/// Enqueue `n` messages through `store` in batches of 1,000 (the backlog; not timed).
-pub async fn load(store: &dyn MessageStore, n: usize) -> BenchResult<()> {
-    for c in chunks(n, 1000) {
-        store
-            .enqueue_batch(c.map(message).collect())
-            .await
-            .map_err(err("load"))?;
-    }
-    Ok(())
 }
 
 /// The raw claim: `FOR UPDATE SKIP LOCKED` of up to `$2` due jobs, leased with fresh tokens,

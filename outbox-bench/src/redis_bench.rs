@@ -13,11 +13,12 @@ use outboxkit_redis::{RedisConfig, RedisStore};
 use redis::aio::MultiplexedConnection;
 use redis::Script;
 
+use crate::common::load;
 use crate::common::{
     burn_down, chunks, concurrently, err, message, payload, secs, unique, BenchResult, BurnDown,
     Progress, CONSUMER, TOPIC,
 };
-use crate::pg_dispatch::{burn_config, load, noop_dispatcher, BATCH, CONCURRENCY};
+use crate::pg_dispatch::{burn_config, noop_dispatcher, BATCH, CONCURRENCY};
 use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::timed::Timed;
 use crate::Ctx;

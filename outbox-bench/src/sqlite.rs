@@ -12,11 +12,12 @@ use outboxkit_core::{
 use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::{params, Connection, TransactionBehavior};
 
+use crate::common::load;
 use crate::common::{
     burn_down, err, message, payload, secs, unique, BenchResult, BurnDown, Progress,
 };
 use crate::common::{CONSUMER, TOPIC};
-use crate::pg_dispatch::{burn_config, load, noop_dispatcher, BATCH, CONCURRENCY};
+use crate::pg_dispatch::{burn_config, noop_dispatcher, BATCH, CONCURRENCY};
 use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::timed::Timed;
 use crate::Ctx;
