@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{EndpointId, EndpointStore, OsEntropy, SystemClock, TenantId};
+use outboxkit_core::{
+    EndpointId, EndpointStore, MessageStore, NewMessage, OsEntropy, SystemClock, TenantId,
+};
 use outboxkit_testing::WebhookReceiver;
 use serde_json::Value;
 
@@ -23,8 +25,10 @@ fn json(store: &[String], args: &[&str]) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
 }
 
-/// A migrated store with one endpoint at `url` and `n` messages to it (enqueued by the
-/// binary, four at a time); returns the endpoint id.
+/// A migrated store with one endpoint at `url` and `n` messages to it; returns the endpoint
+/// id. The binary migrates and adds the endpoint; the messages are enqueued through the
+/// library on the same store (what `outbox enqueue` runs, one message per call, four calls
+/// at a time), since starting one process per message only made the seeding slow.
 fn seed(store: &[String], url: &str, n: usize) -> String {
     run(store, &["migrate"]).ok();
     let out = run(
@@ -40,26 +44,55 @@ fn seed(store: &[String], url: &str, n: usize) -> String {
     )
     .ok();
     let ep = id_after(&out, "created endpoint ");
-    std::thread::scope(|s| {
-        for part in 0..4 {
-            s.spawn(move || {
-                for i in (part..n).step_by(4) {
-                    run(
-                        store,
-                        &[
-                            "enqueue",
-                            "--topic",
-                            "order.created",
-                            "--data",
-                            &format!(r#"{{"i":{i}}}"#),
-                        ],
-                    )
-                    .ok();
-                }
-            });
-        }
-    });
+    tokio::runtime::Handle::current().block_on(enqueue_numbered(store, n));
     ep
+}
+
+/// Enqueue `{"i": i}` on `order.created` for the default tenant, for every `i` below `n`,
+/// on the store `flags` name (`--store URL [--namespace NS]`, as the binary reads them).
+async fn enqueue_numbered(flags: &[String], n: usize) {
+    let flag = |name: &str| {
+        flags
+            .iter()
+            .position(|f| f == name)
+            .map(|i| flags[i + 1].clone())
+    };
+    let url = flag("--store").expect("a --store flag");
+    let namespace = flag("--namespace").unwrap_or_else(|| "outbox".to_owned());
+    let (clock, entropy) = (Arc::new(SystemClock), Arc::new(OsEntropy));
+    let store: Arc<dyn MessageStore> = if let Some(path) = url.strip_prefix("sqlite:") {
+        let config = outboxkit_sqlite::SqliteConfig::new(path);
+        Arc::new(
+            outboxkit_sqlite::SqliteStore::open(config, clock, entropy)
+                .await
+                .expect("open the sqlite store"),
+        )
+    } else if url.starts_with("postgres") {
+        let config = outboxkit_postgres::PostgresConfig::new(namespace);
+        let pool = config.connect_pool(&url).await.expect("a postgres pool");
+        Arc::new(
+            outboxkit_postgres::PostgresStore::new(pool, config, clock, entropy)
+                .expect("a postgres store"),
+        )
+    } else {
+        let config = outboxkit_redis::RedisConfig::with_prefix(format!("{{{namespace}}}"));
+        Arc::new(
+            outboxkit_redis::RedisStore::connect_with(&url, config)
+                .await
+                .expect("a redis store"),
+        )
+    };
+    let part = |part: usize| {
+        let store = store.clone();
+        async move {
+            for i in (part..n).step_by(4) {
+                let m = NewMessage::new("order.created", serde_json::json!({ "i": i }))
+                    .tenant("default");
+                store.enqueue(m).await.expect("enqueue");
+            }
+        }
+    };
+    tokio::join!(part(0), part(1), part(2), part(3));
 }
 
 /// 400 deliveries to one endpoint, `relay --until-idle` with its defaults: every one

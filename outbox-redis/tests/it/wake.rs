@@ -1,6 +1,5 @@
 //! Wake-ups across processes (pub/sub), including after the subscription is lost.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use outboxkit_core::{DeliveryStore, MessageStore, NewMessage};
@@ -10,25 +9,47 @@ use crate::common::{add_worker, admin, isolated, store};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// Ids of the server's pub/sub clients subscribed to exactly one channel.
-async fn pubsub_clients() -> HashSet<i64> {
+/// The ids of the server's connections named `name` (`CLIENT SETNAME`), each with whether
+/// it is subscribed (`flags` holds `P`).
+async fn clients_named(name: &str) -> Vec<(i64, bool)> {
     let list: String = redis::cmd("CLIENT")
         .arg("LIST")
-        .arg("TYPE")
-        .arg("pubsub")
         .query_async(&mut admin().await)
         .await
         .expect("client list");
+    let field = |line: &str, key: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(key))
+            .map(str::to_owned)
+    };
     list.lines()
-        .filter(|l| l.split(' ').any(|f| f == "sub=1"))
-        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
-        .filter_map(|id| id.parse().ok())
+        .filter(|l| field(l, "name=").as_deref() == Some(name))
+        .filter_map(|l| {
+            let id = field(l, "id=")?.parse().ok()?;
+            Some((id, field(l, "flags=")?.contains('P')))
+        })
         .collect()
 }
 
+/// The id of the one subscribed connection named `name`, looked for every 20 ms up to
+/// 500 times.
+async fn listener_connection(name: &str) -> i64 {
+    let mut found = Vec::new();
+    for _ in 0..500 {
+        found = clients_named(name).await;
+        if let [(id, true)] = found[..] {
+            return id;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no single subscribed connection named {name}: {found:?}");
+}
+
 /// An enqueue through another store (its own connection) wakes this store's listener: the
-/// signal travels through Redis pub/sub. After the subscription's connection is killed the
-/// listener reconnects, wakes once, and hears the next enqueue again.
+/// signal travels through Redis pub/sub. The listener's connection is named
+/// `outbox-wake:<prefix>`; after it is killed (`CLIENT KILL ID`, this test's connection
+/// only) the listener reconnects under the same name, wakes once for the window it missed,
+/// and hears the next enqueue again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_elsewhere_wakes_listener_and_survives_reconnect() {
     isolated(|prefix| async move {
@@ -36,8 +57,8 @@ async fn enqueue_elsewhere_wakes_listener_and_survives_reconnect() {
         let listening = store(&prefix, clock.clone()).await;
         let writer = store(&prefix, clock.clone()).await;
         add_worker(&writer, clock.as_ref()).await;
+        let name = format!("outbox-wake:{prefix}");
 
-        let before = pubsub_clients().await;
         let mut l = listening
             .wake_listener()
             .expect("redis has a wake listener");
@@ -54,17 +75,11 @@ async fn enqueue_elsewhere_wakes_listener_and_survives_reconnect() {
             .await
             .expect("woken by another store's enqueue");
 
-        // Kill the listener's connection: the one pub/sub client that appeared since.
-        let mine: Vec<i64> = pubsub_clients()
-            .await
-            .difference(&before)
-            .copied()
-            .collect();
-        assert_eq!(mine.len(), 1, "one new subscriber: {mine:?}");
+        let first = listener_connection(&name).await;
         let killed: i64 = redis::cmd("CLIENT")
             .arg("KILL")
             .arg("ID")
-            .arg(mine[0])
+            .arg(first)
             .query_async(&mut admin().await)
             .await
             .expect("client kill");
@@ -72,6 +87,8 @@ async fn enqueue_elsewhere_wakes_listener_and_survives_reconnect() {
         tokio::time::timeout(PATIENCE, l.woken())
             .await
             .expect("one wake-up after reconnecting");
+        let second = listener_connection(&name).await;
+        assert_ne!(first, second, "the listener is on a new connection");
 
         writer
             .enqueue(NewMessage::new("job.run", serde_json::json!(2)))
