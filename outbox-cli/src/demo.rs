@@ -10,6 +10,7 @@
 //! The receivers and the mail stand-in are the demo's own (`demo/receivers.rs`): the shipped
 //! binary links no test code.
 
+pub(crate) mod events;
 mod receivers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +21,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use outboxkit_core::{
     AeadVault, Clock, DeliveryFilter, DeliveryStatus, EndpointId, EndpointStatus, Jitter,
-    MailErrorCode, MailOutcome, NewMessage, PageRequest, RetryPolicy, Store, SystemClock, TenantId,
+    MailErrorCode, MailOutcome, PageRequest, RetryPolicy, Store, SystemClock, TenantId,
     TenantPolicy,
 };
 use outboxkit_dispatch::Timer;
@@ -467,22 +468,4 @@ async fn list_all(
             None => return Ok(out),
         }
     }
-}
-
-/// The demo's business events.
-pub fn demo_event(n: u32) -> (String, NewMessage) {
-    let topic = match n % 3 {
-        0 => "customer.updated",
-        1 => "order.created",
-        _ => "order.paid",
-    };
-    let poison = n % 50 == 49;
-    let mut m = NewMessage::new(topic, serde_json::json!({ "n": n, "order": format!("ord-{n}"), "poison": poison, "subject": format!("Order {n}"), "text": "Thank you for your order." }))
-        .tenant("acme")
-        .idempotency_key(format!("demo-{n}"))
-        .ordering_key(format!("order:{}", n % 25));
-    if n.is_multiple_of(20) {
-        m = m.email(format!("customer{n}@example.com"));
-    }
-    (format!("ord-{n}"), m)
 }

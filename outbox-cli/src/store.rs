@@ -509,7 +509,7 @@ impl Env {
                     conn.execute_batch("create table if not exists demo_orders (id text primary key, created_at integer not null)")
                         .map_err(sqlite_err)?;
                     for i in 0..n {
-                        let (order, message) = crate::demo::demo_event(i);
+                        let (order, message) = crate::demo::events::demo_event(i);
                         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(sqlite_err)?;
                         tx.execute("insert or ignore into demo_orders (id, created_at) values (?1, ?2)", rusqlite::params![order, i64::from(i)])
                             .map_err(sqlite_err)?;
@@ -529,7 +529,7 @@ impl Env {
                     .await
                     .map_err(pg_err)?;
                 for i in 0..n {
-                    let (order, message) = crate::demo::demo_event(i);
+                    let (order, message) = crate::demo::events::demo_event(i);
                     let mut tx = s.pool().begin().await.map_err(pg_err)?;
                     sqlx::query(&format!("insert into {table} (id, created_at) values ($1, $2) on conflict do nothing"))
                         .bind(order)
@@ -544,7 +544,7 @@ impl Env {
             Backend::Redis(s) => {
                 let mut conn = s.connection();
                 for i in 0..n {
-                    let (order, message) = crate::demo::demo_event(i);
+                    let (order, message) = crate::demo::events::demo_event(i);
                     let mut pipe = redis::pipe();
                     pipe.atomic();
                     pipe.cmd("SET")
