@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use outboxkit_core::{Error, ErrorKind, Limits, Result};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgSslMode};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::Connection;
 
 use crate::error::connect_error;
@@ -187,18 +187,6 @@ pub fn connect_options(url: &str) -> Result<PgConnectOptions> {
         )
         .with_source(e)
     })
-}
-
-/// The name of an `sslmode`, as written in the URL.
-pub(crate) fn ssl_mode_name(mode: PgSslMode) -> &'static str {
-    match mode {
-        PgSslMode::Disable => "disable",
-        PgSslMode::Allow => "allow",
-        PgSslMode::Prefer => "prefer",
-        PgSslMode::Require => "require",
-        PgSslMode::VerifyCa => "verify-ca",
-        PgSslMode::VerifyFull => "verify-full",
-    }
 }
 
 /// A safe unquoted identifier: `[a-z_][a-z0-9_]*`, at most 63 bytes.

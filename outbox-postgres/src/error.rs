@@ -29,8 +29,6 @@ use std::io;
 use outboxkit_core::{Error, ErrorKind};
 use sqlx::postgres::PgSslMode;
 
-use crate::config::ssl_mode_name;
-
 /// Errors of this crate that are not driver errors.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StoreError {
@@ -115,6 +113,18 @@ pub fn map_err(e: sqlx::Error) -> Error {
 /// missing schema (3F000): the outbox schema is not there, or older than this code.
 fn is_unmigrated(code: &str) -> bool {
     matches!(code, "42P01" | "42703" | "42883" | "3F000")
+}
+
+/// The name of an `sslmode`, as written in the URL.
+pub(crate) fn ssl_mode_name(mode: PgSslMode) -> &'static str {
+    match mode {
+        PgSslMode::Disable => "disable",
+        PgSslMode::Allow => "allow",
+        PgSslMode::Prefer => "prefer",
+        PgSslMode::Require => "require",
+        PgSslMode::VerifyCa => "verify-ca",
+        PgSslMode::VerifyFull => "verify-full",
+    }
 }
 
 /// Map a failure to open a connection: say which of unreachable, TLS, authentication or

@@ -27,12 +27,12 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
-use outboxkit_core::{Error, ErrorKind, Stopwatch, Timestamp};
+use outboxkit_core::{Error, ErrorKind, Timestamp};
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use crate::config::SqliteConfig;
-use crate::error::{Result, SqliteError};
+use crate::error::{retry_busy, Result, SqliteError};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -481,24 +481,6 @@ fn check_header(path: &Path) -> Result<()> {
         Ok(())
     } else {
         Err(SqliteError::NotADatabase)
-    }
-}
-
-/// Run `f` again while SQLite reports the database busy and the busy timeout has not
-/// passed. SQLite's own busy handler already waits for most locks; this covers the cases it
-/// does not (a WAL snapshot or recovery in progress), so a busy error means the timeout
-/// really passed.
-pub(crate) fn retry_busy<T>(timeout: Duration, mut f: impl FnMut() -> Result<T>) -> Result<T> {
-    let watch = Stopwatch::start();
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match f() {
-            Err(e) if e.is_busy() && watch.elapsed() + pause < timeout => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-            other => return other,
-        }
     }
 }
 

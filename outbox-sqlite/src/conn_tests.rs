@@ -1,6 +1,7 @@
 //! Unit tests of `conn.rs`: the group commit and the header checks before opening.
 
 use super::*;
+use outboxkit_core::Stopwatch;
 
 /// Bodies queued behind each other share one commit, yet each keeps its own outcome: a
 /// failing body rolls back alone, the others commit, and no result reaches its caller

@@ -14,7 +14,9 @@
 //! | a stored value that does not decode | `Unexpected` (corrupt data) |
 //! | anything else | `Unexpected` |
 
-use outboxkit_core::{Error, ErrorKind};
+use std::time::Duration;
+
+use outboxkit_core::{Error, ErrorKind, Stopwatch};
 use rusqlite::ffi;
 use rusqlite::ErrorCode;
 
@@ -69,6 +71,24 @@ impl SqliteError {
 
 /// A shorthand for internal results.
 pub(crate) type Result<T, E = SqliteError> = std::result::Result<T, E>;
+
+/// Run `f` again while SQLite reports the database busy and the busy timeout has not
+/// passed. SQLite's own busy handler already waits for most locks; this covers the cases it
+/// does not (a WAL snapshot or recovery in progress), so a busy error means the timeout
+/// really passed.
+pub(crate) fn retry_busy<T>(timeout: Duration, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let watch = Stopwatch::start();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f() {
+            Err(e) if e.is_busy() && watch.elapsed() + pause < timeout => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
 
 impl From<SqliteError> for Error {
     fn from(e: SqliteError) -> Self {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use outboxkit_core::Timestamp;
 use rusqlite::{Connection, TransactionBehavior};
 
-use crate::conn::retry_busy;
+use crate::error::retry_busy;
 use crate::error::{Result, SqliteError};
 
 /// The schema versions this crate knows, oldest first.
