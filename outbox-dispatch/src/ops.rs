@@ -10,7 +10,7 @@ use outboxkit_core::endpoint::{
 use outboxkit_core::error::Result;
 use outboxkit_core::ids::{DeliveryId, EndpointId, TenantId, TopicFilter};
 use outboxkit_core::signing::WebhookSecret;
-use outboxkit_core::store::{DynStore, PurgeReport, Stats};
+use outboxkit_core::store::{DynStore, LedgerExt, PurgeReport, Stats};
 use outboxkit_core::time::{DynClock, DynEntropy};
 use outboxkit_core::vault::{DynSecretVault, SecretContext};
 

@@ -102,7 +102,7 @@ impl PostgresStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    /// `DeliveryStore::release_held`: [`release_held_text`].
+    /// `OperatorStore::release_held`: [`release_held_text`].
     pub(crate) async fn release_held_now(
         &self,
         tenant: &TenantId,
@@ -247,12 +247,12 @@ fn stats_text(t: &Tables, from: &str) -> String {
 }
 
 impl PostgresStore {
-    /// `DeliveryStore::stats`: [`stats_text`] over every delivery, finished ones included.
+    /// `OperatorStore::stats`: [`stats_text`] over every delivery, finished ones included.
     pub(crate) async fn stats_now(&self) -> Result<Stats> {
         self.stats_of(&self.inner.sql.deliveries.stats).await
     }
 
-    /// `DeliveryStore::queue_stats`: [`stats_text`] over the hot table's unfinished rows;
+    /// `OperatorStore::queue_stats`: [`stats_text`] over the hot table's unfinished rows;
     /// finished deliveries live in the history table, which it never reads.
     pub(crate) async fn queue_stats_now(&self) -> Result<Stats> {
         self.stats_of(&self.inner.sql.deliveries.queue_stats).await

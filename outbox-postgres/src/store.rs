@@ -11,8 +11,9 @@ use async_trait::async_trait;
 use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Clock, Completion, Delivery, DeliveryFilter, DeliveryId,
     DeliveryStore, EndpointId, Enqueued, Entropy, Error, Lease, Ledger, Message, MessageId,
-    MessageStore, NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result,
-    RetentionCutoffs, Stats, SystemClock, TenantId, TenantStats, Timestamp, WakeListener,
+    MessageStore, NewMessage, OperatorStore, OsEntropy, Page, PageRequest, PurgeReport,
+    ReleaseReport, Result, RetentionCutoffs, Stats, SystemClock, TenantId, TenantStats, Timestamp,
+    WakeListener,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use tokio::runtime::Handle;
@@ -268,17 +269,6 @@ impl DeliveryStore for PostgresStore {
         self.claim_now(request).await
     }
 
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let items = [(lease.clone(), completion.clone())];
-        let mut out = self.complete_now(&items).await?;
-        out.pop().unwrap_or_else(|| {
-            Err(Error::new(
-                outboxkit_core::ErrorKind::Unexpected,
-                "no completion result",
-            ))
-        })
-    }
-
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
         self.complete_now(items).await
     }
@@ -295,6 +285,15 @@ impl DeliveryStore for PostgresStore {
         self.mark_sending_now(lease).await
     }
 
+    fn wake_listener(&self) -> Option<WakeListener> {
+        let listener = self.inner.wake.wakeups().listener();
+        self.inner.wake.listen();
+        Some(listener)
+    }
+}
+
+#[async_trait]
+impl OperatorStore for PostgresStore {
     async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         self.release_held_now(tenant, endpoint).await
     }
@@ -322,12 +321,6 @@ impl DeliveryStore for PostgresStore {
 
     async fn queue_stats(&self) -> Result<Stats> {
         self.queue_stats_now().await
-    }
-
-    fn wake_listener(&self) -> Option<WakeListener> {
-        let listener = self.inner.wake.wakeups().listener();
-        self.inner.wake.listen();
-        Some(listener)
     }
 }
 

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 
 use outboxkit_core::{
     ClaimRequest, Claimed, Clock, Completion, DeliveryId, DeliveryStore, EndpointId, Entropy,
-    Error, ErrorKind, Lease, OsEntropy, ReleaseReport, Result, Stats, SystemClock, TenantId,
-    Timestamp, WakeListener, Wakeups,
+    Error, ErrorKind, Lease, OperatorStore, OsEntropy, ReleaseReport, Result, Stats, SystemClock,
+    TenantId, Timestamp, WakeListener, Wakeups,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -20,7 +20,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{FromRedisValue, RedisFuture, Script, Value};
 
 use crate::config::RedisConfig;
-use crate::error::{corrupt, redis_err};
+use crate::error::redis_err;
 use crate::rows::Args;
 use crate::scripts::Scripts;
 
@@ -444,14 +444,6 @@ impl DeliveryStore for RedisStore {
         self.claim_rows(request).await
     }
 
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let items = [(lease.clone(), completion.clone())];
-        self.complete_rows(&items)
-            .await?
-            .pop()
-            .unwrap_or_else(|| Err(corrupt("reply")))
-    }
-
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
         self.complete_rows(items).await
     }
@@ -468,6 +460,14 @@ impl DeliveryStore for RedisStore {
         self.mark_lease_sending(lease).await
     }
 
+    fn wake_listener(&self) -> Option<WakeListener> {
+        self.start_listener();
+        Some(self.inner.wakeups.listener())
+    }
+}
+
+#[async_trait]
+impl OperatorStore for RedisStore {
     async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         self.release_held_rows(tenant, endpoint).await
     }
@@ -503,10 +503,5 @@ impl DeliveryStore for RedisStore {
 
     async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
         self.tenant_counts(tenant, endpoint).await
-    }
-
-    fn wake_listener(&self) -> Option<WakeListener> {
-        self.start_listener();
-        Some(self.inner.wakeups.listener())
     }
 }

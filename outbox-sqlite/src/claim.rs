@@ -641,21 +641,6 @@ pub(crate) fn complete_many(
         .collect())
 }
 
-/// End one claim with a verdict.
-pub(crate) fn complete(
-    conn: &Connection,
-    lease: &Lease,
-    completion: &Completion,
-    now: Timestamp,
-) -> Result<()> {
-    let items = [(lease.clone(), completion.clone())];
-    match complete_many(conn, &items, now)?.pop() {
-        Some(Ok(())) => Ok(()),
-        Some(Err(e)) => Err(e.into()),
-        None => Err(Error::lease_lost().into()),
-    }
-}
-
 /// Put unstarted claims back where they came from.
 pub(crate) fn release(
     conn: &Connection,

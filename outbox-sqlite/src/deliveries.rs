@@ -141,7 +141,7 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
     counted(conn, STATS_COUNTS, now)
 }
 
-/// [`stats`] over unfinished deliveries only (`DeliveryStore::queue_stats`).
+/// [`stats`] over unfinished deliveries only (`OperatorStore::queue_stats`).
 pub(crate) fn queue_stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
     counted(conn, QUEUE_STATS_COUNTS, now)
 }

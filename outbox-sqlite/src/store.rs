@@ -11,8 +11,8 @@ use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Clock, Completion, Consumer, ConsumerName, Delivery,
     DeliveryFilter, DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
     Enqueued, Entropy, Error, ErrorKind, Lease, Ledger, Limits, Message, MessageId, MessageStore,
-    NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result, RetentionCutoffs,
-    Stats, SystemClock, TenantId, TenantStats, Timestamp, WakeListener, Wakeups,
+    NewMessage, OperatorStore, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result,
+    RetentionCutoffs, Stats, SystemClock, TenantId, TenantStats, Timestamp, WakeListener, Wakeups,
 };
 use rusqlite::Transaction;
 
@@ -232,12 +232,6 @@ impl DeliveryStore for SqliteStore {
             .await
     }
 
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let (lease, completion) = (lease.clone(), completion.clone());
-        self.write(move |tx, now, _| claim::complete(tx, &lease, &completion, now))
-            .await
-    }
-
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
         if items.is_empty() {
             return Ok(Vec::new());
@@ -271,6 +265,13 @@ impl DeliveryStore for SqliteStore {
             .await
     }
 
+    fn wake_listener(&self) -> Option<WakeListener> {
+        Some(self.inner.wakeups.listener())
+    }
+}
+
+#[async_trait]
+impl OperatorStore for SqliteStore {
     async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         let tenant = tenant.clone();
         let n = self
@@ -316,10 +317,6 @@ impl DeliveryStore for SqliteStore {
         let tenant = tenant.clone();
         self.read(move |tx, now| tenancy::tenant_stats(tx, &tenant, endpoint, now))
             .await
-    }
-
-    fn wake_listener(&self) -> Option<WakeListener> {
-        Some(self.inner.wakeups.listener())
     }
 }
 

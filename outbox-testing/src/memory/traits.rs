@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
-    Lease, Ledger, Message, MessageId, MessageStore, NewMessage, Page, PageRequest, PurgeReport,
-    ReleaseReport, Result, RetentionCutoffs, Stats, TenantId, TenantStats, Timestamp, WakeListener,
+    Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore, Page, PageRequest,
+    PurgeReport, ReleaseReport, Result, RetentionCutoffs, Stats, TenantId, TenantStats, Timestamp,
+    WakeListener,
 };
 
 use super::InMemoryStore;
@@ -19,11 +20,6 @@ impl DeliveryStore for InMemoryStore {
         request.validate()?;
         let now = self.now();
         Ok(self.lock().claim(request, now, &*self.entropy))
-    }
-
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let now = self.now();
-        self.lock().complete(lease, completion, now)
     }
 
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
@@ -54,6 +50,13 @@ impl DeliveryStore for InMemoryStore {
         self.lock().mark_sending(lease, now)
     }
 
+    fn wake_listener(&self) -> Option<WakeListener> {
+        Some(self.shared.wakeups.listener())
+    }
+}
+
+#[async_trait]
+impl OperatorStore for InMemoryStore {
     async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         let now = self.now();
         let n = self.lock().release_held(tenant, endpoint, now);
@@ -99,10 +102,6 @@ impl DeliveryStore for InMemoryStore {
         Ok(self.lock().stats_where(now, |d| {
             &d.tenant == tenant && endpoint.is_none_or(|e| d.endpoint() == Some(e))
         }))
-    }
-
-    fn wake_listener(&self) -> Option<WakeListener> {
-        Some(self.shared.wakeups.listener())
     }
 }
 
