@@ -13,6 +13,8 @@ use crate::error::DbResult;
 use crate::rows::{self, get, ms, ROW_COLS, UNFINISHED};
 use crate::schema::Tables;
 use crate::store::PostgresStore;
+use async_trait::async_trait;
+use outboxkit_core::OperatorStore;
 
 /// The operator statements of one store.
 #[derive(Debug)]
@@ -284,5 +286,38 @@ impl PostgresStore {
             stats.oldest_due_age = Some(now.duration_since(t));
         }
         Ok(stats)
+    }
+}
+
+/// `OperatorStore`: the changes above, and the counts (one tenant's in `tenancy.rs`).
+#[async_trait]
+impl OperatorStore for PostgresStore {
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
+        self.release_held_now(tenant, endpoint).await
+    }
+
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator_change(Change::Replay, tenant, delivery).await
+    }
+
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator_change(Change::RetryNow, tenant, delivery)
+            .await
+    }
+
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator_change(Change::Reset, tenant, delivery).await
+    }
+
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        crate::tenancy::tenant_stats(self, tenant, endpoint).await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.stats_now().await
+    }
+
+    async fn queue_stats(&self) -> Result<Stats> {
+        self.queue_stats_now().await
     }
 }
