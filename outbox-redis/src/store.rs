@@ -1,5 +1,7 @@
 //! [`RedisStore`]: construction (one server or a Redis Cluster), the shared call path, and
-//! the [`DeliveryStore`] glue that forwards to `claim.rs`, `deliveries.rs` and `tenancy.rs`.
+//! the hot path ([`DeliveryStore`], forwarding to `claim.rs`). The other traits live in files
+//! of their own: `OperatorStore` in `deliveries.rs`, `MessageStore` in `enqueue.rs`,
+//! `EndpointStore` in `endpoints.rs`, `Ledger` in `ledger.rs`, `TokenStore` in `tokens.rs`.
 
 use std::fmt;
 use std::future::Future;
@@ -10,9 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeliveryId, DeliveryStore, EndpointId, Entropy,
-    Error, ErrorKind, Lease, OperatorStore, OsEntropy, ReleaseReport, Result, Stats, SystemClock,
-    TenantId, Timestamp, WakeListener, Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Entropy, Error, ErrorKind, Lease,
+    OsEntropy, ReleaseReport, Result, SystemClock, Timestamp, WakeListener, Wakeups,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -463,45 +464,5 @@ impl DeliveryStore for RedisStore {
     fn wake_listener(&self) -> Option<WakeListener> {
         self.start_listener();
         Some(self.inner.wakeups.listener())
-    }
-}
-
-#[async_trait]
-impl OperatorStore for RedisStore {
-    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
-        self.release_held_rows(tenant, endpoint).await
-    }
-
-    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator("replay", tenant, delivery.to_string())
-            .await
-            .map(drop)
-    }
-
-    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator("retry", tenant, delivery.to_string())
-            .await
-            .map(drop)
-    }
-
-    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator("reset", tenant, delivery.to_string())
-            .await
-            .map(drop)
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.store_stats().await
-    }
-
-    /// The counters behind `stats` are kept per status at every change, so the unfinished
-    /// part costs what `stats` costs: a hash read and one due-index head per source, never
-    /// a walk over finished deliveries.
-    async fn queue_stats(&self) -> Result<Stats> {
-        self.store_stats().await.map(Stats::unfinished)
-    }
-
-    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
-        self.tenant_counts(tenant, endpoint).await
     }
 }
