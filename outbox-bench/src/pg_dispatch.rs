@@ -5,9 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outboxkit_core::{
-    Clock, DeliveryStore, DynStore, MessageStore, NewMessage, Stopwatch, SystemClock,
-};
+use outboxkit_core::OperatorStore;
+use outboxkit_core::{Clock, DynStore, MessageStore, NewMessage, Stopwatch, SystemClock};
 use outboxkit_dispatch::{Dispatcher, DispatcherConfig, HandlerResult};
 use outboxkit_postgres::PostgresStore;
 use sqlx::postgres::PgListener;

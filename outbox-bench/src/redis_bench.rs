@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
-    Clock, Consumer, ConsumerName, DeliveryId, DeliveryStore, EndpointStore, Entropy, MessageId,
-    MessageStore, OsEntropy, Stopwatch, SystemClock, TopicFilter,
+    Clock, Consumer, ConsumerName, DeliveryId, EndpointStore, Entropy, MessageId, MessageStore,
+    OsEntropy, Stopwatch, SystemClock, TopicFilter,
 };
 use outboxkit_redis::{RedisConfig, RedisStore};
 use redis::aio::MultiplexedConnection;

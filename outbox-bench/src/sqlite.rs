@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
-    Clock, Consumer, ConsumerName, DeliveryId, DeliveryStore, EndpointStore, MessageId,
-    MessageStore, OsEntropy, Stopwatch, SystemClock, TopicFilter,
+    Clock, Consumer, ConsumerName, DeliveryId, EndpointStore, MessageId, MessageStore, OsEntropy,
+    Stopwatch, SystemClock, TopicFilter,
 };
 use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 use rusqlite::{params, Connection, TransactionBehavior};

@@ -10,8 +10,9 @@ use async_trait::async_trait;
 use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, DynStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
-    Enqueued, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, Page, PageRequest,
-    PurgeReport, ReleaseReport, Result, Stats, Stopwatch, TenantId, Timestamp, WakeListener,
+    Enqueued, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore, Page,
+    PageRequest, PurgeReport, ReleaseReport, Result, Stats, Stopwatch, TenantId, Timestamp,
+    WakeListener,
 };
 
 /// Time spent in the claim path, in nanoseconds.
@@ -92,7 +93,7 @@ impl Timed {
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl DeliveryStore for Timed {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         let sw = Stopwatch::start();
@@ -101,20 +102,7 @@ impl DeliveryStore for Timed {
             .add(&self.spent.claim_ns, &self.spent.claims, sw.elapsed());
         r
     }
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let sw = Stopwatch::start();
-        let r = self.inner.complete(lease, completion).await;
-        self.spent.add(
-            &self.spent.complete_ns,
-            &self.spent.completions,
-            sw.elapsed(),
-        );
-        self.spent.completed_items.fetch_add(1, Ordering::Relaxed);
-        self.spent
-            .largest_completion
-            .fetch_max(1, Ordering::Relaxed);
-        r
-    }
+
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
         let sw = Stopwatch::start();
         let r = self.inner.complete_many(items).await;
@@ -130,33 +118,51 @@ impl DeliveryStore for Timed {
             .fetch_max(n, Ordering::Relaxed);
         r
     }
+
     async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport> {
         self.inner.release(leases, delay).await
     }
+
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease> {
         self.inner.extend(lease, by).await
     }
+
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.inner.mark_sending(lease).await
     }
+
+    fn wake_listener(&self) -> Option<WakeListener> {
+        self.inner.wake_listener()
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl OperatorStore for Timed {
     async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         self.inner.release_held(tenant, endpoint).await
     }
+
     async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.inner.replay(tenant, delivery).await
     }
+
     async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.inner.retry_now(tenant, delivery).await
     }
+
     async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.inner.reset(tenant, delivery).await
     }
+
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }
+
     async fn queue_stats(&self) -> Result<Stats> {
         self.inner.queue_stats().await
     }
+
     async fn tenant_stats(
         &self,
         tenant: &outboxkit_core::TenantId,
@@ -164,13 +170,10 @@ impl DeliveryStore for Timed {
     ) -> Result<Stats> {
         self.inner.tenant_stats(tenant, endpoint).await
     }
-    fn wake_listener(&self) -> Option<WakeListener> {
-        self.inner.wake_listener()
-    }
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl MessageStore for Timed {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         self.inner.enqueue(message).await
@@ -181,7 +184,7 @@ impl MessageStore for Timed {
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl EndpointStore for Timed {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         self.inner.create_endpoint(endpoint).await
@@ -215,7 +218,7 @@ impl EndpointStore for Timed {
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl Ledger for Timed {
     async fn list_deliveries(
         &self,
@@ -233,9 +236,6 @@ impl Ledger for Timed {
     }
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
         self.inner.attempts(tenant, delivery).await
-    }
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
-        self.inner.purge_completed(before, limit).await
     }
     async fn purge_expired(
         &self,

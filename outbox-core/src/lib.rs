@@ -59,9 +59,10 @@ pub use retention::{RetentionCutoffs, RetentionPolicy};
 pub use retry::{Jitter, PolicyOverride, RetryPolicy, TenantOverrides, TenantPolicy};
 pub use signing::{sign, sign_with, verify, HeaderNames, VerifyError, WebhookSecret};
 pub use store::{
-    Cursor, DeliveryFilter, DeliveryStore, DynDeliveryStore, DynEndpointStore, DynLedger,
-    DynMessageStore, DynStore, EndpointStore, Enqueued, Ledger, MessageStore, Page, PageRequest,
-    PurgeReport, Stats, Store, TenantStats,
+    Cursor, DeliveryFilter, DeliveryStore, DeliveryStoreExt, DynDeliveryStore, DynEndpointStore,
+    DynLedger, DynMessageStore, DynOperatorStore, DynStore, EndpointStore, Enqueued, Ledger,
+    LedgerExt, MessageStore, OperatorStore, Page, PageRequest, PurgeReport, Stats, Store,
+    TenantStats,
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};

@@ -1,21 +1,34 @@
 //! The store traits and the values they exchange. Each `# Contract` line names
 //! the conformance case in `outboxkit_testing::conformance` that checks it.
+//!
+//! The traits are split by caller, one module each: [`DeliveryStore`] (the dispatcher's hot
+//! path, in `store/delivery.rs`), [`OperatorStore`] (the operator's calls and counts,
+//! `store/operator.rs`), [`MessageStore`] (`store/message.rs`), [`EndpointStore`]
+//! (`store/endpoint.rs`) and [`Ledger`] (`store/ledger.rs`). Conveniences live in the blanket
+//! [`DeliveryStoreExt`] and [`LedgerExt`], which nobody implements. `Arc<T>` and `Box<T>`
+//! forward every trait (`store/forward.rs`).
 
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
-use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, OrderingKey, TenantId, Topic};
-use crate::model::{Attempt, Delivery, DeliveryStatus, DestinationKind, Message, NewMessage};
-use crate::retention::RetentionCutoffs;
+use crate::model::{Attempt, Delivery, DeliveryStatus, DestinationKind};
 use crate::time::Timestamp;
-use crate::wake::WakeListener;
+
+mod delivery;
+mod endpoint;
+mod forward;
+mod ledger;
+mod message;
+mod operator;
+
+pub use delivery::{DeliveryStore, DeliveryStoreExt};
+pub use endpoint::EndpointStore;
+pub use ledger::{Ledger, LedgerExt};
+pub use message::MessageStore;
+pub use operator::OperatorStore;
 
 /// The result of one enqueue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,7 +94,7 @@ impl Stats {
     }
 
     /// These counts without the finished ones (`succeeded` and `dead` set to 0): what
-    /// [`DeliveryStore::queue_stats`] answers.
+    /// [`OperatorStore::queue_stats`] answers.
     pub fn unfinished(self) -> Stats {
         Stats {
             succeeded: 0,
@@ -96,7 +109,7 @@ impl Stats {
 pub struct TenantStats {
     /// The tenant.
     pub tenant: TenantId,
-    /// Its counts (what [`DeliveryStore::tenant_stats`] answers for it).
+    /// Its counts (what [`OperatorStore::tenant_stats`] answers for it).
     pub stats: Stats,
     /// Its messages not yet purged (with or without deliveries).
     pub messages: u64,
@@ -279,249 +292,19 @@ pub struct PurgeReport {
     pub tenant: Option<TenantId>,
 }
 
-/// Claims, completes and releases deliveries.
-///
-/// # Contract
-/// - `claim` MUST refuse a request that names no source with `InvalidInput` and change
-///   nothing (`empty_allowlist_is_refused`).
-/// - `claim` MUST take only due deliveries (`pending` or `held` with `next_attempt_at <= now`,
-///   or `processing`/`sending` whose lease ended), served by the request and not excluded,
-///   oldest first by `(next_attempt_at, enqueue order)`, at most `batch_size`
-///   (`claim_takes_due_oldest_first_up_to_batch`, `delayed_message_appears_when_due`).
-/// - A claimed delivery becomes `processing` with a fresh token and
-///   `lease_until = next_attempt_at = now + lease`; `attempts + 1` unless claimed from `held`
-///   (`held_probe_spends_no_attempt`, `stranded_claim_is_claimable_after_lease`).
-/// - Concurrent claims MUST never hand out one delivery twice while its lease is live
-///   (`claim_is_exclusive`).
-/// - Deliveries at or past their source's budget MUST be moved to `dead` (`max_attempts`) at
-///   claim time and never returned (`exhausted_rows_die_at_claim`).
-/// - A delivery with an ordering key MUST NOT be claimed while an older unfinished delivery
-///   of the same tenant, destination and key exists whose topic is not dormant
-///   (`ordering_key_is_fifo_per_destination`, `dormant_topic_does_not_block`).
-/// - `complete`, `release`, `extend` and `mark_sending` with a token that no longer matches
-///   MUST change nothing and fail with `LeaseLost` (`stale_token_is_fenced`); so MUST a lease
-///   whose tenant is not the delivery's (`forged_tenant_lease_is_fenced`).
-/// - `complete` MUST write [`Lease::settle`], append the attempt to the ledger, and disable
-///   the endpoint on `Dead { Gone }` in one atomic step (`verdict_*` cases).
-/// - Deliveries to a paused or disabled endpoint are `held` for it (due at
-///   [`crate::EndpointStatus::hold_until`]: never while paused), so `claim` does not take them
-///   until the endpoint is resumed, and takes a disabled endpoint's only when its hold expires
-///   (`paused_endpoint_holds_then_resumes_in_order`, `disabled_endpoint_holds_until_reenabled`,
-///   `disabled_endpoint_hold_expires`). `complete` with [`crate::Verdict::AwaitEndpoint`] MUST
-///   write [`crate::DeliveryUpdate::endpoint_is_back`] when the endpoint is active or gone by
-///   then (`await_endpoint_after_resume_is_pending`).
-/// - `reset` MUST give only a `held` delivery a fresh budget, due now; else `Conflict`, and
-///   `NotFound` across tenants (`reset_held_gives_fresh_budget`).
-#[async_trait]
-pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
-    /// Take up to `batch_size` due deliveries.
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>>;
+/// Everything a backend provides: the hot path, the operator's calls, messages, endpoints
+/// and the ledger (the admin API's tokens are a separate [`crate::TokenStore`]).
+pub trait Store: DeliveryStore + OperatorStore + MessageStore + EndpointStore + Ledger {}
 
-    /// End many claims; one result per item, in order. The outer error means nothing is
-    /// known to have been written. The dispatcher completes through this call only.
-    async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>>;
-
-    /// End one claim with a verdict: [`DeliveryStore::complete_many`] of one item, unless a
-    /// store has a cheaper single-row path.
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let mut out = self
-            .complete_many(&[(lease.clone(), completion.clone())])
-            .await?;
-        out.pop().unwrap_or_else(|| {
-            Err(Error::new(
-                ErrorKind::Unexpected,
-                "complete_many returned no result",
-            ))
-        })
-    }
-
-    /// Put unstarted claims back ([`Lease::release`]), due after `delay`.
-    async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport>;
-
-    /// Extend a lease to `now + by` (a heartbeat); returns the lease with its new end.
-    async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease>;
-
-    /// Mark an e-mail delivery `sending` just before the send (so a crash mid-send is never retried blind).
-    async fn mark_sending(&self, lease: &Lease) -> Result<()>;
-
-    /// Make every `held` delivery of the endpoint `pending` and due now; returns how many.
-    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64>;
-
-    /// Give a `dead` delivery a fresh budget, due now. Any other status is a `Conflict`;
-    /// another tenant's delivery is `NotFound`.
-    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
-
-    /// Make a `pending` or `held` delivery due now (as `pending`), keeping its attempts.
-    /// Any other status is a `Conflict`.
-    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
-
-    /// Reset a `held` delivery by hand to a fresh budget (seed 000 `retryDelivery`): it
-    /// becomes `pending`, due now, with attempts and snoozes 0; its ledger is kept. Any other
-    /// status is a `Conflict`; another tenant's delivery is `NotFound`.
-    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
-
-    /// Counts by status and the age of the oldest due delivery.
-    async fn stats(&self) -> Result<Stats>;
-
-    /// The unfinished part of [`DeliveryStore::stats`], for gauges read at every scrape:
-    /// the `pending`, `processing`, `sending` and `held` counts and the oldest due delivery,
-    /// with `succeeded` and `dead` left at 0 (not counted).
-    ///
-    /// # Contract
-    /// - It MUST equal `stats()` with `succeeded` and `dead` set to 0
-    ///   (`queue_stats_are_the_unfinished_part_of_stats`).
-    /// - Its cost SHOULD grow with the unfinished deliveries only, never with the finished
-    ///   history kept for the ledger: a scrape of a store holding millions of finished
-    ///   deliveries stays as cheap as one of an empty store.
-    async fn queue_stats(&self) -> Result<Stats>;
-
-    /// [`DeliveryStore::stats`] over one tenant's deliveries only, and only those to
-    /// `endpoint` when given (an endpoint of another tenant counts nothing).
-    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats>;
-
-    /// A listener woken when work may have arrived (an enqueue, a release); `None` when the
-    /// store cannot tell and dispatchers rely on polling.
-    fn wake_listener(&self) -> Option<WakeListener> {
-        None
-    }
+impl<T: DeliveryStore + OperatorStore + MessageStore + EndpointStore + Ledger + ?Sized> Store
+    for T
+{
 }
-
-/// Writes messages and their fan-out.
-///
-/// # Contract
-/// - `enqueue` MUST validate the message and write nothing on any error
-///   (`invalid_message_writes_nothing`).
-/// - It MUST write the message and one `pending` delivery per matching consumer, per
-///   matching endpoint of the tenant, per e-mail recipient, atomically (`fan_out_at_enqueue`);
-///   a paused or disabled endpoint's delivery is written `held` for it
-///   ([`crate::fanout::hold_for_endpoints`], `paused_endpoint_holds_then_resumes_in_order`).
-/// - A message with the `(tenant, topic, idempotency key)` of an earlier one MUST write
-///   nothing and return the earlier id with `duplicate: true` (`idempotent_enqueue`).
-/// - `enqueue_batch` MUST validate every message before writing any
-///   (`batch_enqueue_is_all_or_nothing`).
-/// - A message read back (`get_message`, `claim`) MUST equal what was enqueued, payload byte
-///   for byte, at every limit's edge (`messages_round_trip_byte_for_byte`).
-#[async_trait]
-pub trait MessageStore: Send + Sync + fmt::Debug + 'static {
-    /// Write one message and its deliveries in a transaction of its own.
-    async fn enqueue(&self, message: NewMessage) -> Result<Enqueued>;
-
-    /// Write many messages in one transaction.
-    async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>>;
-}
-
-/// Webhook endpoints and in-process consumers.
-///
-/// # Contract
-/// - Every read and write is scoped by tenant; another tenant's endpoint is `NotFound`
-///   (`tenant_isolation_of_endpoints`).
-/// - `update_endpoint` with a new URL or secret, or a status set to active, MUST release the
-///   endpoint's held deliveries in the same step (`secret_rotation_releases_held`,
-///   `paused_endpoint_holds_then_resumes_in_order`); one that pauses or disables it MUST make
-///   its `pending` and `held` deliveries `held` until [`EndpointUpdate::holds_until`] in the
-///   same step (`pause_holds_queued_deliveries`). Releasing is decided by
-///   [`EndpointUpdate::releases_held`] on the status after the update: a new URL or secret
-///   of a paused or disabled endpoint MUST leave its waiting deliveries and their hold as
-///   they were (`rotating_a_waiting_endpoints_secret_keeps_its_hold`).
-/// - `delete_endpoint` MUST make the endpoint's held deliveries `pending`, due now, so the
-///   next claim ends them as `endpoint-removed` (`deleted_endpoint_gets_nothing`).
-/// - `create_endpoint` with an id that exists MUST fail with `Conflict`.
-/// - An endpoint read back MUST equal what was written; a description or rate limit out of
-///   range MUST be `InvalidInput` and write nothing (`endpoints_round_trip`).
-#[async_trait]
-pub trait EndpointStore: Send + Sync + fmt::Debug + 'static {
-    /// Store a new endpoint.
-    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()>;
-    /// Read one.
-    async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint>;
-    /// Every endpoint of a tenant, oldest first.
-    async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>>;
-    /// Change one; returns it as stored.
-    async fn update_endpoint(
-        &self,
-        tenant: &TenantId,
-        id: EndpointId,
-        update: &EndpointUpdate,
-    ) -> Result<Endpoint>;
-    /// Remove one (its pending and held deliveries become due and die as
-    /// `endpoint-removed` when next claimed).
-    async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()>;
-    /// Register or update a consumer (upsert by name).
-    async fn put_consumer(&self, consumer: &Consumer) -> Result<()>;
-    /// Every consumer, by name.
-    async fn list_consumers(&self) -> Result<Vec<Consumer>>;
-    /// Remove a consumer (its deliveries stay; no new ones fan out to it).
-    async fn delete_consumer(&self, name: &ConsumerName) -> Result<()>;
-}
-
-/// What an operator reads, and retention.
-///
-/// # Contract
-/// - Listings are newest first by `(created_at, id)`, filtered, paged with a stable cursor
-///   (`ledger_lists_newest_first_with_stable_cursor`, `ledger_filters`).
-/// - `attempts` are in order with outcome, status, bounded excerpt (`ledger_records_attempts`),
-///   each record as completed (`attempts_round_trip`).
-/// - `purge_completed` removes only `succeeded`/`dead` deliveries completed before the
-///   cutoff, at most `limit` per call, one tenant per call in rotation
-///   (`purge_rotates_over_tenants`).
-/// - `purge_expired` applies each tenant's own cutoff and still rotates over every tenant
-///   (`purge_honours_tenant_windows`, `purge_rotation_visits_every_tenant_with_windows`).
-/// - `purge_tenant` touches only the named tenant and leaves the rotation alone
-///   (`purge_tenant_touches_only_its_tenant`).
-/// - Attempts carry their run, scheduled time and payload fingerprint; `replay` starts a
-///   new run and keeps the earlier attempts (`replay_starts_a_new_run`,
-///   `ledger_records_schedule_and_payload`).
-/// - `list_deliveries` filters by ordering key and by text over the stored excerpts
-///   (`ledger_filters_by_ordering_key_and_text`).
-/// - `tenants` lists every tenant with deliveries or messages and its counts
-///   (`tenants_are_listed_with_counts`); `tenant_stats` counts only that tenant (and
-///   endpoint) (`stats_are_scoped_by_tenant_and_endpoint`).
-#[async_trait]
-pub trait Ledger: Send + Sync + fmt::Debug + 'static {
-    /// A page of a tenant's deliveries.
-    async fn list_deliveries(
-        &self,
-        tenant: &TenantId,
-        filter: &DeliveryFilter,
-        page: PageRequest,
-    ) -> Result<Page<Delivery>>;
-    /// One delivery.
-    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery>;
-    /// One message.
-    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message>;
-    /// A delivery's attempts, oldest first.
-    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>>;
-    /// Remove finished deliveries completed before `before` (at most `limit`, 1–10000),
-    /// and messages left without deliveries created before `before`, for one tenant in
-    /// rotation: [`Ledger::purge_expired`] with one cutoff for every tenant.
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
-        self.purge_expired(&RetentionCutoffs::uniform(before), limit)
-            .await
-    }
-    /// One rotating retention pass with a cutoff per tenant
-    /// ([`crate::RetentionPolicy::cutoffs`]): serves the next tenant (after the stored
-    /// rotation cursor, wrapping) that has something expired under its own cutoff.
-    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport>;
-    /// Remove `tenant`'s finished deliveries completed before `before` (at most `limit`)
-    /// with their attempts, then its messages created before `before` left without
-    /// deliveries. Touches no other tenant and does not move the rotation cursor.
-    async fn purge_tenant(
-        &self,
-        tenant: &TenantId,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<PurgeReport>;
-    /// Every tenant that has deliveries or messages, by name, with its counts.
-    async fn tenants(&self) -> Result<Vec<TenantStats>>;
-}
-
-/// Everything a backend provides.
-pub trait Store: DeliveryStore + MessageStore + EndpointStore + Ledger {}
-
-impl<T: DeliveryStore + MessageStore + EndpointStore + Ledger + ?Sized> Store for T {}
 
 /// `dyn DeliveryStore`.
 pub type DynDeliveryStore = dyn DeliveryStore;
+/// `dyn OperatorStore`.
+pub type DynOperatorStore = dyn OperatorStore;
 /// `dyn MessageStore`.
 pub type DynMessageStore = dyn MessageStore;
 /// `dyn EndpointStore`.
@@ -530,8 +313,6 @@ pub type DynEndpointStore = dyn EndpointStore;
 pub type DynLedger = dyn Ledger;
 /// `dyn Store`.
 pub type DynStore = dyn Store;
-
-mod forward;
 
 /// Check a purge limit (1–10000).
 pub fn check_purge_limit(limit: u32) -> Result<()> {

@@ -246,9 +246,14 @@ impl fmt::Debug for PresentedToken {
 ///   (`unknown_token_is_not_found`).
 /// - `revoke_token` MUST set `revoked_at` once: a second revoke keeps the first time; the
 ///   revoked token no longer verifies (`revoked_token_stays_revoked`).
+/// - The token cases run with `outboxkit_testing::token_conformance_tests!`, apart from the
+///   store's suite: a store that never serves the admin API need not implement this trait.
 #[async_trait]
 pub trait TokenStore: Send + Sync + fmt::Debug + 'static {
     /// Store a new token.
+    ///
+    /// # Cancel safety
+    /// All or nothing; a retry after a create that was written is a `Conflict`.
     async fn create_token(&self, token: &ApiToken) -> Result<()>;
     /// Read one.
     async fn get_token(&self, id: TokenId) -> Result<ApiToken>;
@@ -256,6 +261,9 @@ pub trait TokenStore: Send + Sync + fmt::Debug + 'static {
     async fn list_tokens(&self) -> Result<Vec<ApiToken>>;
     /// Revoke one at `at` (a token already revoked keeps its first time); returns it as
     /// stored.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a retry keeps the first revocation time.
     async fn revoke_token(&self, id: TokenId, at: Timestamp) -> Result<ApiToken>;
 }
 
@@ -265,6 +273,7 @@ pub type DynTokenStore = dyn TokenStore;
 macro_rules! forward {
     ($ptr:ident) => {
         #[async_trait]
+        #[deny(clippy::missing_trait_methods)]
         impl<T: TokenStore + ?Sized> TokenStore for $ptr<T> {
             async fn create_token(&self, token: &ApiToken) -> Result<()> {
                 (**self).create_token(token).await

@@ -13,6 +13,8 @@ use crate::error::DbResult;
 use crate::rows::{self, get, ms, ROW_COLS, UNFINISHED};
 use crate::schema::Tables;
 use crate::store::PostgresStore;
+use async_trait::async_trait;
+use outboxkit_core::OperatorStore;
 
 /// The operator statements of one store.
 #[derive(Debug)]
@@ -102,7 +104,7 @@ impl PostgresStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    /// `DeliveryStore::release_held`: [`release_held_text`].
+    /// `OperatorStore::release_held`: [`release_held_text`].
     pub(crate) async fn release_held_now(
         &self,
         tenant: &TenantId,
@@ -247,12 +249,12 @@ fn stats_text(t: &Tables, from: &str) -> String {
 }
 
 impl PostgresStore {
-    /// `DeliveryStore::stats`: [`stats_text`] over every delivery, finished ones included.
+    /// `OperatorStore::stats`: [`stats_text`] over every delivery, finished ones included.
     pub(crate) async fn stats_now(&self) -> Result<Stats> {
         self.stats_of(&self.inner.sql.deliveries.stats).await
     }
 
-    /// `DeliveryStore::queue_stats`: [`stats_text`] over the hot table's unfinished rows;
+    /// `OperatorStore::queue_stats`: [`stats_text`] over the hot table's unfinished rows;
     /// finished deliveries live in the history table, which it never reads.
     pub(crate) async fn queue_stats_now(&self) -> Result<Stats> {
         self.stats_of(&self.inner.sql.deliveries.queue_stats).await
@@ -284,5 +286,38 @@ impl PostgresStore {
             stats.oldest_due_age = Some(now.duration_since(t));
         }
         Ok(stats)
+    }
+}
+
+/// `OperatorStore`: the changes above, and the counts (one tenant's in `tenancy.rs`).
+#[async_trait]
+impl OperatorStore for PostgresStore {
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
+        self.release_held_now(tenant, endpoint).await
+    }
+
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator_change(Change::Replay, tenant, delivery).await
+    }
+
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator_change(Change::RetryNow, tenant, delivery)
+            .await
+    }
+
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator_change(Change::Reset, tenant, delivery).await
+    }
+
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        crate::tenancy::tenant_stats(self, tenant, endpoint).await
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.stats_now().await
+    }
+
+    async fn queue_stats(&self) -> Result<Stats> {
+        self.queue_stats_now().await
     }
 }

@@ -20,6 +20,8 @@ use crate::error::DbResult;
 use crate::rows::{self, get, ms, MESSAGE_COLS};
 use crate::schema::Tables;
 use crate::store::PostgresStore;
+use async_trait::async_trait;
+use outboxkit_core::MessageStore;
 
 /// The enqueue statements of one store.
 #[derive(Debug)]
@@ -542,5 +544,23 @@ impl PostgresStore {
             tracing::warn!(error = %e, "outbox wake-up notification failed; the notifier retries it");
             self.inner.wake.notify_later();
         }
+    }
+}
+
+/// `MessageStore`.
+///
+/// # Cancel safety
+///
+/// `enqueue` is one statement and `enqueue_batch` one transaction: dropping the future
+/// leaves the message(s) written or not, never part of a batch. An error is returned only
+/// when nothing was committed; once the write committed, the wake-ups cannot fail.
+#[async_trait]
+impl MessageStore for PostgresStore {
+    async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
+        self.enqueue_own(message).await
+    }
+
+    async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
+        self.enqueue_batch_own(messages).await
     }
 }

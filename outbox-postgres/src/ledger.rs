@@ -16,6 +16,9 @@ use crate::error::DbResult;
 use crate::rows::{self, delivery_cols, get, ms, MESSAGE_COLS};
 use crate::schema::Tables;
 use crate::store::PostgresStore;
+use async_trait::async_trait;
+use outboxkit_core::Ledger;
+use outboxkit_core::TenantStats;
 
 /// The ledger statements of one store.
 #[derive(Debug)]
@@ -366,5 +369,47 @@ impl PostgresStore {
             messages: u64::try_from(messages).unwrap_or(0),
             tenant: Some(tenant.clone()),
         })
+    }
+}
+
+/// `Ledger` (the tenant listing in `tenancy.rs`).
+#[async_trait]
+impl Ledger for PostgresStore {
+    async fn list_deliveries(
+        &self,
+        tenant: &TenantId,
+        filter: &DeliveryFilter,
+        page: PageRequest,
+    ) -> Result<Page<Delivery>> {
+        self.list_page(tenant, filter, page).await
+    }
+
+    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
+        self.delivery_of(tenant, id).await
+    }
+
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
+        self.message_of(tenant, id).await
+    }
+
+    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
+        self.attempts_of(tenant, delivery).await
+    }
+
+    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
+        self.purge_next(cutoffs, limit).await
+    }
+
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        self.purge_of(tenant, before, limit).await
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantStats>> {
+        crate::tenancy::tenants(self).await
     }
 }

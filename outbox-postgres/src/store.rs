@@ -1,7 +1,8 @@
 //! [`PostgresStore`]: construction, migrations, the inherent enqueue-in-a-transaction
-//! methods, and the store traits' glue, forwarding to the files that implement them
-//! (`enqueue.rs`, `claim.rs`, `deliveries.rs`, `ledger.rs`, `tenancy.rs`; `endpoints.rs`
-//! implements `EndpointStore` itself).
+//! methods, and the hot path ([`DeliveryStore`], forwarding to `claim/`). The other traits
+//! live in files of their own: `OperatorStore` in `deliveries.rs`, `MessageStore` in
+//! `enqueue.rs`, `EndpointStore` in `endpoints.rs`, `Ledger` in `ledger.rs`, `TokenStore`
+//! in `tokens.rs`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,16 +10,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    Attempt, ClaimRequest, Claimed, Clock, Completion, Delivery, DeliveryFilter, DeliveryId,
-    DeliveryStore, EndpointId, Enqueued, Entropy, Error, Lease, Ledger, Message, MessageId,
-    MessageStore, NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result,
-    RetentionCutoffs, Stats, SystemClock, TenantId, TenantStats, Timestamp, WakeListener,
+    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Enqueued, Entropy, Error, Lease,
+    NewMessage, OsEntropy, ReleaseReport, Result, SystemClock, WakeListener,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use tokio::runtime::Handle;
 
 use crate::config::PostgresConfig;
-use crate::deliveries::Change;
 use crate::schema::{self, Tables};
 use crate::wake::Wake;
 
@@ -242,41 +240,11 @@ impl PostgresStore {
     }
 }
 
-/// `MessageStore`, in `enqueue.rs`.
-///
-/// # Cancel safety
-///
-/// `enqueue` is one statement and `enqueue_batch` one transaction: dropping the future
-/// leaves the message(s) written or not, never part of a batch. An error is returned only
-/// when nothing was committed; once the write committed, the wake-ups cannot fail.
-#[async_trait]
-impl MessageStore for PostgresStore {
-    async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
-        self.enqueue_own(message).await
-    }
-
-    async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
-        self.enqueue_batch_own(messages).await
-    }
-}
-
-/// `DeliveryStore`: the hot path in `claim.rs`, the operator's changes and counts in
-/// `deliveries.rs` and `tenancy.rs`.
+/// `DeliveryStore`: the hot path, in `claim/`.
 #[async_trait]
 impl DeliveryStore for PostgresStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         self.claim_now(request).await
-    }
-
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let items = [(lease.clone(), completion.clone())];
-        let mut out = self.complete_now(&items).await?;
-        out.pop().unwrap_or_else(|| {
-            Err(Error::new(
-                outboxkit_core::ErrorKind::Unexpected,
-                "no completion result",
-            ))
-        })
     }
 
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
@@ -295,80 +263,9 @@ impl DeliveryStore for PostgresStore {
         self.mark_sending_now(lease).await
     }
 
-    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
-        self.release_held_now(tenant, endpoint).await
-    }
-
-    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator_change(Change::Replay, tenant, delivery).await
-    }
-
-    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator_change(Change::RetryNow, tenant, delivery)
-            .await
-    }
-
-    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator_change(Change::Reset, tenant, delivery).await
-    }
-
-    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
-        crate::tenancy::tenant_stats(self, tenant, endpoint).await
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.stats_now().await
-    }
-
-    async fn queue_stats(&self) -> Result<Stats> {
-        self.queue_stats_now().await
-    }
-
     fn wake_listener(&self) -> Option<WakeListener> {
         let listener = self.inner.wake.wakeups().listener();
         self.inner.wake.listen();
         Some(listener)
-    }
-}
-
-/// `Ledger`, in `ledger.rs` and `tenancy.rs`.
-#[async_trait]
-impl Ledger for PostgresStore {
-    async fn list_deliveries(
-        &self,
-        tenant: &TenantId,
-        filter: &DeliveryFilter,
-        page: PageRequest,
-    ) -> Result<Page<Delivery>> {
-        self.list_page(tenant, filter, page).await
-    }
-
-    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
-        self.delivery_of(tenant, id).await
-    }
-
-    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        self.message_of(tenant, id).await
-    }
-
-    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
-        self.attempts_of(tenant, delivery).await
-    }
-
-    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
-        self.purge_next(cutoffs, limit).await
-    }
-
-    async fn purge_tenant(
-        &self,
-        tenant: &TenantId,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<PurgeReport> {
-        self.purge_of(tenant, before, limit).await
-    }
-
-    async fn tenants(&self) -> Result<Vec<TenantStats>> {
-        crate::tenancy::tenants(self).await
     }
 }

@@ -84,6 +84,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
 
 outboxkit_testing::conformance_tests!(setup);
 
+outboxkit_testing::token_conformance_tests!(setup);
+
 /// The caller's transaction: a row in a marker table of the test's schema, then
 /// `enqueue_in` of each message on the same `sqlx` transaction.
 #[derive(Debug)]

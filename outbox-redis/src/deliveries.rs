@@ -8,6 +8,9 @@ use redis::Value;
 use crate::error::corrupt;
 use crate::rows::{int, items, text, Args};
 use crate::store::RedisStore;
+use async_trait::async_trait;
+use outboxkit_core::DeliveryId;
+use outboxkit_core::OperatorStore;
 
 impl RedisStore {
     pub(crate) async fn operator(&self, op: &str, tenant: &TenantId, id: String) -> Result<Value> {
@@ -80,4 +83,44 @@ pub(crate) fn add_stats(
         }
     }
     Ok(())
+}
+
+#[async_trait]
+impl OperatorStore for RedisStore {
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
+        self.release_held_rows(tenant, endpoint).await
+    }
+
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("replay", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("retry", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("reset", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        self.store_stats().await
+    }
+
+    /// The counters behind `stats` are kept per status at every change, so the unfinished
+    /// part costs what `stats` costs: a hash read and one due-index head per source, never
+    /// a walk over finished deliveries.
+    async fn queue_stats(&self) -> Result<Stats> {
+        self.store_stats().await.map(Stats::unfinished)
+    }
+
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
+        self.tenant_counts(tenant, endpoint).await
+    }
 }

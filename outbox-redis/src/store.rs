@@ -1,5 +1,7 @@
 //! [`RedisStore`]: construction (one server or a Redis Cluster), the shared call path, and
-//! the [`DeliveryStore`] glue that forwards to `claim.rs`, `deliveries.rs` and `tenancy.rs`.
+//! the hot path ([`DeliveryStore`], forwarding to `claim.rs`). The other traits live in files
+//! of their own: `OperatorStore` in `deliveries.rs`, `MessageStore` in `enqueue.rs`,
+//! `EndpointStore` in `endpoints.rs`, `Ledger` in `ledger.rs`, `TokenStore` in `tokens.rs`.
 
 use std::fmt;
 use std::future::Future;
@@ -10,9 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeliveryId, DeliveryStore, EndpointId, Entropy,
-    Error, ErrorKind, Lease, OsEntropy, ReleaseReport, Result, Stats, SystemClock, TenantId,
-    Timestamp, WakeListener, Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Entropy, Error, ErrorKind, Lease,
+    OsEntropy, ReleaseReport, Result, SystemClock, Timestamp, WakeListener, Wakeups,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -20,7 +21,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{FromRedisValue, RedisFuture, Script, Value};
 
 use crate::config::RedisConfig;
-use crate::error::{corrupt, redis_err};
+use crate::error::redis_err;
 use crate::rows::Args;
 use crate::scripts::Scripts;
 
@@ -444,14 +445,6 @@ impl DeliveryStore for RedisStore {
         self.claim_rows(request).await
     }
 
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let items = [(lease.clone(), completion.clone())];
-        self.complete_rows(&items)
-            .await?
-            .pop()
-            .unwrap_or_else(|| Err(corrupt("reply")))
-    }
-
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
         self.complete_rows(items).await
     }
@@ -466,43 +459,6 @@ impl DeliveryStore for RedisStore {
 
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.mark_lease_sending(lease).await
-    }
-
-    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
-        self.release_held_rows(tenant, endpoint).await
-    }
-
-    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator("replay", tenant, delivery.to_string())
-            .await
-            .map(drop)
-    }
-
-    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator("retry", tenant, delivery.to_string())
-            .await
-            .map(drop)
-    }
-
-    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        self.operator("reset", tenant, delivery.to_string())
-            .await
-            .map(drop)
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.store_stats().await
-    }
-
-    /// The counters behind `stats` are kept per status at every change, so the unfinished
-    /// part costs what `stats` costs: a hash read and one due-index head per source, never
-    /// a walk over finished deliveries.
-    async fn queue_stats(&self) -> Result<Stats> {
-        self.store_stats().await.map(Stats::unfinished)
-    }
-
-    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
-        self.tenant_counts(tenant, endpoint).await
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {

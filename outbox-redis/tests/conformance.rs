@@ -143,6 +143,8 @@ mod cluster {
     use super::setup_cluster;
 
     outboxkit_testing::conformance_tests!(setup_cluster);
+
+    outboxkit_testing::token_conformance_tests!(setup_cluster);
 }
 
 fn new_prefix() -> String {
@@ -176,6 +178,8 @@ async fn fixture(prefix: String, clock: Arc<ManualClock>) -> Option<Fixture> {
 }
 
 outboxkit_testing::conformance_tests!(setup);
+
+outboxkit_testing::token_conformance_tests!(setup);
 
 /// The transaction harness: the caller's write is a `SET` of a marker key (in the
 /// outbox's hash slot, as a `MULTI` on a cluster needs), the transaction an atomic

@@ -9,6 +9,10 @@ use rusqlite::{named_params, params, Connection, OptionalExtension};
 
 use crate::error::{Result, SqliteError};
 use crate::rows::{self, ms};
+use crate::store::SqliteStore;
+use crate::tenancy;
+use async_trait::async_trait;
+use outboxkit_core::OperatorStore;
 
 const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
@@ -141,7 +145,7 @@ pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
     counted(conn, STATS_COUNTS, now)
 }
 
-/// [`stats`] over unfinished deliveries only (`DeliveryStore::queue_stats`).
+/// [`stats`] over unfinished deliveries only (`OperatorStore::queue_stats`).
 pub(crate) fn queue_stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
     counted(conn, QUEUE_STATS_COUNTS, now)
 }
@@ -259,5 +263,67 @@ pub(crate) fn get_message(conn: &Connection, tenant: &TenantId, id: MessageId) -
     match rows.next()? {
         Some(row) => rows::message(row),
         None => Err(Error::not_found("message").into()),
+    }
+}
+
+#[async_trait]
+impl OperatorStore for SqliteStore {
+    async fn release_held(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+    ) -> outboxkit_core::Result<u64> {
+        let tenant = tenant.clone();
+        let n = self
+            .write(move |tx, now, _| self::release_held(tx, &tenant, endpoint, now))
+            .await?;
+        self.wake_if(n > 0);
+        Ok(n)
+    }
+
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> outboxkit_core::Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, now, _| self::replay(tx, &tenant, delivery, now))
+            .await?;
+        self.wake_if(true);
+        Ok(())
+    }
+
+    async fn retry_now(
+        &self,
+        tenant: &TenantId,
+        delivery: DeliveryId,
+    ) -> outboxkit_core::Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, now, _| self::retry_now(tx, &tenant, delivery, now))
+            .await?;
+        self.wake_if(true);
+        Ok(())
+    }
+
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> outboxkit_core::Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, now, _| self::reset(tx, &tenant, delivery, now))
+            .await?;
+        self.wake_if(true);
+        Ok(())
+    }
+
+    async fn stats(&self) -> outboxkit_core::Result<Stats> {
+        self.read(|tx, now| self::stats(tx, now)).await
+    }
+
+    async fn queue_stats(&self) -> outboxkit_core::Result<Stats> {
+        self.read(|tx, now| self::queue_stats(tx, now)).await
+    }
+
+    async fn tenant_stats(
+        &self,
+        tenant: &TenantId,
+        endpoint: Option<EndpointId>,
+    ) -> outboxkit_core::Result<Stats> {
+        let tenant = tenant.clone();
+        self.read(move |tx, now| tenancy::tenant_stats(tx, &tenant, endpoint, now))
+            .await
     }
 }

@@ -8,6 +8,9 @@ use rusqlite::{params, Connection};
 use crate::deliveries::release_held;
 use crate::error::Result;
 use crate::rows::{self, ms};
+use crate::store::SqliteStore;
+use async_trait::async_trait;
+use outboxkit_core::EndpointStore;
 
 fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 13] {
     [
@@ -170,4 +173,72 @@ pub(crate) fn delete_consumer(conn: &Connection, name: &ConsumerName) -> Result<
         return Err(Error::not_found("consumer").into());
     }
     Ok(())
+}
+
+#[async_trait]
+impl EndpointStore for SqliteStore {
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> outboxkit_core::Result<()> {
+        let endpoint = endpoint.clone();
+        self.write(move |tx, _, _| self::create_endpoint(tx, &endpoint))
+            .await
+    }
+
+    async fn get_endpoint(
+        &self,
+        tenant: &TenantId,
+        id: EndpointId,
+    ) -> outboxkit_core::Result<Endpoint> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| self::get_endpoint(tx, &tenant, id))
+            .await
+    }
+
+    async fn list_endpoints(&self, tenant: &TenantId) -> outboxkit_core::Result<Vec<Endpoint>> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| self::list_endpoints(tx, &tenant))
+            .await
+    }
+
+    async fn update_endpoint(
+        &self,
+        tenant: &TenantId,
+        id: EndpointId,
+        update: &EndpointUpdate,
+    ) -> outboxkit_core::Result<Endpoint> {
+        let (tenant, update) = (tenant.clone(), update.clone());
+        let (endpoint, released) = self
+            .write(move |tx, now, _| self::update_endpoint(tx, &tenant, id, &update, now))
+            .await?;
+        self.wake_if(released > 0);
+        Ok(endpoint)
+    }
+
+    async fn delete_endpoint(
+        &self,
+        tenant: &TenantId,
+        id: EndpointId,
+    ) -> outboxkit_core::Result<()> {
+        let tenant = tenant.clone();
+        let n = self
+            .write(move |tx, now, _| self::delete_endpoint(tx, &tenant, id, now))
+            .await?;
+        self.wake_if(n > 0);
+        Ok(())
+    }
+
+    async fn put_consumer(&self, consumer: &Consumer) -> outboxkit_core::Result<()> {
+        let consumer = consumer.clone();
+        self.write(move |tx, _, _| self::put_consumer(tx, &consumer))
+            .await
+    }
+
+    async fn list_consumers(&self) -> outboxkit_core::Result<Vec<Consumer>> {
+        self.read(|tx, _| self::list_consumers(tx)).await
+    }
+
+    async fn delete_consumer(&self, name: &ConsumerName) -> outboxkit_core::Result<()> {
+        let name = name.clone();
+        self.write(move |tx, _, _| self::delete_consumer(tx, &name))
+            .await
+    }
 }

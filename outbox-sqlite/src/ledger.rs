@@ -9,8 +9,21 @@ use outboxkit_core::{
 };
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::deliveries;
 use crate::error::{Result, SqliteError};
 use crate::rows::{self, ms};
+use crate::store::SqliteStore;
+use crate::tenancy;
+use async_trait::async_trait;
+use outboxkit_core::store::check_purge_limit;
+use outboxkit_core::Delivery;
+use outboxkit_core::DeliveryFilter;
+use outboxkit_core::Ledger;
+use outboxkit_core::Message;
+use outboxkit_core::MessageId;
+use outboxkit_core::Page;
+use outboxkit_core::PageRequest;
+use outboxkit_core::TenantStats;
 
 const ATTEMPTS: &str = "SELECT d.id, a.number, a.probe, a.started_at, \
      a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at \
@@ -171,4 +184,77 @@ pub(crate) fn purge_tenant(
         messages,
         tenant: Some(tenant.clone()),
     })
+}
+
+#[async_trait]
+impl Ledger for SqliteStore {
+    async fn list_deliveries(
+        &self,
+        tenant: &TenantId,
+        filter: &DeliveryFilter,
+        page: PageRequest,
+    ) -> outboxkit_core::Result<Page<Delivery>> {
+        page.validate()?;
+        filter.validate()?;
+        let (tenant, filter) = (tenant.clone(), filter.clone());
+        self.read(move |tx, _| deliveries::list_deliveries(tx, &tenant, &filter, page))
+            .await
+    }
+
+    async fn get_delivery(
+        &self,
+        tenant: &TenantId,
+        id: DeliveryId,
+    ) -> outboxkit_core::Result<Delivery> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| deliveries::get_delivery(tx, &tenant, id))
+            .await
+    }
+
+    async fn get_message(
+        &self,
+        tenant: &TenantId,
+        id: MessageId,
+    ) -> outboxkit_core::Result<Message> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| deliveries::get_message(tx, &tenant, id))
+            .await
+    }
+
+    async fn attempts(
+        &self,
+        tenant: &TenantId,
+        delivery: DeliveryId,
+    ) -> outboxkit_core::Result<Vec<Attempt>> {
+        let tenant = tenant.clone();
+        self.read(move |tx, _| self::attempts(tx, &tenant, delivery))
+            .await
+    }
+
+    async fn purge_expired(
+        &self,
+        cutoffs: &RetentionCutoffs,
+        limit: u32,
+    ) -> outboxkit_core::Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        let cutoffs = cutoffs.clone();
+        self.write(move |tx, _, _| self::purge_expired(tx, &cutoffs, limit))
+            .await
+    }
+
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> outboxkit_core::Result<PurgeReport> {
+        check_purge_limit(limit)?;
+        let tenant = tenant.clone();
+        self.write(move |tx, _, _| self::purge_tenant(tx, &tenant, before, limit))
+            .await
+    }
+
+    async fn tenants(&self) -> outboxkit_core::Result<Vec<TenantStats>> {
+        self.read(|tx, now| tenancy::tenants(tx, now)).await
+    }
 }

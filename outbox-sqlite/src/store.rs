@@ -1,4 +1,7 @@
-//! [`SqliteStore`]: every store trait of `outboxkit-core` on one SQLite database.
+//! [`SqliteStore`]: the outbox on one SQLite database. This file opens it and holds the hot
+//! path ([`DeliveryStore`]); the other traits live in files of their own: `OperatorStore` in
+//! `deliveries.rs`, `MessageStore` in `enqueue.rs`, `EndpointStore` in `endpoints.rs`,
+//! `Ledger` in `ledger.rs`, `TokenStore` in `tokens.rs`; the claim's internals in `claim/`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -6,19 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outboxkit_core::store::check_purge_limit;
 use outboxkit_core::{
-    Attempt, ClaimRequest, Claimed, Clock, Completion, Consumer, ConsumerName, Delivery,
-    DeliveryFilter, DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
-    Enqueued, Entropy, Error, ErrorKind, Lease, Ledger, Limits, Message, MessageId, MessageStore,
-    NewMessage, OsEntropy, Page, PageRequest, PurgeReport, ReleaseReport, Result, RetentionCutoffs,
-    Stats, SystemClock, TenantId, TenantStats, Timestamp, WakeListener, Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Enqueued, Entropy, Error, ErrorKind,
+    Lease, Limits, NewMessage, OsEntropy, ReleaseReport, Result, SystemClock, Timestamp,
+    WakeListener, Wakeups,
 };
 use rusqlite::Transaction;
 
 use crate::config::SqliteConfig;
 use crate::conn::{snapshot, Pool};
-use crate::{claim, deliveries, endpoints, enqueue, ledger, tenancy, wake};
+use crate::{claim, enqueue, wake};
 
 /// The outbox on SQLite. `Clone` is cheap and shares the connections.
 ///
@@ -56,6 +56,11 @@ impl SqliteStore {
     /// The connections (for the trait impls in files of their own, e.g. `tokens.rs`).
     pub(crate) fn pool(&self) -> &Pool {
         &self.inner.pool
+    }
+
+    /// The store's clock and message limits (for `enqueue.rs`).
+    pub(crate) fn clock_and_limits(&self) -> (&dyn Clock, &Limits) {
+        (&*self.inner.clock, &self.inner.limits)
     }
 
     /// Open (creating when missing) the database of `config` and bring its schema up to
@@ -163,7 +168,7 @@ impl SqliteStore {
 
     /// Run `f` in a `BEGIN IMMEDIATE` transaction on the writer thread, with the current
     /// time and the entropy.
-    async fn write<T, F>(&self, mut f: F) -> Result<T>
+    pub(crate) async fn write<T, F>(&self, mut f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&Transaction<'_>, Timestamp, &dyn Entropy) -> crate::error::Result<T>
@@ -183,7 +188,7 @@ impl SqliteStore {
     /// thread and back. For a lone enqueue only: running claims and completion batches here
     /// too was measured without a clear gain (BENCHMARKS.md) and would block the executor
     /// for a 100-row claim.
-    async fn write_here<T, F>(&self, mut f: F) -> Result<T>
+    pub(crate) async fn write_here<T, F>(&self, mut f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&Transaction<'_>, Timestamp, &dyn Entropy) -> crate::error::Result<T>
@@ -203,7 +208,7 @@ impl SqliteStore {
     }
 
     /// Run `f` in a read transaction on a reader thread, with the current time.
-    async fn read<T, F>(&self, mut f: F) -> Result<T>
+    pub(crate) async fn read<T, F>(&self, mut f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&Transaction<'_>, Timestamp) -> crate::error::Result<T> + Send + 'static,
@@ -216,7 +221,7 @@ impl SqliteStore {
             .await
     }
 
-    fn wake_if(&self, woke: bool) {
+    pub(crate) fn wake_if(&self, woke: bool) {
         if woke {
             self.inner.wakeups.wake();
         }
@@ -229,12 +234,6 @@ impl DeliveryStore for SqliteStore {
         request.validate()?;
         let request = request.clone();
         self.write(move |tx, now, entropy| claim::claim(tx, &request, now, entropy))
-            .await
-    }
-
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        let (lease, completion) = (lease.clone(), completion.clone());
-        self.write(move |tx, now, _| claim::complete(tx, &lease, &completion, now))
             .await
     }
 
@@ -271,204 +270,7 @@ impl DeliveryStore for SqliteStore {
             .await
     }
 
-    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
-        let tenant = tenant.clone();
-        let n = self
-            .write(move |tx, now, _| deliveries::release_held(tx, &tenant, endpoint, now))
-            .await?;
-        self.wake_if(n > 0);
-        Ok(n)
-    }
-
-    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        let tenant = tenant.clone();
-        self.write(move |tx, now, _| deliveries::replay(tx, &tenant, delivery, now))
-            .await?;
-        self.wake_if(true);
-        Ok(())
-    }
-
-    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        let tenant = tenant.clone();
-        self.write(move |tx, now, _| deliveries::retry_now(tx, &tenant, delivery, now))
-            .await?;
-        self.wake_if(true);
-        Ok(())
-    }
-
-    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
-        let tenant = tenant.clone();
-        self.write(move |tx, now, _| deliveries::reset(tx, &tenant, delivery, now))
-            .await?;
-        self.wake_if(true);
-        Ok(())
-    }
-
-    async fn stats(&self) -> Result<Stats> {
-        self.read(|tx, now| deliveries::stats(tx, now)).await
-    }
-
-    async fn queue_stats(&self) -> Result<Stats> {
-        self.read(|tx, now| deliveries::queue_stats(tx, now)).await
-    }
-
-    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {
-        let tenant = tenant.clone();
-        self.read(move |tx, now| tenancy::tenant_stats(tx, &tenant, endpoint, now))
-            .await
-    }
-
     fn wake_listener(&self) -> Option<WakeListener> {
         Some(self.inner.wakeups.listener())
-    }
-}
-
-#[async_trait]
-impl MessageStore for SqliteStore {
-    async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
-        let now = self.inner.clock.now();
-        let valid = enqueue::validate_all(vec![message], &self.inner.limits, now)?;
-        // The result is taken inside the transaction: once it commits, nothing can fail. A
-        // lone enqueue on an idle writer runs here, without the two thread hand-offs (a
-        // single insert costs less than them).
-        let out = self
-            .write_here(move |tx, _, entropy| {
-                enqueue::write(tx, &valid, now, entropy)?.pop().ok_or(
-                    crate::error::SqliteError::Corrupt("enqueue without a result"),
-                )
-            })
-            .await?;
-        self.wake_if(!out.duplicate);
-        Ok(out)
-    }
-
-    async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
-        let now = self.inner.clock.now();
-        let valid = enqueue::validate_all(messages, &self.inner.limits, now)?;
-        if valid.is_empty() {
-            return Ok(Vec::new());
-        }
-        let out = self
-            .write(move |tx, _, entropy| enqueue::write(tx, &valid, now, entropy))
-            .await?;
-        self.wake_if(out.iter().any(|e| !e.duplicate));
-        Ok(out)
-    }
-}
-
-#[async_trait]
-impl EndpointStore for SqliteStore {
-    async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
-        let endpoint = endpoint.clone();
-        self.write(move |tx, _, _| endpoints::create_endpoint(tx, &endpoint))
-            .await
-    }
-
-    async fn get_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<Endpoint> {
-        let tenant = tenant.clone();
-        self.read(move |tx, _| endpoints::get_endpoint(tx, &tenant, id))
-            .await
-    }
-
-    async fn list_endpoints(&self, tenant: &TenantId) -> Result<Vec<Endpoint>> {
-        let tenant = tenant.clone();
-        self.read(move |tx, _| endpoints::list_endpoints(tx, &tenant))
-            .await
-    }
-
-    async fn update_endpoint(
-        &self,
-        tenant: &TenantId,
-        id: EndpointId,
-        update: &EndpointUpdate,
-    ) -> Result<Endpoint> {
-        let (tenant, update) = (tenant.clone(), update.clone());
-        let (endpoint, released) = self
-            .write(move |tx, now, _| endpoints::update_endpoint(tx, &tenant, id, &update, now))
-            .await?;
-        self.wake_if(released > 0);
-        Ok(endpoint)
-    }
-
-    async fn delete_endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<()> {
-        let tenant = tenant.clone();
-        let n = self
-            .write(move |tx, now, _| endpoints::delete_endpoint(tx, &tenant, id, now))
-            .await?;
-        self.wake_if(n > 0);
-        Ok(())
-    }
-
-    async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {
-        let consumer = consumer.clone();
-        self.write(move |tx, _, _| endpoints::put_consumer(tx, &consumer))
-            .await
-    }
-
-    async fn list_consumers(&self) -> Result<Vec<Consumer>> {
-        self.read(|tx, _| endpoints::list_consumers(tx)).await
-    }
-
-    async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
-        let name = name.clone();
-        self.write(move |tx, _, _| endpoints::delete_consumer(tx, &name))
-            .await
-    }
-}
-
-#[async_trait]
-impl Ledger for SqliteStore {
-    async fn list_deliveries(
-        &self,
-        tenant: &TenantId,
-        filter: &DeliveryFilter,
-        page: PageRequest,
-    ) -> Result<Page<Delivery>> {
-        page.validate()?;
-        filter.validate()?;
-        let (tenant, filter) = (tenant.clone(), filter.clone());
-        self.read(move |tx, _| deliveries::list_deliveries(tx, &tenant, &filter, page))
-            .await
-    }
-
-    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
-        let tenant = tenant.clone();
-        self.read(move |tx, _| deliveries::get_delivery(tx, &tenant, id))
-            .await
-    }
-
-    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        let tenant = tenant.clone();
-        self.read(move |tx, _| deliveries::get_message(tx, &tenant, id))
-            .await
-    }
-
-    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
-        let tenant = tenant.clone();
-        self.read(move |tx, _| ledger::attempts(tx, &tenant, delivery))
-            .await
-    }
-
-    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
-        check_purge_limit(limit)?;
-        let cutoffs = cutoffs.clone();
-        self.write(move |tx, _, _| ledger::purge_expired(tx, &cutoffs, limit))
-            .await
-    }
-
-    async fn purge_tenant(
-        &self,
-        tenant: &TenantId,
-        before: Timestamp,
-        limit: u32,
-    ) -> Result<PurgeReport> {
-        check_purge_limit(limit)?;
-        let tenant = tenant.clone();
-        self.write(move |tx, _, _| ledger::purge_tenant(tx, &tenant, before, limit))
-            .await
-    }
-
-    async fn tenants(&self) -> Result<Vec<TenantStats>> {
-        self.read(|tx, now| tenancy::tenants(tx, now)).await
     }
 }

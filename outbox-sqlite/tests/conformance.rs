@@ -32,6 +32,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
 
 outboxkit_testing::conformance_tests!(setup);
 
+outboxkit_testing::token_conformance_tests!(setup);
+
 /// The transaction cases: the caller's own connection on the store's file, its marker table
 /// beside the store's tables, `enqueue_in` inside its `BEGIN IMMEDIATE` transaction.
 mod txn {

@@ -25,8 +25,9 @@ use async_trait::async_trait;
 use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
-    Error, ErrorKind, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, Page,
-    PageRequest, PurgeReport, ReleaseReport, Result, Stats, TenantId, Timestamp, WakeListener,
+    Error, ErrorKind, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore,
+    Page, PageRequest, PurgeReport, ReleaseReport, Result, Stats, TenantId, Timestamp,
+    WakeListener,
 };
 
 /// A store that fails a seeded fraction of calls with [`ErrorKind::Unavailable`] (before
@@ -131,56 +132,71 @@ impl<S> FaultyStore<S> {
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         self.gate("claim").await?;
         self.inner.claim(request).await
     }
-    async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-        self.gate("complete").await?;
-        self.inner.complete(lease, completion).await
-    }
+
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
         self.gate("complete_many").await?;
         self.inner.complete_many(items).await
     }
+
     async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport> {
         self.gate("release").await?;
         self.inner.release(leases, delay).await
     }
+
     async fn extend(&self, lease: &Lease, by: Duration) -> Result<Lease> {
         self.gate("extend").await?;
         self.inner.extend(lease, by).await
     }
+
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.gate("mark_sending").await?;
         self.inner.mark_sending(lease).await
     }
+
+    fn wake_listener(&self) -> Option<WakeListener> {
+        self.inner.wake_listener()
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<S: OperatorStore> OperatorStore for FaultyStore<S> {
     async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
         self.gate("release_held").await?;
         self.inner.release_held(tenant, endpoint).await
     }
+
     async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.gate("replay").await?;
         self.inner.replay(tenant, delivery).await
     }
+
     async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.gate("retry_now").await?;
         self.inner.retry_now(tenant, delivery).await
     }
+
     async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.gate("reset").await?;
         self.inner.reset(tenant, delivery).await
     }
+
     async fn stats(&self) -> Result<Stats> {
         self.gate("stats").await?;
         self.inner.stats().await
     }
+
     async fn queue_stats(&self) -> Result<Stats> {
         self.gate("queue_stats").await?;
         self.inner.queue_stats().await
     }
+
     async fn tenant_stats(
         &self,
         tenant: &outboxkit_core::TenantId,
@@ -189,13 +205,10 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
         self.gate("tenant_stats").await?;
         self.inner.tenant_stats(tenant, endpoint).await
     }
-    fn wake_listener(&self) -> Option<WakeListener> {
-        self.inner.wake_listener()
-    }
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl<S: MessageStore> MessageStore for FaultyStore<S> {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         self.gate("enqueue").await?;
@@ -208,7 +221,7 @@ impl<S: MessageStore> MessageStore for FaultyStore<S> {
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl<S: EndpointStore> EndpointStore for FaultyStore<S> {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         self.gate("create_endpoint").await?;
@@ -250,7 +263,7 @@ impl<S: EndpointStore> EndpointStore for FaultyStore<S> {
 }
 
 #[async_trait]
-#[warn(clippy::missing_trait_methods)]
+#[deny(clippy::missing_trait_methods)]
 impl<S: Ledger> Ledger for FaultyStore<S> {
     async fn list_deliveries(
         &self,
@@ -272,10 +285,6 @@ impl<S: Ledger> Ledger for FaultyStore<S> {
     async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
         self.gate("attempts").await?;
         self.inner.attempts(tenant, delivery).await
-    }
-    async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
-        self.gate("purge_completed").await?;
-        self.inner.purge_completed(before, limit).await
     }
     async fn purge_expired(
         &self,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::ids::{DeliveryId, EndpointId, TenantId};
-use crate::store::{check_purge_limit, DynStore, PurgeReport, Stats};
+use crate::store::{check_purge_limit, DynStore, LedgerExt, PurgeReport, Stats};
 use crate::time::DynClock;
 
 /// What an operator does: replay dead letters, release held deliveries, retry now, purge,

@@ -2,18 +2,32 @@
 //! a store. Every method is written out (`clippy::missing_trait_methods`): a wrapper never
 //! silently inherits a default.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
+use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
+use crate::error::Result;
+use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId};
+use crate::model::{Attempt, Delivery, Message, NewMessage};
+use crate::retention::RetentionCutoffs;
+use crate::time::Timestamp;
+use crate::wake::WakeListener;
+
+use super::{
+    DeliveryFilter, DeliveryStore, EndpointStore, Enqueued, Ledger, MessageStore, OperatorStore,
+    Page, PageRequest, PurgeReport, Stats, TenantStats,
+};
 
 macro_rules! forward {
     ($ptr:ident) => {
         #[async_trait]
-        #[warn(clippy::missing_trait_methods)]
+        #[deny(clippy::missing_trait_methods)]
         impl<T: DeliveryStore + ?Sized> DeliveryStore for $ptr<T> {
             async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
                 (**self).claim(request).await
-            }
-            async fn complete(&self, lease: &Lease, completion: &Completion) -> Result<()> {
-                (**self).complete(lease, completion).await
             }
             async fn complete_many(
                 &self,
@@ -30,6 +44,14 @@ macro_rules! forward {
             async fn mark_sending(&self, lease: &Lease) -> Result<()> {
                 (**self).mark_sending(lease).await
             }
+            fn wake_listener(&self) -> Option<WakeListener> {
+                (**self).wake_listener()
+            }
+        }
+
+        #[async_trait]
+        #[deny(clippy::missing_trait_methods)]
+        impl<T: OperatorStore + ?Sized> OperatorStore for $ptr<T> {
             async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64> {
                 (**self).release_held(tenant, endpoint).await
             }
@@ -55,13 +77,10 @@ macro_rules! forward {
             ) -> Result<Stats> {
                 (**self).tenant_stats(tenant, endpoint).await
             }
-            fn wake_listener(&self) -> Option<WakeListener> {
-                (**self).wake_listener()
-            }
         }
 
         #[async_trait]
-        #[warn(clippy::missing_trait_methods)]
+        #[deny(clippy::missing_trait_methods)]
         impl<T: MessageStore + ?Sized> MessageStore for $ptr<T> {
             async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
                 (**self).enqueue(message).await
@@ -72,7 +91,7 @@ macro_rules! forward {
         }
 
         #[async_trait]
-        #[warn(clippy::missing_trait_methods)]
+        #[deny(clippy::missing_trait_methods)]
         impl<T: EndpointStore + ?Sized> EndpointStore for $ptr<T> {
             async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
                 (**self).create_endpoint(endpoint).await
@@ -106,7 +125,7 @@ macro_rules! forward {
         }
 
         #[async_trait]
-        #[warn(clippy::missing_trait_methods)]
+        #[deny(clippy::missing_trait_methods)]
         impl<T: Ledger + ?Sized> Ledger for $ptr<T> {
             async fn list_deliveries(
                 &self,
@@ -128,9 +147,6 @@ macro_rules! forward {
                 delivery: DeliveryId,
             ) -> Result<Vec<Attempt>> {
                 (**self).attempts(tenant, delivery).await
-            }
-            async fn purge_completed(&self, before: Timestamp, limit: u32) -> Result<PurgeReport> {
-                (**self).purge_completed(before, limit).await
             }
             async fn purge_expired(
                 &self,

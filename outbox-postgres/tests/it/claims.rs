@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{Clock, DeliveryId, DeliveryStore, MessageStore, Stopwatch, SystemClock};
 use outboxkit_postgres::PostgresStore;
 

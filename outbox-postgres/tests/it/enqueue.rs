@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
     DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, SystemClock, TenantId,
 };

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
     Clock, Completion, DeliveryId, DeliveryStore, ErrorKind, Lease, MessageStore, Stopwatch,
 };

@@ -12,6 +12,7 @@ use outboxkit_core::{
     EndpointId, EndpointStatus, EndpointStore, EndpointUpdate, EndpointUrl, Lease, MessageStore,
     NewMessage, OsEntropy, SealedSecret, TenantId, TopicFilter, Verdict,
 };
+use outboxkit_core::{DeliveryStoreExt, OperatorStore};
 use outboxkit_postgres::{migrations, sqlx, PostgresConfig, PostgresStore};
 use outboxkit_testing::ManualClock;
 

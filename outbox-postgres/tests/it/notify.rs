@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
     Clock, DeliveryStore, MessageStore, OsEntropy, Stopwatch, SystemClock, WakeListener,
 };

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use outboxkit_core::DeliveryStoreExt;
 use outboxkit_core::{DeliveryStore, MessageStore, SystemClock};
 use outboxkit_postgres::{migration_script, migrations, sqlx};
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{Clock, DeliveryStore, EndpointStore, MessageStore, SystemClock};
+use outboxkit_core::{DeliveryStoreExt, OperatorStore};
 use outboxkit_postgres::sqlx;
 
 use crate::support::{claim_request, order, success, with_db};

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use outboxkit_core::DeliveryStoreExt;
 use outboxkit_core::{
     Clock, DeliveryFilter, DeliveryStatus, DeliveryStore, Endpoint, EndpointId, EndpointStatus,
     EndpointStore, EndpointUpdate, EndpointUrl, Ledger, MessageStore, NewMessage, OsEntropy,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use outboxkit_core::{
     ClaimRequest, Clock, DeliveryStore, EndpointStatus, EndpointStore, EndpointUpdate,
 };
+use outboxkit_core::{DeliveryStoreExt, OperatorStore};
 use outboxkit_postgres::{migrations, sqlx};
 use outboxkit_testing::ManualClock;
 

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
-    DeliveryId, DeliveryStatus, DeliveryStore, EndpointId, EndpointStore, Ledger,
-    PayloadFingerprint, SystemClock, TenantId,
+    DeliveryId, DeliveryStatus, EndpointId, EndpointStore, Ledger, PayloadFingerprint, SystemClock,
+    TenantId,
 };
 use outboxkit_postgres::sqlx;
 

@@ -11,6 +11,7 @@ use outboxkit_core::{
     ClaimRequest, Clock, DeliveryStatus, DeliveryStore, EndpointStatus, EndpointStore,
     EndpointUpdate, Ledger,
 };
+use outboxkit_core::{DeliveryStoreExt, OperatorStore};
 use outboxkit_postgres::sqlx;
 use outboxkit_testing::ManualClock;
 

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{DeliveryId, DeliveryStore, MessageStore, NewMessage};
 use outboxkit_testing::ManualClock;
 use tokio::task::JoinSet;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
     Clock, DeliveryStore, EntropyExt, ErrorKind, Ledger, MessageStore, NewMessage, OsEntropy,
     PageRequest, RetentionCutoffs,

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{ClaimRequest, DeliveryStore, ErrorKind, MessageStore, NewMessage};
 use outboxkit_redis::RedisStore;
 use outboxkit_testing::ManualClock;

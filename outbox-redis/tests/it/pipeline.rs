@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, TenantId};
 use outboxkit_redis::EnqueueReply;
 use outboxkit_testing::ManualClock;

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use outboxkit_core::{
     AttemptOutcome, AttemptRecord, Clock, Completion, DeadReason, DeliveryStore, ErrorClass,
-    Ledger, MessageStore, NewMessage, Verdict,
+    MessageStore, NewMessage, Verdict,
 };
+use outboxkit_core::{DeliveryStoreExt, LedgerExt, OperatorStore};
 use outboxkit_testing::ManualClock;
 
 use crate::common::{add_worker, claim_request, isolated, keys, store};

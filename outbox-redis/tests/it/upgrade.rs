@@ -1,6 +1,7 @@
 //! An outbox written in the first layout (one due set per source: `q:h:<consumer>`, `q:w`,
 //! `q:e`) is upgraded in place when a store opens it: nothing is lost, everything is claimable.
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{DeliveryStore, MessageStore, NewMessage};
 use outboxkit_testing::ManualClock;
 

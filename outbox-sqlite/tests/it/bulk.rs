@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{DeliveryStore, MessageStore, NewMessage};
 use outboxkit_sqlite::SqliteStore;
 use outboxkit_testing::ManualClock;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{DeliveryStore, ErrorKind, MessageStore, NewMessage};
 use outboxkit_sqlite::SqliteConfig;
 use outboxkit_testing::ManualClock;

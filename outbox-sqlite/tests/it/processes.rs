@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use outboxkit_core::{DeliveryId, DeliveryStatus, DeliveryStore, MessageStore, NewMessage};
+use outboxkit_core::{DeliveryStoreExt, OperatorStore};
 use outboxkit_sqlite::SqliteStore;
 use outboxkit_testing::ManualClock;
 use rusqlite::Connection;

@@ -1,6 +1,7 @@
 //! The migrations as SQL for users' own tooling: the script builds the schema the store
 //! builds, records it so the store applies nothing, and the store works on the file.
 
+use outboxkit_core::DeliveryStoreExt;
 use outboxkit_core::{DeliveryStore, MessageStore, NewMessage};
 use outboxkit_sqlite::{migration_script, migrations, MIGRATION_VERSIONS, SCHEMA_VERSION};
 use outboxkit_testing::ManualClock;

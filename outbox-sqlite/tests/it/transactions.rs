@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{DeliveryStore, ErrorKind, Ledger, MessageStore, NewMessage, TenantId};
 use outboxkit_sqlite::{SqliteConfig, SqliteStore};
 use outboxkit_testing::ManualClock;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use outboxkit_core::DeliveryStoreExt;
 use outboxkit_core::{
     ClaimRequest, Clock, Completion, DeliveryFilter, DeliveryStatus, DeliveryStore, Endpoint,
     EndpointId, EndpointStatus, EndpointStore, EndpointUpdate, EndpointUrl, Ledger, MessageStore,

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
     AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, ConsumerName, DeliveryId,
     DeliveryStatus, DeliveryStore, EndpointId, EndpointStore, EndpointUpdate, Ledger, TenantId,

@@ -1,9 +1,10 @@
 //! A database made by schema version 1 (with deliveries, attempts and an endpoint) upgrades
 //! in place to the current schema with nothing lost.
 
+use outboxkit_core::OperatorStore;
 use outboxkit_core::{
-    AttemptOutcome, DeliveryId, DeliveryStatus, DeliveryStore, EndpointId, EndpointStore,
-    ErrorClass, Ledger, PayloadFingerprint, TenantId,
+    AttemptOutcome, DeliveryId, DeliveryStatus, EndpointId, EndpointStore, ErrorClass, Ledger,
+    PayloadFingerprint, TenantId,
 };
 use rusqlite::Connection;
 

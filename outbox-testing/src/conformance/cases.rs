@@ -47,17 +47,30 @@ pub use waiting::*;
 #[allow(unused_imports)]
 use super::Fixture;
 
-/// The list of cases that `conformance_tests!` generates tests for. Add every new case here.
+/// The cases that `token_conformance_tests!` generates tests for: those that need a
+/// [`outboxkit_core::TokenStore`] ([`Fixture::tokens`]). Add every new token case here.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __token_conformance_cases {
+    ($setup:path) => {
+        $crate::__conformance_case!($setup;
+            tokens_round_trip,
+            token_create_refuses_duplicates_and_bad_labels,
+            unknown_token_is_not_found,
+            revoked_token_stays_revoked,
+        );
+    };
+}
+
+/// The list of cases that `conformance_tests!` generates tests for: every case that needs
+/// only the [`outboxkit_core::Store`] traits. Add every new case here (or, when it needs a
+/// token store, in `__token_conformance_cases!`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_cases {
     ($setup:path) => {
         $crate::__conformance_case!($setup;
             empty_allowlist_is_refused,
-            tokens_round_trip,
-            token_create_refuses_duplicates_and_bad_labels,
-            unknown_token_is_not_found,
-            revoked_token_stays_revoked,
             enqueue_claim_complete_round_trip,
             idempotent_enqueue,
             invalid_message_writes_nothing,

@@ -18,6 +18,23 @@
 //! # fn main() {}
 //! ```
 //!
+//! A store that also keeps the admin API's tokens ([`TokenStore`]) runs the token cases too,
+//! from a setup whose fixture has them:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use outboxkit_testing::{conformance::Fixture, InMemoryStore, ManualClock};
+//!
+//! async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
+//!     let store = InMemoryStore::new(clock.clone());
+//!     Some(Fixture::new(Arc::new(store.clone()), clock).with_tokens(Arc::new(store)))
+//! }
+//!
+//! outboxkit_testing::conformance_tests!(setup);
+//! outboxkit_testing::token_conformance_tests!(setup);
+//! # fn main() {}
+//! ```
+//!
 //! When a backend is unreachable, `setup` calls [`backend_unavailable`], which fails the test
 //! under `OUTBOX_TEST_REQUIRE_BACKENDS=1` and otherwise says so loudly and returns `None`.
 
@@ -86,7 +103,8 @@ impl Fixture {
     }
 
     /// The store's admin API tokens ([`TokenStore`]), usually the same handle as the store.
-    /// Every store passes the token cases: a fixture without it fails them.
+    /// Only the token cases ([`crate::token_conformance_tests!`]) read it: a fixture without
+    /// it fails them, and passes every other case.
     pub fn with_tokens(self, tokens: Arc<dyn TokenStore>) -> Self {
         let inner = Arc::try_unwrap(self.0)
             .unwrap_or_else(|_| panic!("configure a fixture before cloning it"));
@@ -188,7 +206,8 @@ where
 }
 
 /// Generate one test per conformance case for a store: `conformance_tests!(setup)` where
-/// `setup` is an `async fn(Arc<ManualClock>) -> Option<Fixture>` in scope.
+/// `setup` is an `async fn(Arc<ManualClock>) -> Option<Fixture>` in scope. It needs only the
+/// [`Store`] traits: the admin API's token cases are [`crate::token_conformance_tests!`].
 #[macro_export]
 macro_rules! conformance_tests {
     ($setup:path) => {
@@ -201,6 +220,17 @@ macro_rules! conformance_tests {
                 $crate::conformance::model::model_cases(),
             );
         }
+    };
+}
+
+/// Generate one test per token case ([`TokenStore`], the admin API's tokens) for a store
+/// that has one: `token_conformance_tests!(setup)`, with `setup` as for
+/// [`crate::conformance_tests!`] returning a fixture built with [`Fixture::with_tokens`].
+/// Call both macros (in one module they need no second setup) so the store runs every case.
+#[macro_export]
+macro_rules! token_conformance_tests {
+    ($setup:path) => {
+        $crate::__token_conformance_cases!($setup);
     };
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use outboxkit_core::{
     ClaimRequest, ClaimToken, Clock, Completion, ConsumerName, DeadReason, DeliveryFilter,
-    DeliveryId, DeliveryStatus as S, DeliveryStore, EndpointStore, ErrorKind, Lease, Ledger,
-    MessageStore, NewMessage, PageRequest, TenantId, Timestamp, Verdict,
+    DeliveryId, DeliveryStatus as S, DeliveryStore, DeliveryStoreExt, EndpointStore, ErrorKind,
+    Lease, Ledger, MessageStore, NewMessage, PageRequest, TenantId, Timestamp, Verdict,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

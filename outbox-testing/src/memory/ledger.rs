@@ -1,100 +1,19 @@
-//! The endpoint, consumer and ledger side of [`State`]: tenant-scoped reads, endpoint
-//! updates that release held deliveries, listings and retention.
+//! The ledger side of [`State`] (tenant-scoped listings, attempts, retention) and `Ledger`
+//! for [`InMemoryStore`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use outboxkit_core::endpoint::check_description;
+use async_trait::async_trait;
 use outboxkit_core::store::check_purge_limit;
 use outboxkit_core::{
-    Attempt, ConsumerName, Cursor, Delivery, DeliveryFilter, DeliveryId, Endpoint, EndpointId,
-    EndpointUpdate, Error, ErrorKind, Message, MessageId, Page, PageRequest, PurgeReport, Result,
-    RetentionCutoffs, TenantId, TenantStats, Timestamp,
+    Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Ledger, Message, MessageId, Page,
+    PageRequest, PurgeReport, Result, RetentionCutoffs, TenantId, TenantStats, Timestamp,
 };
 
 use super::state::{not_found, Row, State};
+use super::InMemoryStore;
 
 impl State {
-    // ----- endpoints and consumers ---------------------------------------------------
-
-    pub(super) fn create_endpoint(&mut self, e: &Endpoint) -> Result<()> {
-        check_description(&e.description)?;
-        outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
-        if self.endpoints.contains_key(&e.id) {
-            return Err(Error::new(
-                ErrorKind::Conflict,
-                "an endpoint with this id exists",
-            ));
-        }
-        let mut e = e.clone();
-        e.last_delivery = None;
-        self.endpoints.insert(e.id, e);
-        Ok(())
-    }
-
-    pub(super) fn endpoint(&self, tenant: &TenantId, id: EndpointId) -> Result<&Endpoint> {
-        self.endpoints
-            .get(&id)
-            .filter(|e| &e.tenant == tenant)
-            .ok_or_else(|| not_found("endpoint"))
-    }
-
-    pub(super) fn list_endpoints(&self, tenant: &TenantId) -> Vec<Endpoint> {
-        let mut v: Vec<Endpoint> = self
-            .endpoints
-            .values()
-            .filter(|e| &e.tenant == tenant)
-            .cloned()
-            .collect();
-        v.sort_by_key(|e| (e.created_at, e.id));
-        v
-    }
-
-    /// Apply an update; returns the endpoint and whether held deliveries were released.
-    pub(super) fn update_endpoint(
-        &mut self,
-        tenant: &TenantId,
-        id: EndpointId,
-        update: &EndpointUpdate,
-        now: Timestamp,
-    ) -> Result<(Endpoint, u64)> {
-        update.validate()?;
-        self.endpoint(tenant, id)?;
-        let e = self
-            .endpoints
-            .get_mut(&id)
-            .ok_or_else(|| not_found("endpoint"))?;
-        update.apply(e, now);
-        let e = e.clone();
-        let released = if update.releases_held(&e.status) {
-            self.release_held(tenant, id, now)
-        } else {
-            0
-        };
-        if let Some(until) = update.holds_until(now) {
-            self.hold_for_endpoint(tenant, id, until, now);
-        }
-        Ok((e, released))
-    }
-
-    /// Remove the endpoint; its held deliveries become due so the next claim ends them.
-    pub(super) fn delete_endpoint(
-        &mut self,
-        tenant: &TenantId,
-        id: EndpointId,
-        now: Timestamp,
-    ) -> Result<u64> {
-        self.endpoint(tenant, id)?;
-        self.endpoints.remove(&id);
-        Ok(self.release_held(tenant, id, now))
-    }
-
-    pub(super) fn delete_consumer(&mut self, name: &ConsumerName) -> Result<()> {
-        self.consumers
-            .remove(name)
-            .map(|_| ())
-            .ok_or_else(|| not_found("consumer"))
-    }
-
     // ----- ledger --------------------------------------------------------------------
 
     pub(super) fn list(
@@ -252,5 +171,47 @@ impl State {
                 messages,
             })
             .collect()
+    }
+}
+
+#[async_trait]
+impl Ledger for InMemoryStore {
+    async fn list_deliveries(
+        &self,
+        tenant: &TenantId,
+        filter: &DeliveryFilter,
+        page: PageRequest,
+    ) -> Result<Page<Delivery>> {
+        self.lock().list(tenant, filter, page)
+    }
+
+    async fn get_delivery(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
+        self.lock().delivery(tenant, id)
+    }
+
+    async fn get_message(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
+        self.lock().message(tenant, id)
+    }
+
+    async fn attempts(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<Vec<Attempt>> {
+        self.lock().attempts(tenant, delivery)
+    }
+
+    async fn purge_expired(&self, cutoffs: &RetentionCutoffs, limit: u32) -> Result<PurgeReport> {
+        self.lock().purge(cutoffs, limit)
+    }
+
+    async fn purge_tenant(
+        &self,
+        tenant: &TenantId,
+        before: Timestamp,
+        limit: u32,
+    ) -> Result<PurgeReport> {
+        self.lock().purge_tenant(tenant, before, limit)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantStats>> {
+        let now = self.now();
+        Ok(self.lock().tenants(now))
     }
 }

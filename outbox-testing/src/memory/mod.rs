@@ -18,10 +18,18 @@
 //! # Ok::<(), outboxkit_core::Error>(()) }).unwrap();
 //! ```
 
+// One file per store trait, as in every store: `store.rs` (`DeliveryStore`), `deliveries.rs`
+// (`OperatorStore`), `enqueue.rs` (`MessageStore`), `endpoints.rs` (`EndpointStore`),
+// `ledger.rs` (`Ledger`), `tokens.rs` (`TokenStore`); the claim protocol in `claim.rs`, the
+// data and its enqueue in `state.rs`. Each file holds the `State` operations its trait calls.
+mod claim;
+mod deliveries;
+mod endpoints;
+mod enqueue;
 mod ledger;
 mod state;
+mod store;
 mod tokens;
-mod traits;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use outboxkit_core::DeliveryStoreExt;
 use outboxkit_core::{
     ClaimRequest, Completion, ConsumerName, DeliveryStatus, Message, NewMessage, RetryPolicy,
     Verdict,

@@ -178,6 +178,7 @@ impl outboxkit_core::DeliveryStore for Doubling {
         }
         Ok(v)
     }
+
     async fn complete_many(
         &self,
         items: &[(Lease, Completion)],
@@ -186,18 +187,22 @@ impl outboxkit_core::DeliveryStore for Doubling {
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.0.complete_many(items).await
     }
-    async fn complete(&self, l: &Lease, c: &Completion) -> outboxkit_core::Result<()> {
-        self.0.complete(l, c).await
-    }
+
     async fn release(&self, l: &[Lease], d: Duration) -> outboxkit_core::Result<ReleaseReport> {
         self.0.release(l, d).await
     }
+
     async fn extend(&self, l: &Lease, by: Duration) -> outboxkit_core::Result<Lease> {
         self.0.extend(l, by).await
     }
+
     async fn mark_sending(&self, l: &Lease) -> outboxkit_core::Result<()> {
         self.0.mark_sending(l).await
     }
+}
+
+#[async_trait::async_trait]
+impl outboxkit_core::OperatorStore for Doubling {
     async fn release_held(
         &self,
         t: &outboxkit_core::TenantId,
@@ -205,6 +210,7 @@ impl outboxkit_core::DeliveryStore for Doubling {
     ) -> outboxkit_core::Result<u64> {
         self.0.release_held(t, e).await
     }
+
     async fn replay(
         &self,
         t: &outboxkit_core::TenantId,
@@ -212,6 +218,7 @@ impl outboxkit_core::DeliveryStore for Doubling {
     ) -> outboxkit_core::Result<()> {
         self.0.replay(t, d).await
     }
+
     async fn retry_now(
         &self,
         t: &outboxkit_core::TenantId,
@@ -219,6 +226,7 @@ impl outboxkit_core::DeliveryStore for Doubling {
     ) -> outboxkit_core::Result<()> {
         self.0.retry_now(t, d).await
     }
+
     async fn reset(
         &self,
         t: &outboxkit_core::TenantId,
@@ -226,12 +234,15 @@ impl outboxkit_core::DeliveryStore for Doubling {
     ) -> outboxkit_core::Result<()> {
         self.0.reset(t, d).await
     }
+
     async fn stats(&self) -> outboxkit_core::Result<Stats> {
         self.0.stats().await
     }
+
     async fn queue_stats(&self) -> outboxkit_core::Result<Stats> {
         self.0.queue_stats().await
     }
+
     async fn tenant_stats(
         &self,
         t: &outboxkit_core::TenantId,
@@ -342,13 +353,6 @@ macro_rules! delegate_rest {
                 d: DeliveryId,
             ) -> outboxkit_core::Result<Vec<outboxkit_core::Attempt>> {
                 self.0.attempts(t, d).await
-            }
-            async fn purge_completed(
-                &self,
-                b: outboxkit_core::Timestamp,
-                l: u32,
-            ) -> outboxkit_core::Result<outboxkit_core::PurgeReport> {
-                self.0.purge_completed(b, l).await
             }
             async fn purge_expired(
                 &self,

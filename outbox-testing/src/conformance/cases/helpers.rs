@@ -13,6 +13,10 @@ use outboxkit_core::{
 
 use crate::conformance::Fixture;
 
+/// The conveniences (`complete`, `purge_completed`) every case may call, in scope through
+/// `use super::helpers::*`.
+pub(super) use outboxkit_core::{DeliveryStoreExt as _, LedgerExt as _};
+
 /// The lease every case claims with.
 pub(super) const LEASE: Duration = Duration::from_secs(30);
 

@@ -1,0 +1,90 @@
+//! [`OperatorStore`]: the calls an operator makes by hand (the admin API, the CLI) and the
+//! counts behind gauges; never the dispatcher's hot path.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::ids::{DeliveryId, EndpointId, TenantId};
+
+use super::Stats;
+
+/// Releases, replays, retries and resets deliveries by hand, and counts them.
+///
+/// # Contract
+/// - `release_held` MUST make every `held` delivery of the endpoint `pending` and due now,
+///   and no other (`release_held_makes_due_now`).
+/// - `replay` MUST give only a `dead` delivery a fresh budget, due now; any other status is
+///   a `Conflict`, an unknown id `NotFound` (`replay_only_dead`), and so is another tenant's
+///   delivery (`replay_across_tenants_is_not_found`). It starts a new run and keeps the
+///   earlier attempts (`replay_starts_a_new_run`).
+/// - `retry_now` MUST make a `pending` or `held` delivery due now, as `pending`, keeping its
+///   attempts; any other status is a `Conflict` (`retry_now_makes_due`).
+/// - `reset` MUST give only a `held` delivery a fresh budget, due now; else `Conflict`, and
+///   `NotFound` across tenants (`reset_held_gives_fresh_budget`).
+/// - `stats` MUST count every delivery by status over every tenant, with the oldest due one
+///   (`stats_counts_and_oldest_due_age`,
+///   `stats_oldest_due_counts_a_deleted_consumers_deliveries`).
+/// - `queue_stats` MUST equal `stats()` with `succeeded` and `dead` set to 0
+///   (`queue_stats_are_the_unfinished_part_of_stats`).
+/// - `tenant_stats` MUST count only that tenant (and endpoint)
+///   (`stats_are_scoped_by_tenant_and_endpoint`).
+/// - Every call that makes work due MUST wake the store's listener
+///   (`wake_listener_wakes_on_operator_calls`).
+///
+/// # Cancel safety
+/// Each change is one atomic step: a dropped call has made it whole or not at all, and the
+/// caller cannot tell which. Each method says what a retry meets.
+#[async_trait]
+pub trait OperatorStore: Send + Sync + fmt::Debug + 'static {
+    /// Make every `held` delivery of the endpoint `pending` and due now; returns how many.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a retry releases what is still held (0 after a finished call).
+    async fn release_held(&self, tenant: &TenantId, endpoint: EndpointId) -> Result<u64>;
+
+    /// Give a `dead` delivery a fresh budget, due now. Any other status is a `Conflict`;
+    /// another tenant's delivery is `NotFound`.
+    ///
+    /// # Cancel safety
+    /// Written whole or not at all; a retry after a replay that was written is a `Conflict`
+    /// (the delivery is no longer `dead`), never a second run.
+    async fn replay(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
+    /// Make a `pending` or `held` delivery due now (as `pending`), keeping its attempts.
+    /// Any other status is a `Conflict`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a retry makes the delivery due now again, or is a `Conflict` when it
+    /// was claimed in between.
+    async fn retry_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
+    /// Reset a `held` delivery by hand to a fresh budget (seed 000 `retryDelivery`): it
+    /// becomes `pending`, due now, with attempts and snoozes 0; its ledger is kept. Any other
+    /// status is a `Conflict`; another tenant's delivery is `NotFound`.
+    ///
+    /// # Cancel safety
+    /// Written whole or not at all; a retry after a reset that was written is a `Conflict`
+    /// (the delivery is no longer `held`).
+    async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
+    /// Counts by status and the age of the oldest due delivery.
+    async fn stats(&self) -> Result<Stats>;
+
+    /// The unfinished part of [`OperatorStore::stats`], for gauges read at every scrape:
+    /// the `pending`, `processing`, `sending` and `held` counts and the oldest due delivery,
+    /// with `succeeded` and `dead` left at 0 (not counted).
+    ///
+    /// # Contract
+    /// - It MUST equal `stats()` with `succeeded` and `dead` set to 0
+    ///   (`queue_stats_are_the_unfinished_part_of_stats`).
+    /// - Its cost SHOULD grow with the unfinished deliveries only, never with the finished
+    ///   history kept for the ledger: a scrape of a store holding millions of finished
+    ///   deliveries stays as cheap as one of an empty store.
+    async fn queue_stats(&self) -> Result<Stats>;
+
+    /// [`OperatorStore::stats`] over one tenant's deliveries only, and only those to
+    /// `endpoint` when given (an endpoint of another tenant counts nothing).
+    async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats>;
+}
