@@ -41,17 +41,30 @@ pub enum ClaimSource {
     },
 }
 
+impl ClaimSource {
+    /// Its attempt budget.
+    pub fn max_attempts(&self) -> u32 {
+        match self {
+            ClaimSource::Handler { max_attempts, .. }
+            | ClaimSource::Webhooks { max_attempts }
+            | ClaimSource::Email { max_attempts } => *max_attempts,
+        }
+    }
+}
+
 /// One claim: take up to `batch_size` due deliveries that these sources serve.
 ///
 /// # Fair order
 /// A *group* is a tenant and a destination: one endpoint, one consumer, or one e-mail
 /// recipient. A store fills the batch in rounds: round 1 takes the first claimable delivery
 /// of every group that has one, round 2 the second, and so on until the batch is full.
-/// Within a round, groups go in the order of their oldest due delivery; within a group,
+/// Within a round, groups go in the order of their oldest claimable delivery; within a group,
 /// deliveries go in `(next_attempt_at, enqueue order)`, behind the ordering-key barrier as
 /// always. So a backlog in one group delays another group's fresh delivery by at most one
 /// claim, and two backlogs share a batch within one of each other
-/// (`claim_gives_every_group_a_turn`, `claim_shares_a_batch_between_backlogs`).
+/// (`claim_gives_every_group_a_turn`, `claim_shares_a_batch_between_backlogs`). The rules
+/// are written once in [`claim_rules`](crate::claim_rules) and every store's claims are
+/// compared with them (`claim_order_follows_the_fair_rounds`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClaimRequest {
     batch_size: u32,

@@ -1,92 +1,88 @@
 //! The claim protocol on [`State`]: claim (fair rounds over the groups, ordering keys,
 //! exhausted rows), complete, release, extend and mark sending, fenced by the claim token.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use outboxkit_core::{
     Attempt, ClaimRequest, ClaimToken, Claimed, Completion, DeadReason, DeliveryId, DeliveryStatus,
     DisabledReason, EndpointStatus, Entropy, Error, LastDelivery, Lease, PayloadFingerprint,
-    ReleaseReport, Result, Timestamp, Topic,
+    ReleaseReport, Result, Timestamp,
 };
+
+use outboxkit_core::claim_rules::{
+    barrier_blocks, fair_order, group_limit, is_exhausted, EXHAUSTED_PER_CLAIM,
+};
+use outboxkit_core::ClaimSource;
 
 use super::state::*;
 
-impl State {
-    // ----- claim protocol ------------------------------------------------------------
+/// A group's first-row key and its claimable rows, in due order.
+type Head = ((Timestamp, u64), Vec<DeliveryId>);
 
-    fn blocked(&self, r: &Row, dormant: &BTreeSet<Topic>) -> bool {
-        let Some(s) = slot(&r.d) else { return false };
-        self.ordered.get(&s).is_some_and(|older| {
-            older.range(..r.seq).any(|(_, id)| {
+impl State {
+    // ----- claim protocol: core's claim rules (`outboxkit_core::claim_rules`) --------
+
+    /// Whether a due row may be handed out: within its budget and not behind its key.
+    fn claimable(&self, r: &Row, req: &ClaimRequest, now: Timestamp) -> bool {
+        let older = slot(&r.d).and_then(|s| self.ordered.get(&s));
+        let older = older.into_iter().flat_map(|o| o.range(..r.seq));
+        let topics = older.filter_map(|(_, id)| self.rows.get(id).map(|o| &o.d.topic));
+        let due = r.d.next_attempt_at <= now;
+        !is_exhausted(req, &r.d.destination, r.d.status, r.d.attempts, due)
+            && !barrier_blocks(topics, req.dormant())
+    }
+
+    /// A group's first claimable rows in due order (at most its limit), keyed by the first.
+    fn group_head(&self, group: &Group, req: &ClaimRequest, now: Timestamp) -> Option<Head> {
+        let limit = group_limit(req, &group.1);
+        let rows: Vec<_> = (self.groups.get(group)?.iter())
+            .take_while(|(at, _, _)| *at <= now)
+            .filter(|(_, _, id)| {
                 self.rows
                     .get(id)
-                    .is_some_and(|o| !dormant.contains(&o.d.topic))
+                    .is_some_and(|r| self.claimable(r, req, now))
             })
-        })
+            .take(limit)
+            .collect();
+        let &&(at, seq, _) = rows.first()?;
+        Some(((at, seq), rows.iter().map(|e| e.2).collect()))
     }
 
-    /// A group's claimable rows (at most `batch`, due by `now`, not blocked) in due order,
-    /// with the due key of the first; `None` when it has none.
-    fn group_head(
-        &self,
-        set: &BTreeSet<(Timestamp, u64, DeliveryId)>,
-        req: &ClaimRequest,
-        now: Timestamp,
-        batch: usize,
-    ) -> Option<((Timestamp, u64), Vec<DeliveryId>)> {
-        let mut ids = Vec::new();
-        let mut first = None;
-        for &(at, seq, id) in set {
-            if at > now || ids.len() >= batch {
-                break;
-            }
-            let Some(r) = self.rows.get(&id) else {
-                continue;
-            };
-            if self.blocked(r, req.dormant()) {
-                continue;
-            }
-            first.get_or_insert((at, seq));
-            ids.push(id);
+    /// The served groups with claimable rows. With more groups than the batch (every
+    /// e-mail recipient is one) only the `batch` whose first claimable row comes first can
+    /// get a turn: found by walking the due rows in order, not by reading every group.
+    fn heads(&self, req: &ClaimRequest, now: Timestamp, batch: usize) -> Vec<Head> {
+        if self.groups.len() <= batch {
+            let served = self.groups.keys().filter(|g| req.serves(&g.1));
+            return served
+                .filter_map(|g| self.group_head(g, req, now))
+                .collect();
         }
-        first.map(|f| (f, ids))
+        let mut seen = std::collections::HashSet::new();
+        let due = self.due.iter().take_while(|(at, _, _)| *at <= now);
+        let rows = due.filter_map(|(_, _, id)| self.rows.get(id));
+        let firsts = rows.filter(|r| req.serves(&r.d.destination) && self.claimable(r, req, now));
+        let groups = firsts.map(|r| (r.d.tenant.clone(), r.d.destination.clone()));
+        let new = groups.filter(|g| seen.insert(g.clone())).take(batch);
+        new.filter_map(|g| self.group_head(&g, req, now)).collect()
     }
 
-    /// The claim protocol: kill exhausted candidates, then take the oldest unblocked ones.
-    pub(super) fn claim(
-        &mut self,
-        req: &ClaimRequest,
-        now: Timestamp,
-        entropy: &dyn Entropy,
-    ) -> Vec<Claimed> {
-        // Exhausted rows (§6.5): every due, served, not-held row at or past its budget dies,
-        // batch or no batch. Only rows that have spent attempts can qualify.
-        let min_budget = req
-            .sources()
-            .iter()
-            .map(|src| match src {
-                outboxkit_core::ClaimSource::Handler { max_attempts, .. }
-                | outboxkit_core::ClaimSource::Webhooks { max_attempts }
-                | outboxkit_core::ClaimSource::Email { max_attempts } => *max_attempts,
-            })
-            .min()
-            .unwrap_or(u32::MAX);
-        let exhausted: Vec<DeliveryId> = self
-            .spent
-            .iter()
-            .rev()
-            .take_while(|(attempts, _)| *attempts >= min_budget)
-            .map(|(_, id)| *id)
+    /// Kill the due exhausted rows the claim serves, at most core's bound (§6.5); only rows
+    /// that have spent attempts can qualify.
+    fn kill_exhausted(&mut self, req: &ClaimRequest, now: Timestamp) {
+        let min_budget = req.sources().iter().map(ClaimSource::max_attempts).min();
+        let spent = self.spent.iter().rev();
+        let spent = spent.take_while(|(a, _)| min_budget.is_some_and(|m| *a >= m));
+        let dead: Vec<DeliveryId> = (spent.map(|(_, id)| *id))
             .filter(|id| {
                 self.rows.get(id).is_some_and(|r| {
-                    r.d.next_attempt_at <= now
-                        && req.serves(&r.d.destination)
-                        && r.d.attempts >= req.budget_for(&r.d.destination).unwrap_or(0)
+                    let due = r.d.next_attempt_at <= now;
+                    is_exhausted(req, &r.d.destination, r.d.status, r.d.attempts, due)
                 })
             })
+            .take(EXHAUSTED_PER_CLAIM)
             .collect();
-        for id in exhausted {
+        for id in dead {
             self.modify(id, |r| {
                 r.d.status = DeliveryStatus::Dead;
                 r.d.dead_reason = Some(DeadReason::MaxAttempts);
@@ -96,105 +92,59 @@ impl State {
                 r.d.updated_at = now;
             });
         }
-        // Then the due rows, fairly: each served group read from its head (at most a batch
-        // of claimable rows each, in due order), groups in the order of their oldest
-        // claimable row, taken round by round.
+    }
+
+    /// The claim protocol: kill exhausted rows, then lease the fair rounds' pick.
+    pub(super) fn claim(
+        &mut self,
+        req: &ClaimRequest,
+        now: Timestamp,
+        entropy: &dyn Entropy,
+    ) -> Vec<Claimed> {
+        self.kill_exhausted(req, now);
         let batch = req.batch_size() as usize;
-        let mut heads: Vec<((Timestamp, u64), Vec<DeliveryId>)> = Vec::new();
-        if self.groups.len() > batch {
-            // Many groups (every e-mail recipient is one): round one of the claim takes one
-            // row from each of the `batch` groups whose oldest claimable row comes first,
-            // and no later group is reached. Find those groups by walking the due rows in
-            // order rather than reading every group's head: the same groups, in the same
-            // order, without work proportional to the number of groups.
-            let mut seen = std::collections::HashSet::new();
-            for &(at, _, id) in &self.due {
-                if at > now || seen.len() >= batch {
-                    break;
-                }
-                let Some(r) = self.rows.get(&id) else {
-                    continue;
-                };
-                if !req.serves(&r.d.destination) || self.blocked(r, req.dormant()) {
-                    continue;
-                }
-                let group = (r.d.tenant.clone(), r.d.destination.clone());
-                if seen.insert(group.clone()) {
-                    if let Some(head) = self.groups.get(&group).and_then(|set| {
-                        let limit = batch.min(req.group_limit(&group.1));
-                        self.group_head(set, req, now, limit)
-                    }) {
-                        heads.push(head);
-                    }
-                }
-            }
-        } else {
-            for ((_, destination), set) in &self.groups {
-                if !req.serves(destination) {
-                    continue;
-                }
-                let limit = batch.min(req.group_limit(destination));
-                if let Some(head) = self.group_head(set, req, now, limit) {
-                    heads.push(head);
-                }
-            }
-        }
-        heads.sort_by_key(|(first, _)| *first);
-        let groups: Vec<Vec<DeliveryId>> = heads.into_iter().map(|(_, ids)| ids).collect();
-        let mut live = Vec::with_capacity(batch);
-        for round in 0..batch {
-            let before = live.len();
-            for ids in &groups {
-                if live.len() >= batch {
-                    break;
-                }
-                if let Some(id) = ids.get(round) {
-                    live.push(*id);
-                }
-            }
-            if live.len() == before || live.len() >= batch {
-                break;
-            }
-        }
+        let live = fair_order(self.heads(req, now, batch), batch);
         let until = now.saturating_add(req.lease());
-        let mut out = Vec::with_capacity(live.len());
-        for id in live {
-            let Some(r) = self.rows.get(&id) else {
-                continue;
+        let lease = |id| self.lease(id, now, until, ClaimToken::generate(entropy));
+        live.into_iter().filter_map(lease).collect()
+    }
+
+    /// Lease one row: `processing` until `until`, an attempt spent unless it was held.
+    fn lease(
+        &mut self,
+        id: DeliveryId,
+        now: Timestamp,
+        until: Timestamp,
+        token: ClaimToken,
+    ) -> Option<Claimed> {
+        let r = self.rows.get(&id)?;
+        let message = self.messages.get(&r.d.message_id).cloned()?;
+        self.modify(id, |r| {
+            let from = r.d.status;
+            if from != DeliveryStatus::Held {
+                r.d.attempts = r.d.attempts.saturating_add(1);
+            }
+            r.due_at = Some(r.d.next_attempt_at);
+            r.d.status = DeliveryStatus::Processing;
+            r.d.lease_until = Some(until);
+            r.d.next_attempt_at = until;
+            r.d.updated_at = now;
+            r.token = Some(token);
+            let lease = Lease {
+                delivery_id: id,
+                tenant: r.d.tenant.clone(),
+                token,
+                until,
+                attempts: r.d.attempts,
+                snoozes: r.d.snoozes,
+                claimed_from: from,
             };
-            let Some(message) = self.messages.get(&r.d.message_id).cloned() else {
-                continue;
-            };
-            let token = ClaimToken::generate(entropy);
-            let claimed = self.modify(id, |r| {
-                let from = r.d.status;
-                if from != DeliveryStatus::Held {
-                    r.d.attempts = r.d.attempts.saturating_add(1);
-                }
-                r.due_at = Some(r.d.next_attempt_at);
-                r.d.status = DeliveryStatus::Processing;
-                r.d.lease_until = Some(until);
-                r.d.next_attempt_at = until;
-                r.d.updated_at = now;
-                r.token = Some(token);
-                let lease = Lease {
-                    delivery_id: id,
-                    tenant: r.d.tenant.clone(),
-                    token,
-                    until,
-                    attempts: r.d.attempts,
-                    snoozes: r.d.snoozes,
-                    claimed_from: from,
-                };
-                Claimed {
-                    lease,
-                    delivery: r.d.clone(),
-                    message,
-                }
-            });
-            out.extend(claimed);
-        }
-        out
+            Claimed {
+                lease,
+                delivery: r.d.clone(),
+                message,
+            }
+        })
     }
 
     /// `Ok` when the lease still owns its row (§6.2).

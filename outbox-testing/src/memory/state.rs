@@ -25,7 +25,7 @@ pub(super) struct Row {
 type OrderingSlot = (TenantId, Destination, OrderingKey);
 
 /// A claim group: a tenant and a destination.
-type Group = (TenantId, Destination);
+pub(super) type Group = (TenantId, Destination);
 
 /// The claimable rows of each group, by `(next_attempt_at, seq)`.
 type Groups = HashMap<Group, BTreeSet<(Timestamp, u64, DeliveryId)>>;
