@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
+use outboxkit_core::claim_rules::{fair_order, EXHAUSTED_PER_CLAIM};
 use outboxkit_core::{
     AttemptRecord, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryUpdate, Entropy, Error,
     Lease, Message, MessageId, ReleaseReport, Timestamp,
@@ -161,6 +162,7 @@ struct Group {
 const DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
      SET status = 'dead', dead_reason = 'max_attempts', completed_at = :now, updated_at = :now, \
          claim_token = NULL, lease_until = NULL, claimed_from = NULL \
+     WHERE seq IN (SELECT seq FROM outbox_deliveries \
      WHERE attempts > 0 AND status IN ('pending', 'processing', 'sending') \
        AND attempts >= :min_budget \
        AND +next_attempt_at <= :now \
@@ -168,7 +170,8 @@ const DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
              AND target NOT IN (SELECT value FROM json_each(:excluded_endpoints))) \
          OR (kind = 'email' AND attempts >= :email) \
          OR (kind = 'handler' AND EXISTS (SELECT 1 FROM json_each(:consumers) AS j \
-                                          WHERE j.key = target AND attempts >= j.value)))";
+                                          WHERE j.key = target AND attempts >= j.value))) \
+     LIMIT :bound)";
 
 fn discard_exhausted(conn: &Connection, served: &Served<'_>, now: Timestamp) -> Result<()> {
     let request = served.request;
@@ -193,6 +196,7 @@ fn discard_exhausted(conn: &Connection, served: &Served<'_>, now: Timestamp) -> 
             ":webhooks": request.webhook_budget(),
             ":email": request.email_budget(),
             ":consumers": json(&consumers)?,
+            ":bound": EXHAUSTED_PER_CLAIM as i64,
         })?;
     Ok(())
 }
@@ -240,14 +244,16 @@ struct Candidate {
     due: i64,
 }
 
-/// A group's first `:limit` due rows not held back by the per-key ordering barrier, in
-/// claim order.
+/// A group's first `:limit` due rows within their budget (core's `is_exhausted`: rows past
+/// it beyond the exhausted bound wait for the next claim to kill them) and not held back by
+/// the per-key ordering barrier, in claim order.
 const CANDIDATES: &str = concat!(
     "SELECT c.seq, c.next_attempt_at FROM outbox_deliveries AS c \
      WHERE c.tenant = :tenant AND c.kind = :kind AND c.target = :target \
        AND c.status IN ",
     unfinished!(),
     " AND c.next_attempt_at <= :now \
+       AND (c.status = 'held' OR c.attempts < :budget) \
        AND (c.ordering_key IS NULL OR NOT EXISTS ( \
          SELECT 1 FROM outbox_deliveries AS b \
          WHERE b.tenant = c.tenant AND b.kind = c.kind AND b.target = c.target \
@@ -274,6 +280,7 @@ fn candidates(
             ":target": group.target,
             ":now": ms(now),
             ":dormant": served.dormant,
+            ":budget": served.budget(&group.kind, &group.target),
             ":limit": limit as i64,
         },
         |r| {
@@ -286,27 +293,17 @@ fn candidates(
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-/// The batch in rounds over the groups (ARCHITECTURE "Claim order").
+/// The batch in rounds over the groups: core's `fair_order`, each group keyed by its first
+/// claimable row.
 fn rounds(groups: &[Vec<Candidate>], batch: usize) -> Vec<i64> {
-    let mut order: Vec<&Vec<Candidate>> = groups.iter().filter(|g| !g.is_empty()).collect();
-    order.sort_by_key(|g| (g[0].due, g[0].seq));
-    let mut picked = Vec::with_capacity(batch);
-    for round in 0.. {
-        let mut any = false;
-        for g in &order {
-            if let Some(c) = g.get(round) {
-                any = true;
-                picked.push(c.seq);
-                if picked.len() == batch {
-                    return picked;
-                }
-            }
-        }
-        if !any {
-            break;
-        }
-    }
-    picked
+    let heads = groups
+        .iter()
+        .filter_map(|g| {
+            let first = g.first()?;
+            Some(((first.due, first.seq), g.iter().map(|c| c.seq).collect()))
+        })
+        .collect();
+    fair_order(heads, batch)
 }
 
 /// Lease the picked rows: token `n` (36 bytes each in `:tokens`, bound as a BLOB so
