@@ -139,7 +139,7 @@ fn model_claim(model: &mut [M], consumer: usize, batch: u32, now: Timestamp) -> 
     taken
 }
 
-/// The row after a verdict (the verdict table in ARCHITECTURE.md), or `None` when the
+/// The row after a verdict (the verdict table of DESIGN §4, `outboxkit_core::classify`), or `None` when the
 /// token is stale.
 fn model_complete(m: &mut M, token: ClaimToken, v: &Verdict, now: Timestamp) -> Option<()> {
     (m.token == Some(token) && matches!(m.status, S::Processing | S::Sending)).then_some(())?;

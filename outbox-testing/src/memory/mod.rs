@@ -1,4 +1,4 @@
-//! `InMemoryStore`: every store trait with exactly the semantics of the store contract (ARCHITECTURE.md), for
+//! `InMemoryStore`: every store trait with exactly the semantics of the store contract (`docs/decisions.md`, "The store contract in detail"), for
 //! users' tests and as the reference implementation of the conformance suite.
 //!
 //! All state sits behind one `std::sync::Mutex`, taken for the length of one call and never
