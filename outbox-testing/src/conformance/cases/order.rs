@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use outboxkit_core::claim_rules::{fair_order, EXHAUSTED_PER_CLAIM};
 use outboxkit_core::{
-    ClaimRequest, Completion, ConsumerName, DeadReason, DeliveryFilter, DeliveryId, DeliveryStatus,
-    NewMessage, TenantId, Timestamp, Verdict, MAX_BATCH,
+    ClaimRequest, Claimed, Completion, ConsumerName, DeadReason, DeliveryFilter, DeliveryId,
+    DeliveryStatus, NewMessage, TenantId, Timestamp, Verdict, MAX_BATCH,
 };
 
 use super::helpers::*;
@@ -70,6 +70,23 @@ fn expected(rows: &[Row], batch: usize) -> BTreeSet<DeliveryId> {
     fair_order(heads, batch).into_iter().collect()
 }
 
+/// Complete `claims` as succeeded, in one `complete_many`; each must be accepted.
+async fn succeed<'a>(fx: &Fixture, claims: impl IntoIterator<Item = &'a Claimed>) {
+    let items: Vec<_> = claims
+        .into_iter()
+        .map(|c| {
+            let completion = Completion {
+                verdict: Verdict::Succeeded,
+                attempt: None,
+            };
+            (c.lease.clone(), completion)
+        })
+        .collect();
+    for r in fx.store().complete_many(&items).await.expect("complete") {
+        r.expect("each completion is accepted");
+    }
+}
+
 /// Random backlogs over two tenants × three consumers, some with ordering keys: every
 /// claim (random batch sizes, some claimed rows completed in between) takes exactly the
 /// rows core's `fair_order` and barrier pick — the same set, on every store.
@@ -128,19 +145,7 @@ pub async fn claim_order_follows_the_fair_rounds(fx: Fixture) {
             }
             // Finish a random half of what this claim took: its keys open for the next.
             let finish: Vec<_> = got.iter().filter(|_| rng.below(2) == 0).collect();
-            let items: Vec<_> = finish
-                .iter()
-                .map(|c| {
-                    let completion = Completion {
-                        verdict: Verdict::Succeeded,
-                        attempt: None,
-                    };
-                    (c.lease.clone(), completion)
-                })
-                .collect();
-            for r in fx.store().complete_many(&items).await.expect("complete") {
-                r.expect("each completion is accepted");
-            }
+            succeed(&fx, finish.iter().copied()).await;
             for c in &finish {
                 if let Some(r) = rows.iter_mut().find(|r| r.id == c.delivery.id) {
                     r.done = true;
@@ -158,19 +163,7 @@ pub async fn claim_order_follows_the_fair_rounds(fx: Fixture) {
             if leftover.is_empty() {
                 break;
             }
-            let items: Vec<_> = leftover
-                .iter()
-                .map(|c| {
-                    let completion = Completion {
-                        verdict: Verdict::Succeeded,
-                        attempt: None,
-                    };
-                    (c.lease.clone(), completion)
-                })
-                .collect();
-            for r in fx.store().complete_many(&items).await.expect("complete") {
-                r.expect("each completion is accepted");
-            }
+            succeed(&fx, &leftover).await;
         }
     }
 }
