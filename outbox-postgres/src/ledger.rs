@@ -15,6 +15,7 @@ use outboxkit_core::{
 use crate::error::DbResult;
 use crate::rows::{self, delivery_cols, get, ms, MESSAGE_COLS};
 use crate::schema::Tables;
+use crate::sql::{self, Params, Statement};
 use crate::store::PostgresStore;
 use async_trait::async_trait;
 use outboxkit_core::Ledger;
@@ -23,9 +24,9 @@ use outboxkit_core::TenantStats;
 /// The ledger statements of one store.
 #[derive(Debug)]
 pub(crate) struct Sql {
-    list_deliveries: String,
-    get_delivery: String,
-    get_message: String,
+    list_deliveries: Statement,
+    get_delivery: Statement,
+    get_message: Statement,
     attempts: String,
     purge: PurgeSql,
 }
@@ -41,55 +42,28 @@ struct PurgeSql {
 }
 
 impl Sql {
-    pub fn new(t: &Tables) -> Self {
-        let (d, m) = (&t.all, &t.messages);
+    pub fn new(t: &Tables) -> Result<Self> {
         let dcols = delivery_cols("d");
-        Sql {
-            list_deliveries: list_text(t),
-            // $1 delivery, $2 tenant.
-            get_delivery: format!(
-                "SELECT {dcols} FROM {d} d WHERE d.id = $1::uuid AND d.tenant = $2::text"
-            ),
-            // $1 message, $2 tenant.
-            get_message: format!(
-                "SELECT {MESSAGE_COLS} FROM {m} WHERE id = $1::uuid AND tenant = $2::text"
-            ),
+        let names = [
+            ("all", t.all.as_str()),
+            ("attempts", t.attempts.as_str()),
+            ("messages", t.messages.as_str()),
+            ("delivery_cols", dcols.as_str()),
+            ("message_cols", MESSAGE_COLS),
+        ];
+        let load = |name| sql::load(sql::LEDGER, name, &names);
+        Ok(Sql {
+            list_deliveries: load("list_deliveries")?,
+            get_delivery: load("get_delivery")?,
+            get_message: load("get_message")?,
             attempts: attempts_text(t),
             purge: purge_texts(t),
-        }
+        })
     }
 }
 
-/// One page of a tenant's deliveries, newest first. Parameters, bound in this order by
-/// [`PostgresStore::list_page`]: $1 tenant, $2 status, $3 endpoint, $4 consumer, $5 kind,
-/// $6 topic, $7 since, $8 until, $9/$10 cursor (created at, id), $11 limit, $12 ordering
-/// key, $13 lowercase text to find in excerpts (each NULL when not filtered).
-fn list_text(t: &Tables) -> String {
-    let (d, a) = (&t.all, &t.attempts);
-    let dcols = delivery_cols("d");
-    format!(
-        "SELECT {dcols} FROM {d} d \
-          WHERE d.tenant = $1::text \
-            AND ($2::text IS NULL OR d.status = $2::text) \
-            AND ($3::text IS NULL OR (d.kind = 'webhook' AND d.target = $3::text)) \
-            AND ($4::text IS NULL OR (d.kind = 'handler' AND d.target = $4::text)) \
-            AND ($5::text IS NULL OR d.kind = $5::text) \
-            AND ($6::text IS NULL OR d.topic = $6::text) \
-            AND ($7::int8 IS NULL OR d.created_at >= $7::int8) \
-            AND ($8::int8 IS NULL OR d.created_at < $8::int8) \
-            AND ($9::int8 IS NULL OR (d.created_at, d.id) < ($9::int8, $10::uuid)) \
-            AND ($12::text IS NULL OR d.ordering_key = $12::text) \
-            AND ($13::text IS NULL \
-              OR strpos(lower(d.last_excerpt COLLATE \"C\"), $13::text COLLATE \"C\") > 0 \
-              OR EXISTS (SELECT 1 FROM {a} x WHERE x.delivery_id = d.id \
-                 AND strpos(lower(x.excerpt COLLATE \"C\"), $13::text COLLATE \"C\") > 0)) \
-          ORDER BY d.created_at DESC, d.id DESC \
-          LIMIT $11::int8"
-    )
-}
-
 impl PostgresStore {
-    /// `Ledger::list_deliveries`: [`list_text`].
+    /// `Ledger::list_deliveries`: `sql/ledger.sql` `list_deliveries`.
     pub(crate) async fn list_page(
         &self,
         tenant: &TenantId,
@@ -99,20 +73,25 @@ impl PostgresStore {
         page.validate()?;
         filter.validate()?;
         let limit = page.limit as usize;
-        let found = sqlx::query(&self.inner.sql.ledger.list_deliveries)
-            .bind(tenant.as_str()) // $1
-            .bind(filter.status.map(|s| s.as_str())) // $2
-            .bind(filter.endpoint.map(|e| e.to_string())) // $3
-            .bind(filter.consumer.as_ref().map(|c| c.as_str())) // $4
-            .bind(filter.kind.map(|k| k.as_str())) // $5
-            .bind(filter.topic.as_ref().map(|t| t.as_str())) // $6
-            .bind(filter.since.map(ms)) // $7
-            .bind(filter.until.map(ms)) // $8
-            .bind(page.cursor.map(|c| ms(c.created_at))) // $9
-            .bind(page.cursor.map(|c| c.id.as_uuid())) // $10
-            .bind(limit as i64 + 1) // $11
-            .bind(filter.ordering_key.as_ref().map(|k| k.as_str())) // $12
-            .bind(filter.text.as_ref().map(|t| t.to_ascii_lowercase())) // $13
+        let params = Params::new()
+            .set("tenant", tenant.as_str())
+            .set("status", filter.status.map(|s| s.as_str()))
+            .set("endpoint", filter.endpoint.map(|e| e.to_string()))
+            .set("consumer", filter.consumer.as_ref().map(|c| c.as_str()))
+            .set("kind", filter.kind.map(|k| k.as_str()))
+            .set("topic", filter.topic.as_ref().map(|t| t.as_str()))
+            .set("since", filter.since.map(ms))
+            .set("until", filter.until.map(ms))
+            .set("cursor_at", page.cursor.map(|c| ms(c.created_at)))
+            .set("cursor_id", page.cursor.map(|c| c.id.as_uuid()))
+            .set("limit", limit as i64 + 1)
+            .set(
+                "ordering_key",
+                filter.ordering_key.as_ref().map(|k| k.as_str()),
+            )
+            .set("text", filter.text.as_ref().map(|t| t.to_ascii_lowercase()));
+        let found = (self.inner.sql.ledger.list_deliveries)
+            .bind(params)?
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -132,9 +111,11 @@ impl PostgresStore {
 
     /// `Ledger::get_delivery`.
     pub(crate) async fn delivery_of(&self, tenant: &TenantId, id: DeliveryId) -> Result<Delivery> {
-        let row = sqlx::query(&self.inner.sql.ledger.get_delivery)
-            .bind(id.as_uuid()) // $1
-            .bind(tenant.as_str()) // $2
+        let key = Params::new()
+            .set("id", id.as_uuid())
+            .set("tenant", tenant.as_str());
+        let row = (self.inner.sql.ledger.get_delivery)
+            .bind(key)?
             .fetch_optional(&self.inner.pool)
             .await
             .db()?
@@ -144,9 +125,11 @@ impl PostgresStore {
 
     /// `Ledger::get_message`.
     pub(crate) async fn message_of(&self, tenant: &TenantId, id: MessageId) -> Result<Message> {
-        let row = sqlx::query(&self.inner.sql.ledger.get_message)
-            .bind(id.as_uuid()) // $1
-            .bind(tenant.as_str()) // $2
+        let key = Params::new()
+            .set("id", id.as_uuid())
+            .set("tenant", tenant.as_str());
+        let row = (self.inner.sql.ledger.get_message)
+            .bind(key)?
             .fetch_optional(&self.inner.pool)
             .await
             .db()?

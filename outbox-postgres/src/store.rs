@@ -60,7 +60,7 @@ impl Statements {
             enqueue: crate::enqueue::Sql::new(&tables),
             claim: crate::claim::Sql::new(&tables),
             deliveries: crate::deliveries::Sql::new(&tables),
-            ledger: crate::ledger::Sql::new(&tables),
+            ledger: crate::ledger::Sql::new(&tables)?,
             endpoints: crate::endpoints::Sql::new(&tables)?,
             tables,
         })

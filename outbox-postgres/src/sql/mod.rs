@@ -18,6 +18,8 @@ use sqlx::{Arguments, Encode, Type};
 pub(crate) const TOKENS: &str = include_str!("tokens.sql");
 /// The endpoint and consumer statements.
 pub(crate) const ENDPOINTS: &str = include_str!("endpoints.sql");
+/// The ledger's reads.
+pub(crate) const LEDGER: &str = include_str!("ledger.sql");
 
 type Bind<'q> = Box<
     dyn FnOnce(&mut PgArguments) -> std::result::Result<(), sqlx::error::BoxDynError> + Send + 'q,
@@ -222,8 +224,13 @@ mod tests {
             ("api_tokens", "\"s\".api_tokens"),
             ("endpoints", "\"s\".endpoints"),
             ("consumers", "\"s\".consumers"),
+            ("all", "\"s\".deliveries"),
+            ("attempts", "\"s\".attempts"),
+            ("messages", "\"s\".messages"),
+            ("delivery_cols", "d.id"),
+            ("message_cols", "id"),
         ];
-        for file in [TOKENS, ENDPOINTS] {
+        for file in [TOKENS, ENDPOINTS, LEDGER] {
             let names: Vec<&str> = file
                 .lines()
                 .filter_map(|l| l.strip_prefix("-- name: "))
