@@ -66,9 +66,8 @@ async fn all_delivered_once(w: &World, n: usize) {
     }
 }
 
-#[tokio::test]
-async fn a_rate_limited_endpoint_never_gets_more_than_its_limit_in_any_second() {
-    let w = world();
+/// A loopback receiver on the world's clock behind an endpoint limited to `per_second`.
+async fn rate_limited_receiver(w: &World, per_second: u32) -> WebhookReceiver {
     let receiver = WebhookReceiver::start()
         .await
         .unwrap()
@@ -78,12 +77,19 @@ async fn a_rate_limited_endpoint_never_gets_more_than_its_limit_in_any_second() 
             &w.tenant,
             NewEndpoint {
                 url: receiver.url(),
-                rate_limit: Some(5),
+                rate_limit: Some(per_second),
                 ..NewEndpoint::default()
             },
         )
         .await
         .unwrap();
+    receiver
+}
+
+#[tokio::test]
+async fn a_rate_limited_endpoint_never_gets_more_than_its_limit_in_any_second() {
+    let w = world();
+    let receiver = rate_limited_receiver(&w, 5).await;
     let d = w.webhook_dispatcher(Arc::new(loopback()));
     const N: usize = 23;
     w.enqueue_n(N).await;
@@ -226,21 +232,7 @@ async fn run_once_waits_for_the_due_time_the_release_wrote() {
         store: Arc::new(slow),
         ..w
     };
-    let receiver = WebhookReceiver::start()
-        .await
-        .unwrap()
-        .with_clock(w.clock.clone());
-    w.admin
-        .create(
-            &w.tenant,
-            NewEndpoint {
-                url: receiver.url(),
-                rate_limit: Some(5),
-                ..NewEndpoint::default()
-            },
-        )
-        .await
-        .unwrap();
+    let receiver = rate_limited_receiver(&w, 5).await;
     let d = w.webhook_dispatcher(Arc::new(loopback()));
     const N: usize = 12;
     w.enqueue_n(N).await;
