@@ -21,9 +21,11 @@
 
 use std::collections::BTreeSet;
 
-use crate::claim::ClaimRequest;
+use crate::claim::{ClaimRequest, Lease};
+use crate::ids::ClaimToken;
 use crate::ids::Topic;
-use crate::model::{DeliveryStatus, Destination};
+use crate::model::{DeadReason, Delivery, DeliveryStatus, Destination};
+use crate::time::Timestamp;
 
 /// The most exhausted rows one claim kills (§6.5). A claim never hands out a row past its
 /// budget, so the rows beyond this bound wait, unclaimable, for the next claim to kill them:
@@ -46,6 +48,45 @@ pub fn is_exhausted(
         && request
             .budget_for(destination)
             .is_some_and(|budget| attempts >= budget)
+}
+
+/// [`is_exhausted`] for a whole row at `now`.
+pub fn row_is_exhausted(request: &ClaimRequest, d: &Delivery, now: Timestamp) -> bool {
+    let due = d.next_attempt_at <= now;
+    is_exhausted(request, &d.destination, d.status, d.attempts, due)
+}
+
+/// What a claim writes to an exhausted row (§6.5): dead of `max_attempts`, finished `now`,
+/// no lease.
+pub fn kill(d: &mut Delivery, now: Timestamp) {
+    d.status = DeliveryStatus::Dead;
+    d.dead_reason = Some(DeadReason::MaxAttempts);
+    d.completed_at = Some(now);
+    d.lease_until = None;
+    d.updated_at = now;
+}
+
+/// What a claim writes to a row it hands out (§6.1): `processing` until `until` (which is
+/// also when a stranded claim is due again), an attempt spent unless the row was `held` (a
+/// held probe is free). Returns the lease, fenced by `token`.
+pub fn lease(d: &mut Delivery, token: ClaimToken, now: Timestamp, until: Timestamp) -> Lease {
+    let claimed_from = d.status;
+    if claimed_from != DeliveryStatus::Held {
+        d.attempts = d.attempts.saturating_add(1);
+    }
+    d.status = DeliveryStatus::Processing;
+    d.lease_until = Some(until);
+    d.next_attempt_at = until;
+    d.updated_at = now;
+    Lease {
+        delivery_id: d.id,
+        tenant: d.tenant.clone(),
+        token,
+        until,
+        attempts: d.attempts,
+        snoozes: d.snoozes,
+        claimed_from,
+    }
 }
 
 /// Whether a delivery with an ordering key waits: some older unfinished delivery of its
@@ -154,6 +195,63 @@ mod tests {
             ),
             "an excluded endpoint's rows are not this claim's to kill"
         );
+    }
+
+    fn delivery(status: DeliveryStatus, attempts: u32) -> Delivery {
+        use crate::ids::{DeliveryId, MessageId, TenantId};
+        use crate::model::Message;
+        let at = Timestamp::from_unix_millis(1_700_000_000_000).unwrap();
+        let message = Message {
+            id: MessageId::parse("0190b2a0-0000-7000-8000-000000000001").unwrap(),
+            topic: Topic::new("order.created").unwrap(),
+            payload: b"{}".to_vec(),
+            tenant: TenantId::new("acme").unwrap(),
+            ordering_key: None,
+            idempotency_key: None,
+            available_at: at,
+            headers: Default::default(),
+            cause: None,
+            created_at: at,
+        };
+        let id = DeliveryId::parse("0190b2a0-0000-7000-8000-000000000002").unwrap();
+        let handler = Destination::Handler(ConsumerName::new("worker").unwrap());
+        let mut d = Delivery::new(id, &message, handler);
+        d.status = status;
+        d.attempts = attempts;
+        d
+    }
+
+    #[test]
+    fn a_lease_spends_an_attempt_unless_the_row_was_held() {
+        let now = Timestamp::from_unix_millis(1_700_000_001_000).unwrap();
+        let until = now.saturating_add(Duration::from_secs(30));
+        let token = ClaimToken::from_uuid(uuid::Uuid::from_u128(7));
+        for (from, spent) in [(DeliveryStatus::Pending, 3), (DeliveryStatus::Held, 2)] {
+            let mut d = delivery(from, 2);
+            let lease = lease(&mut d, token, now, until);
+            assert_eq!((d.status, d.attempts), (DeliveryStatus::Processing, spent));
+            assert_eq!((d.lease_until, d.next_attempt_at), (Some(until), until));
+            assert_eq!(d.updated_at, now);
+            assert_eq!((lease.claimed_from, lease.attempts), (from, spent));
+            assert_eq!(
+                (lease.token, lease.until, lease.delivery_id),
+                (token, until, d.id)
+            );
+        }
+    }
+
+    #[test]
+    fn a_killed_row_is_dead_of_max_attempts_without_a_lease() {
+        let now = Timestamp::from_unix_millis(1_700_000_001_000).unwrap();
+        let mut d = delivery(DeliveryStatus::Processing, 3);
+        d.lease_until = Some(now);
+        let req = ClaimRequest::new(10, Duration::from_secs(30))
+            .handler(ConsumerName::new("worker").unwrap(), 3);
+        assert!(row_is_exhausted(&req, &d, now));
+        kill(&mut d, now);
+        assert_eq!(d.status, DeliveryStatus::Dead);
+        assert_eq!(d.dead_reason, Some(DeadReason::MaxAttempts));
+        assert_eq!((d.completed_at, d.lease_until), (Some(now), None));
     }
 
     #[test]

@@ -4,147 +4,89 @@
 use std::time::Duration;
 
 use outboxkit_core::{
-    Attempt, ClaimRequest, ClaimToken, Claimed, Completion, DeadReason, DeliveryId, DeliveryStatus,
+    Attempt, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryId, DeliveryStatus,
     DisabledReason, EndpointStatus, Entropy, Error, LastDelivery, Lease, PayloadFingerprint,
     ReleaseReport, Result, Timestamp,
 };
 
 use outboxkit_core::claim_rules::{
-    barrier_blocks, fair_order, group_limit, is_exhausted, EXHAUSTED_PER_CLAIM,
+    barrier_blocks, fair_order, group_limit, kill, lease, row_is_exhausted, EXHAUSTED_PER_CLAIM,
 };
 use outboxkit_core::ClaimSource;
 
 use super::state::*;
 
-/// A group's first-row key and its claimable rows, in due order.
-type Head = ((Timestamp, u64), Vec<DeliveryId>);
-
 impl State {
-    // ----- claim protocol: core's claim rules (`outboxkit_core::claim_rules`) --------
+    // ----- the claim: core's claim rules (`outboxkit_core::claim_rules`) alone -----------
+
+    /// The claim: kill the due exhausted rows it serves (at most core's bound; only rows
+    /// that spent attempts can qualify), then lease the fair rounds' pick.
+    pub(super) fn claim(
+        &mut self,
+        q: &ClaimRequest,
+        now: Timestamp,
+        e: &dyn Entropy,
+    ) -> Vec<Claimed> {
+        let budgets = q.sources().iter().map(ClaimSource::max_attempts);
+        let budget = budgets.min().unwrap_or(u32::MAX);
+        let spent = self.spent.iter().rev().take_while(|s| s.0 >= budget);
+        let spent = spent.map(|s| s.1);
+        let dead = spent.filter(|&id| self.row(id).is_some_and(|r| row_is_exhausted(q, &r.d, now)));
+        for id in dead.take(EXHAUSTED_PER_CLAIM).collect::<Vec<_>>() {
+            self.modify(id, |r| (kill(&mut r.d, now), r.token = None));
+        }
+        let until = now.saturating_add(q.lease());
+        let pick = self.pick(q, now).into_iter();
+        let claimed = pick.filter_map(|id| self.lease(id, ClaimToken::generate(e), now, until));
+        claimed.collect()
+    }
+
+    /// The fair rounds' pick: every served group offers its first claimable rows in due
+    /// order (at most its limit), and core's `fair_order` takes round by round.
+    fn pick(&self, req: &ClaimRequest, now: Timestamp) -> Vec<DeliveryId> {
+        let served = self.groups.iter().filter(|(g, _)| req.serves(&g.1));
+        let heads = served.filter_map(|(g, rows)| {
+            let due = rows.iter().take_while(|e| e.0 <= now);
+            let ok = due.filter(|e| self.row(e.2).is_some_and(|r| self.claimable(r, req, now)));
+            let rows: Vec<_> = ok.take(group_limit(req, &g.1)).collect();
+            Some((
+                (rows.first()?.0, rows.first()?.1),
+                rows.iter().map(|e| e.2).collect(),
+            ))
+        });
+        fair_order(heads.collect(), req.batch_size() as usize)
+    }
 
     /// Whether a due row may be handed out: within its budget and not behind its key.
     fn claimable(&self, r: &Row, req: &ClaimRequest, now: Timestamp) -> bool {
         let older = slot(&r.d).and_then(|s| self.ordered.get(&s));
         let older = older.into_iter().flat_map(|o| o.range(..r.seq));
-        let topics = older.filter_map(|(_, id)| self.rows.get(id).map(|o| &o.d.topic));
-        let due = r.d.next_attempt_at <= now;
-        !is_exhausted(req, &r.d.destination, r.d.status, r.d.attempts, due)
-            && !barrier_blocks(topics, req.dormant())
+        let topics = older.filter_map(|(_, id)| self.row(*id).map(|o| &o.d.topic));
+        !row_is_exhausted(req, &r.d, now) && !barrier_blocks(topics, req.dormant())
     }
 
-    /// A group's first claimable rows in due order (at most its limit), keyed by the first.
-    fn group_head(&self, group: &Group, req: &ClaimRequest, now: Timestamp) -> Option<Head> {
-        let limit = group_limit(req, &group.1);
-        let rows: Vec<_> = (self.groups.get(group)?.iter())
-            .take_while(|(at, _, _)| *at <= now)
-            .filter(|(_, _, id)| {
-                self.rows
-                    .get(id)
-                    .is_some_and(|r| self.claimable(r, req, now))
-            })
-            .take(limit)
-            .collect();
-        let &&(at, seq, _) = rows.first()?;
-        Some(((at, seq), rows.iter().map(|e| e.2).collect()))
-    }
-
-    /// The served groups with claimable rows. With more groups than the batch (every
-    /// e-mail recipient is one) only the `batch` whose first claimable row comes first can
-    /// get a turn: found by walking the due rows in order, not by reading every group.
-    fn heads(&self, req: &ClaimRequest, now: Timestamp, batch: usize) -> Vec<Head> {
-        if self.groups.len() <= batch {
-            let served = self.groups.keys().filter(|g| req.serves(&g.1));
-            return served
-                .filter_map(|g| self.group_head(g, req, now))
-                .collect();
-        }
-        let mut seen = std::collections::HashSet::new();
-        let due = self.due.iter().take_while(|(at, _, _)| *at <= now);
-        let rows = due.filter_map(|(_, _, id)| self.rows.get(id));
-        let firsts = rows.filter(|r| req.serves(&r.d.destination) && self.claimable(r, req, now));
-        let groups = firsts.map(|r| (r.d.tenant.clone(), r.d.destination.clone()));
-        let new = groups.filter(|g| seen.insert(g.clone())).take(batch);
-        new.filter_map(|g| self.group_head(&g, req, now)).collect()
-    }
-
-    /// Kill the due exhausted rows the claim serves, at most core's bound (§6.5); only rows
-    /// that have spent attempts can qualify.
-    fn kill_exhausted(&mut self, req: &ClaimRequest, now: Timestamp) {
-        let min_budget = req.sources().iter().map(ClaimSource::max_attempts).min();
-        let spent = self.spent.iter().rev();
-        let spent = spent.take_while(|(a, _)| min_budget.is_some_and(|m| *a >= m));
-        let dead: Vec<DeliveryId> = (spent.map(|(_, id)| *id))
-            .filter(|id| {
-                self.rows.get(id).is_some_and(|r| {
-                    let due = r.d.next_attempt_at <= now;
-                    is_exhausted(req, &r.d.destination, r.d.status, r.d.attempts, due)
-                })
-            })
-            .take(EXHAUSTED_PER_CLAIM)
-            .collect();
-        for id in dead {
-            self.modify(id, |r| {
-                r.d.status = DeliveryStatus::Dead;
-                r.d.dead_reason = Some(DeadReason::MaxAttempts);
-                r.d.completed_at = Some(now);
-                r.d.lease_until = None;
-                r.token = None;
-                r.d.updated_at = now;
-            });
-        }
-    }
-
-    /// The claim protocol: kill exhausted rows, then lease the fair rounds' pick.
-    pub(super) fn claim(
-        &mut self,
-        req: &ClaimRequest,
-        now: Timestamp,
-        entropy: &dyn Entropy,
-    ) -> Vec<Claimed> {
-        self.kill_exhausted(req, now);
-        let batch = req.batch_size() as usize;
-        let live = fair_order(self.heads(req, now, batch), batch);
-        let until = now.saturating_add(req.lease());
-        let lease = |id| self.lease(id, now, until, ClaimToken::generate(entropy));
-        live.into_iter().filter_map(lease).collect()
-    }
-
-    /// Lease one row: `processing` until `until`, an attempt spent unless it was held.
+    /// Lease one row (core's `lease`), remembering when its attempt was due.
     fn lease(
         &mut self,
         id: DeliveryId,
+        t: ClaimToken,
         now: Timestamp,
         until: Timestamp,
-        token: ClaimToken,
     ) -> Option<Claimed> {
-        let r = self.rows.get(&id)?;
-        let message = self.messages.get(&r.d.message_id).cloned()?;
+        let message = self.messages.get(&self.row(id)?.d.message_id).cloned()?;
         self.modify(id, |r| {
-            let from = r.d.status;
-            if from != DeliveryStatus::Held {
-                r.d.attempts = r.d.attempts.saturating_add(1);
-            }
-            r.due_at = Some(r.d.next_attempt_at);
-            r.d.status = DeliveryStatus::Processing;
-            r.d.lease_until = Some(until);
-            r.d.next_attempt_at = until;
-            r.d.updated_at = now;
-            r.token = Some(token);
-            let lease = Lease {
-                delivery_id: id,
-                tenant: r.d.tenant.clone(),
-                token,
-                until,
-                attempts: r.d.attempts,
-                snoozes: r.d.snoozes,
-                claimed_from: from,
-            };
+            (r.due_at, r.token) = (Some(r.d.next_attempt_at), Some(t));
+            let lease = lease(&mut r.d, t, now, until);
             Claimed {
                 lease,
                 delivery: r.d.clone(),
                 message,
             }
         })
+    }
+
+    fn row(&self, id: DeliveryId) -> Option<&Row> {
+        self.rows.get(&id)
     }
 
     /// `Ok` when the lease still owns its row (§6.2).
