@@ -15,45 +15,8 @@ use sqlx::postgres::PgConnection;
 
 use crate::error::DbResult;
 use crate::rows::{self, get, ms};
-use crate::schema::Tables;
-use crate::sql::{self, Params, Statement};
+use crate::sql::Params;
 use crate::store::PostgresStore;
-
-/// The endpoint and consumer statements of one store (`sql/endpoints.sql`), parsed once
-/// with the store's table names.
-#[derive(Debug)]
-pub(crate) struct Sql {
-    insert_endpoint: Statement,
-    update_endpoint: Statement,
-    get_endpoint: Statement,
-    lock_endpoint: Statement,
-    list_endpoints: Statement,
-    delete_endpoint: Statement,
-    put_consumer: Statement,
-    list_consumers: Statement,
-    delete_consumer: Statement,
-}
-
-impl Sql {
-    pub fn new(t: &Tables) -> Result<Self> {
-        let tables = [
-            ("endpoints", t.endpoints.as_str()),
-            ("consumers", t.consumers.as_str()),
-        ];
-        let load = |name| sql::load(sql::ENDPOINTS, name, &tables);
-        Ok(Sql {
-            insert_endpoint: load("insert_endpoint")?,
-            update_endpoint: load("update_endpoint")?,
-            get_endpoint: load("get_endpoint")?,
-            lock_endpoint: load("lock_endpoint")?,
-            list_endpoints: load("list_endpoints")?,
-            delete_endpoint: load("delete_endpoint")?,
-            put_consumer: load("put_consumer")?,
-            list_consumers: load("list_consumers")?,
-            delete_consumer: load("delete_consumer")?,
-        })
-    }
-}
 
 /// An endpoint's id and tenant, the key of most endpoint statements.
 fn key<'q>(tenant: &'q TenantId, id: EndpointId) -> Params<'q> {

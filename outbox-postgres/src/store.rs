@@ -40,28 +40,28 @@ pub(crate) struct Inner {
 }
 
 /// Every statement of one store, built once with the schema name substituted, then reused
-/// (sqlx prepares and caches each text per connection). Each file keeps its statements'
-/// text beside the code that binds their parameters. Every time is a bound parameter from
+/// (sqlx prepares and caches each text per connection). The texts live in `sql/`, one file per
+/// store file that binds them. Every time is a bound parameter from
 /// the injected clock; no statement reads `now()`.
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub tables: Tables,
-    pub enqueue: crate::enqueue::Sql,
-    pub claim: crate::claim::Sql,
-    pub deliveries: crate::deliveries::Sql,
-    pub ledger: crate::ledger::Sql,
-    pub endpoints: crate::endpoints::Sql,
+    pub enqueue: crate::sql::enqueue::Sql,
+    pub claim: crate::sql::claim::Sql,
+    pub deliveries: crate::sql::deliveries::Sql,
+    pub ledger: crate::sql::ledger::Sql,
+    pub endpoints: crate::sql::endpoints::Sql,
 }
 
 impl Statements {
     fn new(schema: &str) -> Result<Self> {
         let tables = Tables::new(schema);
         Ok(Statements {
-            enqueue: crate::enqueue::Sql::new(&tables),
-            claim: crate::claim::Sql::new(&tables),
-            deliveries: crate::deliveries::Sql::new(&tables),
-            ledger: crate::ledger::Sql::new(&tables)?,
-            endpoints: crate::endpoints::Sql::new(&tables)?,
+            enqueue: crate::sql::enqueue::Sql::new(&tables),
+            claim: crate::sql::claim::Sql::new(&tables),
+            deliveries: crate::sql::deliveries::Sql::new(&tables),
+            ledger: crate::sql::ledger::Sql::new(&tables)?,
+            endpoints: crate::sql::endpoints::Sql::new(&tables)?,
             tables,
         })
     }

@@ -80,7 +80,14 @@ async fn security_headers(req: axum::extract::Request, next: axum::middleware::N
     res
 }
 
-pub(crate) fn router(state: Serve) -> Router {
+impl Serve {
+    /// The axum router of the API (`/v1`) and the console (`/console`).
+    pub fn router(&self) -> Router {
+        router(self.clone())
+    }
+}
+
+fn router(state: Serve) -> Router {
     let t = "/v1/tenants/{tenant}";
     let limit = state.inner.config.body_limit;
     let api = Router::new()

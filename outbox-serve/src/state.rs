@@ -188,11 +188,6 @@ impl Serve {
     pub fn config(&self) -> &ServeConfig {
         &self.inner.config
     }
-
-    /// The axum router of the API (`/v1`) and the console (`/console`).
-    pub fn router(&self) -> axum::Router {
-        crate::routes::router(self.clone())
-    }
 }
 
 impl Inner {

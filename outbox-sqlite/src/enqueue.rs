@@ -1,5 +1,6 @@
 //! Writing messages and their fan-out on any connection inside a transaction: the store's
-//! own writer (`enqueue`, `enqueue_batch`) and the caller's (`enqueue_in`).
+//! own writer (`enqueue`, `enqueue_batch`) and the caller's ([`SqliteStore::enqueue_in`],
+//! [`SqliteStore::enqueue_batch_in`]).
 
 use std::collections::HashMap;
 
@@ -7,7 +8,7 @@ use outboxkit_core::{
     fanout, Consumer, Endpoint, Enqueued, Entropy, Limits, MessageId, NewMessage, TenantId,
     Timestamp, ValidMessage,
 };
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::error::{Result, SqliteError};
 use crate::rows::{self, ms};
@@ -141,6 +142,57 @@ fn duplicate(conn: &Connection, v: &ValidMessage) -> Result<Enqueued> {
         deliveries: 0,
         duplicate: true,
     })
+}
+
+impl SqliteStore {
+    /// Write `message` and its fan-out inside the caller's transaction `tx` (a connection
+    /// the caller opened on the same file). The message exists if and only if `tx`
+    /// commits. A failure leaves `tx` as it was before the call (the writes run in a
+    /// savepoint). Blocking: it runs on the caller's thread.
+    ///
+    /// Call [`SqliteStore::notify`] after `tx` commits so dispatchers in this process wake
+    /// at once instead of at their next poll. Open `tx` with
+    /// `TransactionBehavior::Immediate` and set a busy timeout on the caller's connection
+    /// when other processes write the same file.
+    pub fn enqueue_in(
+        &self,
+        tx: &Transaction<'_>,
+        message: NewMessage,
+    ) -> outboxkit_core::Result<Enqueued> {
+        let mut out = self.enqueue_batch_in(tx, vec![message])?;
+        out.pop().ok_or_else(|| {
+            outboxkit_core::Error::new(
+                outboxkit_core::ErrorKind::Unexpected,
+                "the enqueue wrote no result",
+            )
+        })
+    }
+
+    /// [`SqliteStore::enqueue_in`] for many messages: every message is validated before
+    /// any is written; a duplicate within the batch is a duplicate of the earlier one.
+    pub fn enqueue_batch_in(
+        &self,
+        tx: &Transaction<'_>,
+        messages: Vec<NewMessage>,
+    ) -> outboxkit_core::Result<Vec<Enqueued>> {
+        let (clock, limits) = self.clock_and_limits();
+        let now = clock.now();
+        let valid = self::validate_all(messages, limits, now)?;
+        let run = || -> crate::error::Result<Vec<Enqueued>> {
+            tx.execute_batch("SAVEPOINT outbox_enqueue")?;
+            match self::write(tx, &valid, now, self.entropy()) {
+                Ok(out) => {
+                    tx.execute_batch("RELEASE outbox_enqueue")?;
+                    Ok(out)
+                }
+                Err(e) => {
+                    let _ = tx.execute_batch("ROLLBACK TO outbox_enqueue; RELEASE outbox_enqueue");
+                    Err(e)
+                }
+            }
+        };
+        run().map_err(outboxkit_core::Error::from)
+    }
 }
 
 #[async_trait]

@@ -10,15 +10,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Enqueued, Entropy, Error, ErrorKind,
-    Lease, Limits, NewMessage, OsEntropy, ReleaseReport, Result, SystemClock, Timestamp,
-    WakeListener, Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Entropy, Error, ErrorKind, Lease,
+    Limits, OsEntropy, ReleaseReport, Result, SystemClock, Timestamp, WakeListener, Wakeups,
 };
 use rusqlite::Transaction;
 
 use crate::config::SqliteConfig;
 use crate::conn::{snapshot, Pool};
-use crate::{claim, enqueue, wake};
+use crate::{claim, wake};
 
 /// The outbox on SQLite. `Clone` is cheap and shares the connections.
 ///
@@ -59,6 +58,10 @@ impl SqliteStore {
     }
 
     /// The store's clock and message limits (for `enqueue.rs`).
+    pub(crate) fn entropy(&self) -> &dyn Entropy {
+        &*self.inner.entropy
+    }
+
     pub(crate) fn clock_and_limits(&self) -> (&dyn Clock, &Limits) {
         (&*self.inner.clock, &self.inner.limits)
     }
@@ -117,46 +120,6 @@ impl SqliteStore {
     /// The database path.
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-
-    /// Write `message` and its fan-out inside the caller's transaction `tx` (a connection
-    /// the caller opened on the same file). The message exists if and only if `tx`
-    /// commits. A failure leaves `tx` as it was before the call (the writes run in a
-    /// savepoint). Blocking: it runs on the caller's thread.
-    ///
-    /// Call [`SqliteStore::notify`] after `tx` commits so dispatchers in this process wake
-    /// at once instead of at their next poll. Open `tx` with
-    /// `TransactionBehavior::Immediate` and set a busy timeout on the caller's connection
-    /// when other processes write the same file.
-    pub fn enqueue_in(&self, tx: &Transaction<'_>, message: NewMessage) -> Result<Enqueued> {
-        let mut out = self.enqueue_batch_in(tx, vec![message])?;
-        out.pop()
-            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "the enqueue wrote no result"))
-    }
-
-    /// [`SqliteStore::enqueue_in`] for many messages: every message is validated before
-    /// any is written; a duplicate within the batch is a duplicate of the earlier one.
-    pub fn enqueue_batch_in(
-        &self,
-        tx: &Transaction<'_>,
-        messages: Vec<NewMessage>,
-    ) -> Result<Vec<Enqueued>> {
-        let now = self.inner.clock.now();
-        let valid = enqueue::validate_all(messages, &self.inner.limits, now)?;
-        let run = || -> crate::error::Result<Vec<Enqueued>> {
-            tx.execute_batch("SAVEPOINT outbox_enqueue")?;
-            match enqueue::write(tx, &valid, now, &*self.inner.entropy) {
-                Ok(out) => {
-                    tx.execute_batch("RELEASE outbox_enqueue")?;
-                    Ok(out)
-                }
-                Err(e) => {
-                    let _ = tx.execute_batch("ROLLBACK TO outbox_enqueue; RELEASE outbox_enqueue");
-                    Err(e)
-                }
-            }
-        };
-        run().map_err(Error::from)
     }
 
     /// Wake this process's dispatchers: call it after committing a transaction in which

@@ -7,6 +7,12 @@
 //! [`Statement::bind`] takes a [`Params`] and refuses a statement with a name left unbound,
 //! and a parameter the statement does not name, before anything reaches the database.
 
+pub(crate) mod claim;
+pub(crate) mod deliveries;
+pub(crate) mod endpoints;
+pub(crate) mod enqueue;
+pub(crate) mod ledger;
+
 use std::collections::HashMap;
 
 use outboxkit_core::{Error, ErrorKind, Result};
