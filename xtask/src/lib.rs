@@ -2,13 +2,14 @@
 //!
 //! `tidy` checks: no ignored tests or `todo!`/`unimplemented!`, every crate on the workspace
 //! lints, file sizes, the store file shape ([`store_shape`]), the conformance case lists
-//! ([`case_lists`]), a pure `outbox-core` ([`core_is_pure`]) and the crate layers
-//! ([`layering`]).
+//! ([`case_lists`]), a pure `outbox-core` ([`core_is_pure`]), the crate layers
+//! ([`layering`]) and no import circles between the files of a crate ([`import_circles`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 mod caselist;
+mod circles;
 mod deps;
 mod manifest;
 #[cfg(test)]
@@ -16,6 +17,7 @@ mod scratch;
 mod shape;
 
 pub use caselist::case_lists;
+pub use circles::import_circles;
 pub use deps::{core_is_pure, layering};
 pub use shape::store_shape;
 
@@ -76,6 +78,7 @@ pub fn tidy(root: &Path) -> Vec<Problem> {
     problems.extend(case_lists(root));
     problems.extend(core_is_pure(root));
     problems.extend(layering(root));
+    problems.extend(import_circles(root));
     problems
 }
 

@@ -52,7 +52,7 @@ fn main() -> ExitCode {
                 && cargo(&["test", "--workspace"])
         }
         _ => {
-            eprintln!("usage: cargo xtask <ci|tidy|bench>\n\n  ci     tidy, fmt --check, clippy -D warnings, test --workspace\n  tidy   house rules: no ignored tests, no todo!/unimplemented!, workspace lints, src/ files <= 600 lines\n         (others <= 800), rust-version >= every dependency's, the store file shape, every\n         conformance case listed, outbox-core free of runtime/I/O crates, crate layering\n  bench  [--quick] [--only NAME] [--list]: each scenario beside a raw baseline (release build);\n         table printed and written to target/bench/bench.{{json,md}}");
+            eprintln!("usage: cargo xtask <ci|tidy|bench>\n\n  ci     tidy, fmt --check, clippy -D warnings, test --workspace\n  tidy   house rules: no ignored tests, no todo!/unimplemented!, workspace lints, src/ files <= 600 lines\n         (others <= 800), rust-version >= every dependency's, the store file shape, every\n         conformance case listed, outbox-core free of runtime/I/O crates, crate layering,\n         no import circles between the files of a crate\n  bench  [--quick] [--only NAME] [--list]: each scenario beside a raw baseline (release build);\n         table printed and written to target/bench/bench.{{json,md}}");
             return ExitCode::from(2);
         }
     };
