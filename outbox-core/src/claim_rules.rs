@@ -105,6 +105,21 @@ pub fn group_limit(request: &ClaimRequest, destination: &Destination) -> usize {
     (request.batch_size() as usize).min(request.group_limit(destination))
 }
 
+/// The groups that can get a turn when there are more groups than the batch (every e-mail
+/// recipient is one): the first `batch` distinct groups of the claimable rows walked in due
+/// order. [`fair_order`] gives each of them one row in the first round and the others none, so
+/// a store need not read every group's head.
+pub fn first_groups<G: Eq + std::hash::Hash + Clone>(
+    claimable_in_due_order: impl IntoIterator<Item = G>,
+    batch: usize,
+) -> Vec<G> {
+    let mut seen = std::collections::HashSet::new();
+    let rows = claimable_in_due_order.into_iter();
+    rows.filter(|g| seen.insert(g.clone()))
+        .take(batch)
+        .collect()
+}
+
 /// The fair-round order (§6.1): `groups` are each group's first-row key and its claimable
 /// rows in due order (already cut to [`group_limit`]); the result is at most `batch` rows,
 /// taken round by round over the groups in the order of their keys (ties keep the order
@@ -155,6 +170,14 @@ mod tests {
         assert_eq!(fair_order(groups, 2), ["a1", "b1"]);
         assert!(fair_order::<u8, &str>(vec![], 5).is_empty());
         assert!(fair_order(vec![(1, vec!["x"])], 0).is_empty());
+    }
+
+    #[test]
+    fn first_groups_are_the_first_distinct_groups_in_due_order() {
+        let rows = ["b", "a", "b", "c", "a", "d"];
+        assert_eq!(first_groups(rows, 3), ["b", "a", "c"]);
+        assert_eq!(first_groups(rows, 10), ["b", "a", "c", "d"]);
+        assert!(first_groups(rows, 0).is_empty());
     }
 
     #[test]

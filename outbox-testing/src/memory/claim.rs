@@ -10,7 +10,8 @@ use outboxkit_core::{
 };
 
 use outboxkit_core::claim_rules::{
-    barrier_blocks, fair_order, group_limit, kill, lease, row_is_exhausted, EXHAUSTED_PER_CLAIM,
+    barrier_blocks, fair_order, first_groups, group_limit, kill, lease, row_is_exhausted,
+    EXHAUSTED_PER_CLAIM,
 };
 use outboxkit_core::ClaimSource;
 
@@ -21,12 +22,7 @@ impl State {
 
     /// The claim: kill the due exhausted rows it serves (at most core's bound; only rows
     /// that spent attempts can qualify), then lease the fair rounds' pick.
-    pub(super) fn claim(
-        &mut self,
-        q: &ClaimRequest,
-        now: Timestamp,
-        e: &dyn Entropy,
-    ) -> Vec<Claimed> {
+    pub fn claim(&mut self, q: &ClaimRequest, now: Timestamp, e: &dyn Entropy) -> Vec<Claimed> {
         let budgets = q.sources().iter().map(ClaimSource::max_attempts);
         let budget = budgets.min().unwrap_or(u32::MAX);
         let spent = self.spent.iter().rev().take_while(|s| s.0 >= budget);
@@ -42,19 +38,27 @@ impl State {
     }
 
     /// The fair rounds' pick: every served group offers its first claimable rows in due
-    /// order (at most its limit), and core's `fair_order` takes round by round.
+    /// order (at most its limit), and core's `fair_order` takes round by round. With more
+    /// groups than the batch only core's `first_groups` can get a turn.
     fn pick(&self, req: &ClaimRequest, now: Timestamp) -> Vec<DeliveryId> {
-        let served = self.groups.iter().filter(|(g, _)| req.serves(&g.1));
-        let heads = served.filter_map(|(g, rows)| {
-            let due = rows.iter().take_while(|e| e.0 <= now);
+        let batch = req.batch_size() as usize;
+        let keys = self.groups.keys();
+        let mut served: Vec<Group> = keys.filter(|g| req.serves(&g.1)).cloned().collect();
+        if served.len() > batch {
+            let due = self.due.iter().take_while(|e| e.0 <= now);
+            let ok = |r: &&Row| req.serves(&r.d.destination) && self.claimable(r, req, now);
+            let firsts = due.filter_map(|e| self.row(e.2)).filter(ok);
+            let groups = firsts.map(|r| (r.d.tenant.clone(), r.d.destination.clone()));
+            served = first_groups(groups, batch);
+        }
+        let heads = served.iter().filter_map(|g| {
+            let due = self.groups.get(g)?.iter().take_while(|e| e.0 <= now);
             let ok = due.filter(|e| self.row(e.2).is_some_and(|r| self.claimable(r, req, now)));
             let rows: Vec<_> = ok.take(group_limit(req, &g.1)).collect();
-            Some((
-                (rows.first()?.0, rows.first()?.1),
-                rows.iter().map(|e| e.2).collect(),
-            ))
+            let key = rows.first().map(|e| (e.0, e.1))?;
+            Some((key, rows.iter().map(|e| e.2).collect()))
         });
-        fair_order(heads.collect(), req.batch_size() as usize)
+        fair_order(heads.collect(), batch)
     }
 
     /// Whether a due row may be handed out: within its budget and not behind its key.
