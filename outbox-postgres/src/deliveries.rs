@@ -11,6 +11,7 @@ use outboxkit_core::{
 
 use crate::error::DbResult;
 use crate::rows::{self, get, ms};
+use crate::sql::{Params, Statement};
 use crate::store::PostgresStore;
 use async_trait::async_trait;
 use outboxkit_core::OperatorStore;
@@ -18,11 +19,12 @@ use outboxkit_core::OperatorStore;
 impl PostgresStore {
     /// Run `query` (an update counted with a NOTIFY) and wake local listeners when it
     /// changed something.
-    async fn counted(
-        &self,
-        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ) -> Result<u64> {
-        let row = query.fetch_one(&self.inner.pool).await.db()?;
+    async fn counted(&self, statement: &Statement, params: Params<'_>) -> Result<u64> {
+        let row = statement
+            .bind(params)?
+            .fetch_one(&self.inner.pool)
+            .await
+            .db()?;
         let n: i64 = get(&row, "n")?;
         if n > 0 {
             self.inner.wake.wakeups().wake();
@@ -30,25 +32,21 @@ impl PostgresStore {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    /// `OperatorStore::release_held`: [`release_held_text`].
+    /// `OperatorStore::release_held`: `release_held` of `sql/deliveries.sql`.
     pub(crate) async fn release_held_now(
         &self,
         tenant: &TenantId,
         endpoint: EndpointId,
     ) -> Result<u64> {
-        self.counted(
-            sqlx::query(&self.inner.sql.deliveries.release_held)
-                .bind(tenant.as_str()) // $1
-                .bind(endpoint.to_string()) // $2
-                .bind(ms(self.inner.clock.now())) // $3
-                .bind(&self.inner.channel), // $4
-        )
-        .await
+        let params = Params::new()
+            .set("tenant", tenant.as_str())
+            .set("endpoint", endpoint.to_string())
+            .set("now", ms(self.inner.clock.now()))
+            .set("channel", self.inner.channel.as_str());
+        self.counted(&self.inner.sql.deliveries.release_held, params)
+            .await
     }
 }
-
-// The operator changes on one delivery, each with the parameters $1 delivery, $2 tenant,
-// $3 now, $4 channel, bound by [`PostgresStore::operator_change`].
 
 /// Which operator change [`PostgresStore::operator_change`] runs.
 #[derive(Clone, Copy, Debug)]
@@ -76,15 +74,12 @@ impl PostgresStore {
             ),
             Change::Reset => (&sql.reset, "only a held delivery can be reset"),
         };
-        let n = self
-            .counted(
-                sqlx::query(statement)
-                    .bind(delivery.as_uuid()) // $1
-                    .bind(tenant.as_str()) // $2
-                    .bind(ms(self.inner.clock.now())) // $3
-                    .bind(&self.inner.channel), // $4
-            )
-            .await?;
+        let params = Params::new()
+            .set("delivery", delivery.as_uuid())
+            .set("tenant", tenant.as_str())
+            .set("now", ms(self.inner.clock.now()))
+            .set("channel", self.inner.channel.as_str());
+        let n = self.counted(statement, params).await?;
         if n == 0 {
             return Err(self.missing_or_conflict(tenant, delivery, why).await);
         }
@@ -98,11 +93,13 @@ impl PostgresStore {
         id: DeliveryId,
         why: &'static str,
     ) -> Error {
-        let found = sqlx::query(&self.inner.sql.deliveries.status_of)
-            .bind(id.as_uuid()) // $1
-            .bind(tenant.as_str()) // $2
-            .fetch_optional(&self.inner.pool)
-            .await;
+        let params = Params::new()
+            .set("delivery", id.as_uuid())
+            .set("tenant", tenant.as_str());
+        let found = match self.inner.sql.deliveries.status_of.bind(params) {
+            Ok(q) => q.fetch_optional(&self.inner.pool).await,
+            Err(e) => return e,
+        };
         match found {
             Ok(Some(_)) => Error::new(ErrorKind::Conflict, why),
             Ok(None) => Error::not_found("delivery"),
@@ -112,21 +109,20 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// `OperatorStore::stats`: [`stats_text`] over every delivery, finished ones included.
+    /// `OperatorStore::stats`: `stats`, over every delivery, finished ones included.
     pub(crate) async fn stats_now(&self) -> Result<Stats> {
         self.stats_of(&self.inner.sql.deliveries.stats).await
     }
 
-    /// `OperatorStore::queue_stats`: [`stats_text`] over the hot table's unfinished rows;
+    /// `OperatorStore::queue_stats`: `queue_stats`, over the hot table's unfinished rows;
     /// finished deliveries live in the history table, which it never reads.
     pub(crate) async fn queue_stats_now(&self) -> Result<Stats> {
         self.stats_of(&self.inner.sql.deliveries.queue_stats).await
     }
 
-    async fn stats_of(&self, text: &str) -> Result<Stats> {
+    async fn stats_of(&self, statement: &Statement) -> Result<Stats> {
         let now = self.inner.clock.now();
-        let row = sqlx::query(text)
-            .bind(ms(now)) // $1
+        let row = (statement.bind(Params::new().set("now", ms(now)))?)
             .fetch_one(&self.inner.pool)
             .await
             .db()?;

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use outboxkit_core::endpoint::check_description;
 use outboxkit_core::{
     Consumer, ConsumerName, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Error, Result,
-    TenantId,
+    TenantId, Timestamp,
 };
 use sqlx::postgres::PgConnection;
 
@@ -26,6 +26,20 @@ fn key<'q>(tenant: &'q TenantId, id: EndpointId) -> Params<'q> {
 }
 
 impl PostgresStore {
+    /// The parameters of `release_held` (`sql/deliveries.sql`) for one endpoint.
+    fn release_params<'q>(
+        &'q self,
+        tenant: &'q TenantId,
+        id: EndpointId,
+        now: Timestamp,
+    ) -> Params<'q> {
+        Params::new()
+            .set("tenant", tenant.as_str())
+            .set("endpoint", id.to_string())
+            .set("now", ms(now))
+            .set("channel", self.inner.channel.as_str())
+    }
+
     async fn write_endpoint(
         &self,
         conn: &mut PgConnection,
@@ -109,22 +123,21 @@ impl EndpointStore for PostgresStore {
         self.write_endpoint(&mut tx, &endpoint, false).await?;
         let mut released = 0;
         if update.releases_held(&endpoint.status) {
-            let row = sqlx::query(&self.inner.sql.deliveries.release_held)
-                .bind(tenant.as_str()) // $1
-                .bind(id.to_string()) // $2
-                .bind(ms(now)) // $3
-                .bind(&self.inner.channel) // $4
+            let row = (self.inner.sql.deliveries.release_held)
+                .bind(self.release_params(tenant, id, now))?
                 .fetch_one(&mut *tx)
                 .await
                 .db()?;
             released = get::<i64>(&row, "n")?;
         }
         if let Some(until) = update.holds_until(now) {
-            sqlx::query(&self.inner.sql.deliveries.hold_for_endpoint)
-                .bind(tenant.as_str()) // $1
-                .bind(id.to_string()) // $2
-                .bind(ms(until)) // $3
-                .bind(ms(now)) // $4
+            let params = Params::new()
+                .set("tenant", tenant.as_str())
+                .set("endpoint", id.to_string())
+                .set("until", ms(until))
+                .set("now", ms(now));
+            (self.inner.sql.deliveries.hold_for_endpoint)
+                .bind(params)?
                 .execute(&mut *tx)
                 .await
                 .db()?;
@@ -148,11 +161,8 @@ impl EndpointStore for PostgresStore {
             return Err(Error::not_found("endpoint"));
         }
         // Its held deliveries become due, so the next claim ends them (`endpoint-removed`).
-        let row = sqlx::query(&self.inner.sql.deliveries.release_held)
-            .bind(tenant.as_str()) // $1
-            .bind(id.to_string()) // $2
-            .bind(ms(now)) // $3
-            .bind(&self.inner.channel) // $4
+        let row = (self.inner.sql.deliveries.release_held)
+            .bind(self.release_params(tenant, id, now))?
             .fetch_one(&mut *tx)
             .await
             .db()?;

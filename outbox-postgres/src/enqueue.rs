@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::error::DbResult;
 use crate::rows::{self, get, ms};
+use crate::sql::Params;
 use crate::store::PostgresStore;
 use async_trait::async_trait;
 use outboxkit_core::MessageStore;
@@ -47,7 +48,7 @@ impl PostgresStore {
         })
     }
 
-    /// Run [`one_text`] for `p` on `conn`.
+    /// Run `one` of `sql/enqueue.sql` for `p` on `conn`.
     async fn write_one(
         &self,
         conn: &mut PgConnection,
@@ -57,21 +58,25 @@ impl PostgresStore {
         let v = &p.valid;
         let (hi, lo) = rows::split_base(p.base);
         let emails: Vec<&str> = v.emails.iter().map(|r| r.as_str()).collect();
-        let row = sqlx::query(&self.inner.sql.enqueue.one)
-            .bind(p.id.as_uuid()) // $1
-            .bind(v.tenant.as_str()) // $2
-            .bind(v.topic.as_str()) // $3
-            .bind(&v.payload) // $4
-            .bind(v.ordering_key.as_ref().map(|k| k.as_str())) // $5
-            .bind(v.idempotency_key.as_ref().map(|k| k.as_str())) // $6
-            .bind(ms(v.available_at)) // $7
-            .bind(rows::headers_to(&v.headers)) // $8
-            .bind(rows::cause_to(v.cause.as_ref())) // $9
-            .bind(ms(self.inner.clock.now())) // $10
-            .bind(hi) // $11
-            .bind(lo) // $12
-            .bind(emails) // $13
-            .bind(channel) // $14
+        let params = Params::new()
+            .set("id", p.id.as_uuid())
+            .set("tenant", v.tenant.as_str())
+            .set("topic", v.topic.as_str())
+            .set("payload", v.payload.as_slice())
+            .set("ordering_key", v.ordering_key.as_ref().map(|k| k.as_str()))
+            .set(
+                "idempotency_key",
+                v.idempotency_key.as_ref().map(|k| k.as_str()),
+            )
+            .set("available_at", ms(v.available_at))
+            .set("headers", rows::headers_to(&v.headers))
+            .set("cause", rows::cause_to(v.cause.as_ref()))
+            .set("now", ms(self.inner.clock.now()))
+            .set("did_hi", hi)
+            .set("did_lo", lo)
+            .set("recipients", emails)
+            .set("channel", channel);
+        let row = (self.inner.sql.enqueue.one.bind(params)?)
             .fetch_one(&mut *conn)
             .await
             .db()?;
@@ -119,10 +124,11 @@ impl PostgresStore {
                 "a new message id collided with a stored one",
             ));
         };
-        let id: Option<Uuid> = sqlx::query_scalar(&self.inner.sql.enqueue.find_idempotent)
-            .bind(v.tenant.as_str()) // $1
-            .bind(v.topic.as_str()) // $2
-            .bind(key.as_str()) // $3
+        let params = Params::new()
+            .set("tenant", v.tenant.as_str())
+            .set("topic", v.topic.as_str())
+            .set("idempotency_key", key.as_str());
+        let id: Option<Uuid> = (self.inner.sql.enqueue.find_idempotent.bind_scalar(params)?)
             .fetch_optional(&mut *conn)
             .await
             .db()?;
@@ -203,44 +209,67 @@ impl PostgresStore {
             .enumerate()
             .flat_map(|(ord, v)| v.emails.iter().map(move |r| (ord as i64 + 1, r.as_str())))
             .unzip();
-        let rows = sqlx::query(&self.inner.sql.enqueue.many)
-            .bind(
-                sent.iter()
-                    .map(|&i| prepared[i].id.as_uuid())
-                    .collect::<Vec<_>>(),
-            ) // $1
-            .bind(valid().map(|v| v.tenant.as_str()).collect::<Vec<_>>()) // $2
-            .bind(valid().map(|v| v.topic.as_str()).collect::<Vec<_>>()) // $3
-            .bind(valid().map(|v| v.payload.as_slice()).collect::<Vec<_>>()) // $4
-            .bind(
+        let ids: Vec<_> = sent.iter().map(|&i| prepared[i].id.as_uuid()).collect();
+        let params = Params::new()
+            .set("ids", ids)
+            .set(
+                "tenants",
+                valid().map(|v| v.tenant.as_str()).collect::<Vec<_>>(),
+            )
+            .set(
+                "topics",
+                valid().map(|v| v.topic.as_str()).collect::<Vec<_>>(),
+            )
+            .set(
+                "payloads",
+                valid().map(|v| v.payload.as_slice()).collect::<Vec<_>>(),
+            )
+            .set(
+                "ordering_keys",
                 valid()
                     .map(|v| v.ordering_key.as_ref().map(|k| k.as_str()))
                     .collect::<Vec<_>>(),
-            ) // $5
-            .bind(
+            )
+            .set(
+                "idempotency_keys",
                 valid()
                     .map(|v| v.idempotency_key.as_ref().map(|k| k.as_str()))
                     .collect::<Vec<_>>(),
-            ) // $6
-            .bind(valid().map(|v| ms(v.available_at)).collect::<Vec<_>>()) // $7
-            .bind(
+            )
+            .set(
+                "available_at",
+                valid().map(|v| ms(v.available_at)).collect::<Vec<_>>(),
+            )
+            .set(
+                "headers",
                 valid()
                     .map(|v| rows::headers_to(&v.headers))
                     .collect::<Vec<_>>(),
-            ) // $8
-            .bind(
+            )
+            .set(
+                "causes",
                 valid()
                     .map(|v| rows::cause_to(v.cause.as_ref()))
                     .collect::<Vec<_>>(),
-            ) // $9
-            .bind(bases.iter().map(|b| b.0.clone()).collect::<Vec<_>>()) // $10
-            .bind(bases.iter().map(|b| b.1).collect::<Vec<_>>()) // $11
-            .bind(email_of) // $12
-            .bind(email_to) // $13
-            .bind(ms(self.inner.clock.now())) // $14
-            .bind(channel) // $15
-            .bind(routes.iter().map(|r| r.0).collect::<Vec<_>>()) // $16
-            .bind(routes.iter().map(|r| r.1).collect::<Vec<_>>()) // $17
+            )
+            .set(
+                "did_hi",
+                bases.iter().map(|b| b.0.clone()).collect::<Vec<_>>(),
+            )
+            .set("did_lo", bases.iter().map(|b| b.1).collect::<Vec<_>>())
+            .set("email_messages", email_of)
+            .set("recipients", email_to)
+            .set("now", ms(self.inner.clock.now()))
+            .set("channel", channel)
+            .set(
+                "route_tenants",
+                routes.iter().map(|r| r.0).collect::<Vec<_>>(),
+            )
+            .set(
+                "route_topics",
+                routes.iter().map(|r| r.1).collect::<Vec<_>>(),
+            );
+        let rows = (self.inner.sql.enqueue.many.bind(params)?)
             .fetch_all(&mut *conn)
             .await
             .db()?;

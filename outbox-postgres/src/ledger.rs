@@ -97,15 +97,16 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// `Ledger::attempts`: [`attempts_text`].
+    /// `Ledger::attempts`: `attempts` of `sql/ledger.sql`.
     pub(crate) async fn attempts_of(
         &self,
         tenant: &TenantId,
         delivery: DeliveryId,
     ) -> Result<Vec<Attempt>> {
-        let found = sqlx::query(&self.inner.sql.ledger.attempts)
-            .bind(delivery.as_uuid()) // $1
-            .bind(tenant.as_str()) // $2
+        let params = Params::new()
+            .set("delivery", delivery.as_uuid())
+            .set("tenant", tenant.as_str());
+        let found = (self.inner.sql.ledger.attempts.bind(params)?)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -131,7 +132,7 @@ impl PostgresStore {
         limit: u32,
     ) -> Result<PurgeReport> {
         check_purge_limit(limit)?;
-        let sql = &self.inner.sql.ledger.purge;
+        let sql = &self.inner.sql.ledger;
         let (names, times): (Vec<&str>, Vec<i64>) = cutoffs
             .tenants
             .iter()
@@ -139,18 +140,21 @@ impl PostgresStore {
             .unzip();
         let mut tx = self.inner.pool.begin().await.db()?;
         // Serialises purgers: each call serves the tenant after the one served last.
-        let cursor: String = sqlx::query_scalar(&sql.lock_purge_cursor)
+        let row = (sql.lock_purge_cursor.bind(Params::new())?)
             .fetch_one(&mut *tx)
             .await
             .db()?;
-        let tenant: Option<String> = sqlx::query_scalar(&sql.purge_pick_tenant)
-            .bind(ms(cutoffs.default)) // $1
-            .bind(&cursor) // $2
-            .bind(&names) // $3
-            .bind(&times) // $4
+        let cursor: String = get(&row, "tenant")?;
+        let params = Params::new()
+            .set("default_cutoff", ms(cutoffs.default))
+            .set("last", cursor.as_str())
+            .set("tenants", &names)
+            .set("cutoffs", &times);
+        let row = (sql.purge_pick_tenant.bind(params)?)
             .fetch_one(&mut *tx)
             .await
             .db()?;
+        let tenant: Option<String> = get(&row, "tenant")?;
         let Some(tenant) = tenant else {
             tx.commit().await.db()?;
             return Ok(PurgeReport::default());
@@ -159,11 +163,11 @@ impl PostgresStore {
         let report = self
             .purge_one(&mut tx, &tenant, cutoffs.before(&tenant), limit)
             .await?;
-        sqlx::query(&sql.set_purge_cursor)
-            .bind(tenant.as_str()) // $1
-            .execute(&mut *tx)
-            .await
-            .db()?;
+        (sql.set_purge_cursor
+            .bind(Params::new().set("tenant", tenant.as_str()))?)
+        .execute(&mut *tx)
+        .await
+        .db()?;
         tx.commit().await.db()?;
         Ok(report)
     }
@@ -190,21 +194,23 @@ impl PostgresStore {
         before: Timestamp,
         limit: u32,
     ) -> Result<PurgeReport> {
-        let sql = &self.inner.sql.ledger.purge;
-        let deliveries: i64 = sqlx::query_scalar(&sql.purge_deliveries)
-            .bind(tenant.as_str()) // $1
-            .bind(ms(before)) // $2
-            .bind(i64::from(limit)) // $3
+        let sql = &self.inner.sql.ledger;
+        let params = || {
+            Params::new()
+                .set("tenant", tenant.as_str())
+                .set("before", ms(before))
+                .set("limit", i64::from(limit))
+        };
+        let row = (sql.purge_deliveries.bind(params())?)
             .fetch_one(&mut *tx)
             .await
             .db()?;
-        let messages: i64 = sqlx::query_scalar(&sql.purge_messages)
-            .bind(tenant.as_str()) // $1
-            .bind(ms(before)) // $2
-            .bind(i64::from(limit)) // $3
+        let deliveries: i64 = get(&row, "n")?;
+        let row = (sql.purge_messages.bind(params())?)
             .fetch_one(&mut *tx)
             .await
             .db()?;
+        let messages: i64 = get(&row, "n")?;
         Ok(PurgeReport {
             deliveries: u64::try_from(deliveries).unwrap_or(0),
             messages: u64::try_from(messages).unwrap_or(0),

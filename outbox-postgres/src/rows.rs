@@ -15,9 +15,6 @@ use uuid::Uuid;
 
 use crate::error::{DbResult, StoreError};
 
-/// The statuses of an unfinished delivery, as an SQL list.
-pub(crate) const UNFINISHED: &str = "('pending', 'held', 'processing', 'sending')";
-
 /// Every column of a delivery row, in table order (the hot table's and the history's), for
 /// the statements that move a row from one to the other.
 pub(crate) const ROW_COLS: &str = "seq, id, message_id, tenant, topic, ordering_key, kind, \

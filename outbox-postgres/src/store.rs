@@ -45,7 +45,6 @@ pub(crate) struct Inner {
 /// the injected clock; no statement reads `now()`.
 #[derive(Debug)]
 pub(crate) struct Statements {
-    pub tables: Tables,
     pub enqueue: crate::sql::enqueue::Sql,
     pub claim: crate::sql::claim::Sql,
     pub deliveries: crate::sql::deliveries::Sql,
@@ -57,12 +56,11 @@ impl Statements {
     fn new(schema: &str) -> Result<Self> {
         let tables = Tables::new(schema);
         Ok(Statements {
-            enqueue: crate::sql::enqueue::Sql::new(&tables),
-            claim: crate::sql::claim::Sql::new(&tables),
-            deliveries: crate::sql::deliveries::Sql::new(&tables),
+            enqueue: crate::sql::enqueue::Sql::new(&tables)?,
+            claim: crate::sql::claim::Sql::new(&tables)?,
+            deliveries: crate::sql::deliveries::Sql::new(&tables)?,
             ledger: crate::sql::ledger::Sql::new(&tables)?,
             endpoints: crate::sql::endpoints::Sql::new(&tables)?,
-            tables,
         })
     }
 }

@@ -1,21 +1,13 @@
 //! Tenant-scoped counts: one tenant's (or one endpoint's) stats, and every tenant with its
-//! counts. Operator calls, not the hot path: the statement text is built per call.
+//! counts. Operator calls, not the hot path (statements in `sql/`).
 
 use outboxkit_core::{DeliveryStatus, EndpointId, Result, Stats, TenantId, TenantStats, Timestamp};
 use sqlx::postgres::PgRow;
 
 use crate::error::DbResult;
-use crate::rows::{get, ms, ts_opt, UNFINISHED};
+use crate::rows::{get, ms, ts_opt};
+use crate::sql::Params;
 use crate::store::PostgresStore;
-
-/// The per-status count columns over the rows a query groups.
-fn count_cols() -> String {
-    DeliveryStatus::ALL
-        .iter()
-        .map(|s| format!("count(*) FILTER (WHERE status = '{s}') AS {s}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 fn stats_from(row: &PgRow, now: Timestamp) -> Result<Stats> {
     let mut stats = Stats::default();
@@ -28,57 +20,31 @@ fn stats_from(row: &PgRow, now: Timestamp) -> Result<Stats> {
     Ok(stats)
 }
 
-/// Counts of one tenant's deliveries (to one endpoint when given).
+/// Counts of one tenant's deliveries (to one endpoint when given): `tenant_stats` of
+/// `sql/deliveries.sql`.
 pub(crate) async fn tenant_stats(
     store: &PostgresStore,
     tenant: &TenantId,
     endpoint: Option<EndpointId>,
 ) -> Result<Stats> {
     let now = store.inner.clock.now();
-    let (d, all) = (
-        &store.inner.sql.tables.deliveries,
-        &store.inner.sql.tables.all,
-    );
-    let scope =
-        "tenant = $2::text AND ($3::text IS NULL OR (kind = 'webhook' AND target = $3::text))";
-    let text = format!(
-        "SELECT {cols}, \
-                (SELECT min(next_attempt_at) FROM {d} \
-                  WHERE {scope} AND status IN {UNFINISHED} AND next_attempt_at <= $1::int8) \
-                  AS oldest \
-           FROM {all} x WHERE {scope}",
-        cols = count_cols(),
-    );
-    let row = sqlx::query(&text)
-        .bind(ms(now))
-        .bind(tenant.as_str())
-        .bind(endpoint.map(|e| e.to_string()))
+    let params = Params::new()
+        .set("now", ms(now))
+        .set("tenant", tenant.as_str())
+        .set("endpoint", endpoint.map(|e| e.to_string()));
+    let row = (store.inner.sql.deliveries.tenant_stats.bind(params)?)
         .fetch_one(&store.inner.pool)
         .await
         .db()?;
     stats_from(&row, now)
 }
 
-/// Every tenant with deliveries or messages, by name, with its counts.
+/// Every tenant with deliveries or messages, by name, with its counts: `tenants` of
+/// `sql/ledger.sql`.
 pub(crate) async fn tenants(store: &PostgresStore) -> Result<Vec<TenantStats>> {
     let now = store.inner.clock.now();
-    let s = &store.inner.sql.tables.schema;
-    let all = &store.inner.sql.tables.all;
-    let text = format!(
-        "SELECT t.tenant, c.*, coalesce(m.n, 0) AS messages \
-           FROM (SELECT tenant FROM {all} x UNION SELECT tenant FROM {s}.messages) t \
-           LEFT JOIN (SELECT tenant AS c_tenant, {cols}, \
-                             min(next_attempt_at) FILTER (WHERE status IN {UNFINISHED} \
-                                                            AND next_attempt_at <= $1::int8) \
-                               AS oldest \
-                        FROM {all} x GROUP BY tenant) c ON c.c_tenant = t.tenant \
-           LEFT JOIN (SELECT tenant AS m_tenant, count(*) AS n FROM {s}.messages \
-                       GROUP BY tenant) m ON m.m_tenant = t.tenant \
-          ORDER BY t.tenant",
-        cols = count_cols(),
-    );
-    let rows = sqlx::query(&text)
-        .bind(ms(now))
+    let params = Params::new().set("now", ms(now));
+    let rows = (store.inner.sql.ledger.tenants.bind(params)?)
         .fetch_all(&store.inner.pool)
         .await
         .db()?;

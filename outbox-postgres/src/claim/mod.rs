@@ -22,6 +22,7 @@ use uuid::Uuid;
 
 use crate::error::DbResult;
 use crate::rows::{self, get, int4, ms};
+use crate::sql::Params;
 use crate::store::PostgresStore;
 
 mod settle;
@@ -77,7 +78,8 @@ fn claimed(row: &PgRow) -> Result<Claimed> {
 }
 
 impl PostgresStore {
-    /// `DeliveryStore::claim`: [`claim_text`] with fresh tokens from the injected entropy.
+    /// `DeliveryStore::claim`: `claim` of `sql/claim.sql`, with fresh tokens from the
+    /// injected entropy.
     pub(crate) async fn claim_now(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         request.validate()?;
         let now = self.inner.clock.now();
@@ -108,24 +110,25 @@ impl PostgresStore {
         let sql = &self.inner.sql.claim;
         let generic = sql.generic.load(Ordering::Relaxed);
         let mut tx = self.inner.pool.begin_with(claim_mode(generic)).await.db()?;
-        let found = sqlx::query(&sql.claim)
-            .bind(ms(now)) // $1
-            .bind(batch as i64) // $2
-            .bind(consumers) // $3
-            .bind(budgets) // $4
-            .bind(request.webhook_budget().map(int4)) // $5
-            .bind(request.email_budget().map(int4)) // $6
-            .bind(dormant) // $7
-            .bind(self.tokens(batch)) // $8
-            .bind(ms(until)) // $9
-            .bind(int4(min_budget)) // $10
-            .bind(excluded_endpoints) // $11
-            .bind(room_endpoints) // $12
-            .bind(rooms) // $13
-            .bind(request.default_endpoint_limit().map(i64::from)) // $14
-            .fetch_all(&mut *tx)
-            .await
-            .db()?;
+        let params = Params::new()
+            .set("now", ms(now))
+            .set("batch", batch as i64)
+            .set("consumers", consumers)
+            .set("budgets", budgets)
+            .set("webhook_budget", request.webhook_budget().map(int4))
+            .set("email_budget", request.email_budget().map(int4))
+            .set("dormant", dormant)
+            .set("tokens", self.tokens(batch))
+            .set("until", ms(until))
+            .set("min_budget", int4(min_budget))
+            .set("excluded", excluded_endpoints)
+            .set("room_endpoints", room_endpoints)
+            .set("rooms", rooms)
+            .set(
+                "endpoint_limit",
+                request.default_endpoint_limit().map(i64::from),
+            );
+        let found = (sql.claim.bind(params)?).fetch_all(&mut *tx).await.db()?;
         tx.commit().await.db()?;
         let hot_bytes: i64 = match found.first() {
             Some(row) => get(row, "hot_bytes")?,

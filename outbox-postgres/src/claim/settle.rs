@@ -4,8 +4,8 @@
 
 use super::*;
 
-/// The columns of one completion, as parallel arrays for `unnest`, in the order of the
-/// parameters of [`complete_text`] ($2…$23).
+/// The columns of one completion, as parallel arrays for the `unnest` of `complete`
+/// (`sql/claim.sql`).
 #[derive(Default)]
 struct CompletionArrays {
     ids: Vec<Uuid>,
@@ -33,7 +33,7 @@ struct CompletionArrays {
 }
 
 impl PostgresStore {
-    /// `DeliveryStore::complete_many`: [`complete_text`] for every item.
+    /// `DeliveryStore::complete_many`: `complete` of `sql/claim.sql` for every item.
     pub(crate) async fn complete_now(
         &self,
         items: &[(Lease, Completion)],
@@ -86,30 +86,31 @@ impl PostgresStore {
             a.a_excerpt.push(rec.and_then(|r| r.excerpt.clone()));
             a.tenants.push(lease.tenant.as_str().to_owned());
         }
-        let matched: Vec<Uuid> = sqlx::query_scalar(&self.inner.sql.claim.complete)
-            .bind(ms(now)) // $1
-            .bind(a.ids) // $2
-            .bind(a.tokens) // $3
-            .bind(a.status) // $4
-            .bind(a.attempts) // $5
-            .bind(a.snoozes) // $6
-            .bind(a.next_at) // $7
-            .bind(a.completed_at) // $8
-            .bind(a.dead_reason) // $9
-            .bind(a.lo_outcome) // $10
-            .bind(a.lo_code) // $11
-            .bind(a.lo_excerpt) // $12
-            .bind(a.lo_at) // $13
-            .bind(a.disable) // $14
-            .bind(a.a_set) // $15
-            .bind(a.a_probe) // $16
-            .bind(a.a_started) // $17
-            .bind(a.a_finished) // $18
-            .bind(a.a_outcome) // $19
-            .bind(a.a_code) // $20
-            .bind(a.a_excerpt) // $21
-            .bind(a.tenants) // $22
-            .bind(a.awaits) // $23
+        let params = Params::new()
+            .set("now", ms(now))
+            .set("ids", a.ids)
+            .set("tokens", a.tokens)
+            .set("statuses", a.status)
+            .set("attempts", a.attempts)
+            .set("snoozes", a.snoozes)
+            .set("next_at", a.next_at)
+            .set("completed_at", a.completed_at)
+            .set("dead_reasons", a.dead_reason)
+            .set("lo_outcomes", a.lo_outcome)
+            .set("lo_codes", a.lo_code)
+            .set("lo_excerpts", a.lo_excerpt)
+            .set("lo_at", a.lo_at)
+            .set("disable", a.disable)
+            .set("a_set", a.a_set)
+            .set("a_probe", a.a_probe)
+            .set("a_started", a.a_started)
+            .set("a_finished", a.a_finished)
+            .set("a_outcomes", a.a_outcome)
+            .set("a_codes", a.a_code)
+            .set("a_excerpts", a.a_excerpt)
+            .set("tenants", a.tenants)
+            .set("awaits", a.awaits);
+        let matched: Vec<Uuid> = (self.inner.sql.claim.complete.bind_scalar(params)?)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -157,14 +158,15 @@ impl PostgresStore {
             next.push(ms(u.next_attempt_at));
             tenants.push(lease.tenant.as_str());
         }
-        let released: Vec<Uuid> = sqlx::query_scalar(&self.inner.sql.claim.release)
-            .bind(ms(now)) // $1
-            .bind(ids) // $2
-            .bind(tokens) // $3
-            .bind(status) // $4
-            .bind(attempts) // $5
-            .bind(next) // $6
-            .bind(tenants) // $7
+        let params = Params::new()
+            .set("now", ms(now))
+            .set("ids", ids)
+            .set("tokens", tokens)
+            .set("statuses", status)
+            .set("attempts", attempts)
+            .set("next_at", next)
+            .set("tenants", tenants);
+        let released: Vec<Uuid> = (self.inner.sql.claim.release.bind_scalar(params)?)
             .fetch_all(&self.inner.pool)
             .await
             .db()?;
@@ -184,12 +186,13 @@ impl PostgresStore {
     pub(crate) async fn extend_now(&self, lease: &Lease, by: Duration) -> Result<Lease> {
         let now = self.inner.clock.now();
         let until = now.saturating_add(by);
-        let found: Option<Uuid> = sqlx::query_scalar(&self.inner.sql.claim.extend)
-            .bind(lease.delivery_id.as_uuid()) // $1
-            .bind(lease.token.as_uuid()) // $2
-            .bind(ms(until)) // $3
-            .bind(ms(now)) // $4
-            .bind(lease.tenant.as_str()) // $5
+        let params = Params::new()
+            .set("delivery", lease.delivery_id.as_uuid())
+            .set("token", lease.token.as_uuid())
+            .set("until", ms(until))
+            .set("now", ms(now))
+            .set("tenant", lease.tenant.as_str());
+        let found: Option<Uuid> = (self.inner.sql.claim.extend.bind_scalar(params)?)
             .fetch_optional(&self.inner.pool)
             .await
             .db()?;
@@ -206,11 +209,12 @@ impl PostgresStore {
 impl PostgresStore {
     /// `DeliveryStore::mark_sending`.
     pub(crate) async fn mark_sending_now(&self, lease: &Lease) -> Result<()> {
-        let found: Option<Uuid> = sqlx::query_scalar(&self.inner.sql.claim.mark_sending)
-            .bind(lease.delivery_id.as_uuid()) // $1
-            .bind(lease.token.as_uuid()) // $2
-            .bind(ms(self.inner.clock.now())) // $3
-            .bind(lease.tenant.as_str()) // $4
+        let params = Params::new()
+            .set("delivery", lease.delivery_id.as_uuid())
+            .set("token", lease.token.as_uuid())
+            .set("now", ms(self.inner.clock.now()))
+            .set("tenant", lease.tenant.as_str());
+        let found: Option<Uuid> = (self.inner.sql.claim.mark_sending.bind_scalar(params)?)
             .fetch_optional(&self.inner.pool)
             .await
             .db()?;

@@ -24,8 +24,6 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 /// The quoted names of one outbox's schema and tables, substituted into every statement.
 #[derive(Debug)]
 pub(crate) struct Tables {
-    /// `"schema"`.
-    pub schema: String,
     pub messages: String,
     /// The hot queue: unfinished deliveries only.
     pub deliveries: String,
@@ -54,7 +52,6 @@ impl Tables {
             endpoints: format!("{s}.endpoints"),
             consumers: format!("{s}.consumers"),
             purge_cursor: format!("{s}.purge_cursor"),
-            schema: s,
         }
     }
 }

@@ -16,14 +16,21 @@ pub(crate) mod ledger;
 use std::collections::HashMap;
 
 use outboxkit_core::{Error, ErrorKind, Result};
-use sqlx::postgres::{PgArguments, Postgres};
+use sqlx::postgres::{PgArguments, PgRow, Postgres};
 use sqlx::query::Query;
-use sqlx::{Arguments, Encode, Type};
+use sqlx::query::QueryScalar;
+use sqlx::{Arguments, Encode, FromRow, Type};
 
 /// The token statements.
 pub(crate) const TOKENS: &str = include_str!("tokens.sql");
 /// The endpoint and consumer statements.
 pub(crate) const ENDPOINTS: &str = include_str!("endpoints.sql");
+/// The operator statements.
+pub(crate) const DELIVERIES: &str = include_str!("deliveries.sql");
+/// The hot path: claim, complete, release, extend, mark sending.
+pub(crate) const CLAIM: &str = include_str!("claim.sql");
+/// The enqueue.
+pub(crate) const ENQUEUE: &str = include_str!("enqueue.sql");
 /// The ledger's reads.
 pub(crate) const LEDGER: &str = include_str!("ledger.sql");
 
@@ -168,8 +175,26 @@ impl Statement {
     /// statement does not name, or one set twice is an error and nothing is sent.
     pub(crate) fn bind<'q>(
         &'q self,
-        mut params: Params<'q>,
+        params: Params<'q>,
     ) -> Result<Query<'q, Postgres, PgArguments>> {
+        Ok(sqlx::query_with(self.text(), self.arguments(params)?))
+    }
+
+    /// [`Statement::bind`] for a statement that returns one column.
+    pub(crate) fn bind_scalar<'q, O>(
+        &'q self,
+        params: Params<'q>,
+    ) -> Result<QueryScalar<'q, Postgres, O, PgArguments>>
+    where
+        (O,): for<'r> FromRow<'r, PgRow>,
+    {
+        Ok(sqlx::query_scalar_with(
+            self.text(),
+            self.arguments(params)?,
+        ))
+    }
+
+    fn arguments<'q>(&self, mut params: Params<'q>) -> Result<PgArguments> {
         if let Some(name) = params.twice {
             return Err(misbound(format!("the parameter `:{name}` is set twice")));
         }
@@ -187,7 +212,7 @@ impl Statement {
                 "the parameter `:{extra}` is not named by the statement"
             )));
         }
-        Ok(sqlx::query_with(self.text(), args))
+        Ok(args)
     }
 }
 
@@ -235,8 +260,16 @@ mod tests {
             ("messages", "\"s\".messages"),
             ("delivery_cols", "d.id"),
             ("message_cols", "id"),
+            ("deliveries", "\"s\".deliveries"),
+            ("deliveries_literal", "'\"s\".deliveries'"),
+            ("done", "\"s\".deliveries_done"),
+            ("purge_cursor", "\"s\".purge_cursor"),
+            ("row_cols", "id"),
+            ("exhausted_bound", "1000"),
+            ("never", "1"),
+            ("disabled_hold", "1"),
         ];
-        for file in [TOKENS, ENDPOINTS, LEDGER] {
+        for file in [TOKENS, ENDPOINTS, LEDGER, DELIVERIES, CLAIM, ENQUEUE] {
             let names: Vec<&str> = file
                 .lines()
                 .filter_map(|l| l.strip_prefix("-- name: "))

@@ -1,0 +1,137 @@
+-- The enqueue (`MessageStore`, bound by `enqueue.rs`): a message and its fan-out in one
+-- statement. Destinations, in fan-out order: the consumers whose filter matches the topic (by
+-- name), the tenant's endpoints whose filter matches (by creation), then the e-mail
+-- recipients (in the order given). A filter matches with `*`, the exact topic, or `prefix.*`
+-- for any deeper topic (core's `TopicPattern::matches`). A delivery to a paused endpoint is
+-- held until {never} (for ever), to a disabled one for {disabled_hold} ms
+-- (`EndpointStatus::hold_until`). Delivery ids derive from a random UUIDv7 base (8 high bytes
+-- and 8 low bytes as a bigint), the low bits XORed with the delivery's 1-based position in its
+-- message's fan-out, keeping version, variant and timestamp. NOTIFY goes to :channel when it
+-- is not NULL and the enqueue wrote a delivery.
+
+-- name: one
+WITH ins AS (
+  INSERT INTO {messages} ({message_cols})
+  VALUES (:id::uuid, :tenant::text, :topic::text, :payload::bytea, :ordering_key::text,
+          :idempotency_key::text, :available_at::int8, :headers::text, :cause::text,
+          :now::int8)
+  ON CONFLICT DO NOTHING RETURNING id),
+dest AS (
+  SELECT 0 AS grp, 0::int8 AS k1, c.name AS k2, 'handler' AS kind, c.name AS target,
+         NULL::int8 AS hold
+    FROM {consumers} c
+   WHERE ('*' = ANY(c.filter) OR :topic::text = ANY(c.filter) OR EXISTS (
+           SELECT 1 FROM unnest(c.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(:topic::text) > length(fp.p) - 1
+              AND starts_with(:topic::text, left(fp.p, -1))))
+  UNION ALL
+  SELECT 1, e.created_at, e.id::text, 'webhook', e.id::text,
+         (CASE e.status WHEN 'paused' THEN {never}::int8
+                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END)
+    FROM {endpoints} e
+   WHERE e.tenant = :tenant::text
+     AND ('*' = ANY(e.filter) OR :topic::text = ANY(e.filter) OR EXISTS (
+           SELECT 1 FROM unnest(e.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(:topic::text) > length(fp.p) - 1
+              AND starts_with(:topic::text, left(fp.p, -1))))
+  UNION ALL
+  SELECT 2, r.ord, '', 'email', r.rcpt, NULL::int8
+    FROM unnest(:recipients::text[]) WITH ORDINALITY AS r(rcpt, ord)),
+nd AS (
+  INSERT INTO {deliveries} (id, message_id, tenant, topic, ordering_key, kind, target, status,
+                            next_attempt_at, created_at, updated_at)
+  SELECT encode(:did_hi::bytea || int8send(:did_lo::int8 #
+                  row_number() OVER (ORDER BY dest.grp, dest.k1, dest.k2)), 'hex')::uuid,
+         ins.id, :tenant::text, :topic::text, :ordering_key::text, dest.kind, dest.target,
+         CASE WHEN dest.hold IS NULL THEN 'pending' ELSE 'held' END,
+         coalesce(dest.hold, :available_at::int8), :now::int8, :now::int8
+    FROM ins CROSS JOIN dest
+   ORDER BY dest.grp, dest.k1, dest.k2
+  RETURNING 1),
+n AS (SELECT count(*) AS n FROM nd)
+SELECT (SELECT id FROM ins) AS inserted, n.n AS deliveries,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM ins) THEN
+         (SELECT x.id FROM {messages} x WHERE x.tenant = :tenant::text
+             AND x.topic = :topic::text AND x.idempotency_key = :idempotency_key::text) END
+         AS existing,
+       CASE WHEN n.n > 0 AND :channel::text IS NOT NULL
+         THEN pg_notify(:channel::text, '')::text END AS notified
+  FROM n
+
+-- name: many
+-- A batch as `unnest` arrays (one text whatever the batch size). :email_messages are the
+-- 1-based numbers of the messages each of :recipients belongs to; :route_tenants/:route_topics
+-- the distinct (tenant, topic) pairs of the batch, matched once each.
+WITH input AS (
+  SELECT * FROM unnest(:ids::uuid[], :tenants::text[], :topics::text[], :payloads::bytea[],
+                       :ordering_keys::text[], :idempotency_keys::text[],
+                       :available_at::int8[], :headers::text[], :causes::text[],
+                       :did_hi::bytea[], :did_lo::int8[])
+    WITH ORDINALITY AS i(id, tenant, topic, payload, ordering_key, idempotency_key,
+                         available_at, headers, cause, did_hi, did_lo, ord)),
+ins AS (
+  INSERT INTO {messages} ({message_cols})
+  SELECT id, tenant, topic, payload, ordering_key, idempotency_key, available_at,
+         headers, cause, :now::int8
+    FROM input ORDER BY ord
+  ON CONFLICT DO NOTHING RETURNING id),
+good AS (SELECT input.* FROM input WHERE input.id IN (SELECT id FROM ins)),
+routes AS (
+  SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, c.name AS k2,
+         'handler' AS kind, c.name AS target, NULL::int8 AS hold
+    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
+    JOIN {consumers} c
+      ON ('*' = ANY(c.filter) OR t.topic = ANY(c.filter) OR EXISTS (
+           SELECT 1 FROM unnest(c.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
+              AND starts_with(t.topic, left(fp.p, -1))))
+  UNION ALL
+  SELECT t.tenant, t.topic, 1, e.created_at, e.id::text, 'webhook', e.id::text,
+         (CASE e.status WHEN 'paused' THEN {never}::int8
+                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END)
+    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
+    JOIN {endpoints} e
+      ON e.tenant = t.tenant
+     AND ('*' = ANY(e.filter) OR t.topic = ANY(e.filter) OR EXISTS (
+           SELECT 1 FROM unnest(e.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
+              AND starts_with(t.topic, left(fp.p, -1))))),
+dest AS (
+  SELECT g.ord AS mord, r.grp, r.k1, r.k2, r.kind, r.target, r.hold
+    FROM good g JOIN routes r ON r.tenant = g.tenant AND r.topic = g.topic
+  UNION ALL
+  SELECT g.ord, 2, r.ord, '', 'email', r.rcpt, NULL::int8
+    FROM unnest(:email_messages::int8[], :recipients::text[])
+         WITH ORDINALITY AS r(mord, rcpt, ord)
+    JOIN good g ON g.ord = r.mord),
+nd AS (
+  INSERT INTO {deliveries} (id, message_id, tenant, topic, ordering_key, kind, target, status,
+                            next_attempt_at, created_at, updated_at)
+  SELECT encode(g.did_hi || int8send(g.did_lo #
+                  row_number() OVER (PARTITION BY dest.mord
+                                     ORDER BY dest.grp, dest.k1, dest.k2)), 'hex')::uuid,
+         g.id, g.tenant, g.topic, g.ordering_key, dest.kind, dest.target,
+         CASE WHEN dest.hold IS NULL THEN 'pending' ELSE 'held' END,
+         coalesce(dest.hold, g.available_at), :now::int8, :now::int8
+    FROM dest JOIN good g ON g.ord = dest.mord
+   ORDER BY dest.mord, dest.grp, dest.k1, dest.k2
+  RETURNING message_id),
+counts AS (SELECT message_id, count(*) AS n FROM nd GROUP BY message_id),
+total AS (SELECT coalesce(sum(n), 0) AS n FROM counts)
+SELECT i.ord, ins.id IS NOT NULL AS inserted, coalesce(k.n, 0) AS deliveries,
+       ex.id AS existing,
+       CASE WHEN i.ord = 1 AND total.n > 0 AND :channel::text IS NOT NULL
+         THEN pg_notify(:channel::text, '')::text END AS notified
+  FROM input i
+  LEFT JOIN ins ON ins.id = i.id
+  LEFT JOIN counts k ON k.message_id = i.id
+  LEFT JOIN LATERAL (
+       SELECT x.id FROM {messages} x
+        WHERE ins.id IS NULL AND x.tenant = i.tenant AND x.topic = i.topic
+          AND x.idempotency_key = i.idempotency_key) ex ON true
+  CROSS JOIN total
+ ORDER BY i.ord
+
+-- name: find_idempotent
+SELECT id FROM {messages}
+ WHERE tenant = :tenant::text AND topic = :topic::text AND idempotency_key = :idempotency_key::text
