@@ -20,7 +20,7 @@ use tokio::sync::OnceCell;
 use crate::common::{burn_down, chunks, err, payload, secs, unique, BenchResult, Progress};
 use crate::pg::{pool, store, with_schemas};
 use crate::pg_dispatch::noop_dispatcher;
-use crate::physical::{cost_since, snapshot_before, Cost, Scope};
+use crate::physical::{cost_since, force_flush, snapshot_before, Cost, Scope};
 use crate::report::{median, per_second, Figure, Row, Status, Target};
 use crate::timed::Timed;
 use crate::Ctx;
@@ -137,6 +137,7 @@ async fn ours_drain(ctx: &Ctx, n: usize) -> BenchResult<Drain> {
     with_schemas(ctx, "peer", |ours, _| async move {
         let setup = pool(&ctx.pg_url, 1).await?;
         store(setup.clone(), &ours).await?;
+        force_flush(&setup).await;
         setup.close().await;
         crate::pg::load(ctx, &ours, n).await?;
         let scope = Scope::schema(&ours);
@@ -155,6 +156,7 @@ async fn ours_drain(ctx: &Ctx, n: usize) -> BenchResult<Drain> {
         let b = burn_down(&d, &progress, n as u64, None).await?;
         drop(d);
         let (_, _, claims, completions) = timed.spent.totals();
+        force_flush(&work).await;
         work.close().await;
         let cost = cost_since(&ctx.pg_url, &scope, &before, n as u64, claims + completions).await?;
         // Checked after the counts were read: this read is not part of the drain.
@@ -190,6 +192,7 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
             .execute(&setup)
             .await
             .map_err(|e| format!("analyze: {e}"))?;
+        force_flush(&setup).await;
         setup.close().await;
         let scope = queue_scope(&queue);
         let before = snapshot_before(&ctx.pg_url, &scope).await?;
@@ -231,6 +234,7 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
         }
         let rate = per_second(done, secs(&sw));
         drop(conn);
+        force_flush(&work).await;
         work.close().await;
         if done != n as u64 {
             return Err(format!("pgmq settled {done} of {n}"));
