@@ -129,6 +129,8 @@ pub async fn send_batch(
 struct Drain {
     rate: f64,
     cost: Cost,
+    /// Ours: the mean claim size (0 for pgmq, which reads 100 at a time).
+    mean_claim: f64,
 }
 
 /// Ours: a backlog of `n` drained by a Dispatcher with the relay's defaults
@@ -175,7 +177,11 @@ async fn ours_drain(ctx: &Ctx, n: usize) -> BenchResult<Drain> {
         if stats.succeeded != n as u64 {
             return Err(format!("{} of {n} deliveries succeeded", stats.succeeded));
         }
-        Ok(Drain { rate: b.rate, cost })
+        Ok(Drain {
+            rate: b.rate,
+            cost,
+            mean_claim: b.mean_batch,
+        })
     })
     .await
 }
@@ -240,7 +246,11 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
             return Err(format!("pgmq settled {done} of {n}"));
         }
         let cost = cost_since(&ctx.pg_url, &scope, &before, done, calls).await?;
-        Ok(Drain { rate, cost })
+        Ok(Drain {
+            rate,
+            cost,
+            mean_claim: 0.0,
+        })
     })
     .await
 }
@@ -310,8 +320,9 @@ pub async fn drain(ctx: &Ctx) -> Vec<Row> {
             target,
             format!(
                 "{how} + {what} of the ids, until empty; ratio ours ÷ pgmq, median of {reps} \
-                 interleaved (ours {} msg/s; pgmq {} msg/s)",
+                 interleaved (ours {} msg/s, mean claim {}; pgmq {} msg/s)",
                 spread(&d.ours, |x| x.rate),
+                spread(&d.ours, |x| x.mean_claim),
                 spread(peer, |x| x.rate)
             ),
         )
