@@ -19,14 +19,18 @@
 //! Nothing here asserts a timing; the unit tests cover the pure helpers only.
 
 mod broker;
+mod catalog;
 mod common;
 mod isolation;
 mod mail;
 mod memory;
+mod peer;
+mod peer_enqueue;
 mod pg;
 mod pg_dispatch;
 mod pg_purge;
 mod pg_retries;
+mod physical;
 mod redis_bench;
 mod report;
 mod sqlite;
@@ -39,8 +43,9 @@ use std::process::ExitCode;
 use outboxkit_core::{Clock, Stopwatch, SystemClock};
 use serde::Serialize;
 
+use crate::catalog::{BACKEND_ROWS, SCENARIOS};
 use crate::common::Scale;
-use crate::report::{markdown_table, text_table, Row, Status, Target};
+use crate::report::{markdown_table, text_table, Row, Status};
 
 /// What every scenario needs to know.
 #[derive(Clone, Debug)]
@@ -68,74 +73,6 @@ impl Ctx {
         }
     }
 }
-
-/// The scenario keys, in run order, with the targets their rows carry.
-const SCENARIOS: &[(&str, &str)] = &[
-    (
-        "pg-enqueue",
-        "postgres enqueue, 1 message per transaction, 1 and 8 writers",
-    ),
-    ("pg-bulk", "postgres bulk enqueue in batches of 1,000"),
-    ("pg-dispatch", "postgres dispatch burn-down, no-op handler"),
-    (
-        "pg-retries",
-        "postgres dispatch burn-down, 30 % of deliveries fail twice",
-    ),
-    (
-        "pg-purge",
-        "postgres burn-down while 1M finished deliveries are purged",
-    ),
-    (
-        "pg-latency",
-        "postgres enqueue → handler start with NOTIFY, p50 and p99",
-    ),
-    (
-        "pg-rss",
-        "postgres dispatcher peak RSS, small vs large backlog (child process)",
-    ),
-    (
-        "sqlite-enqueue",
-        "sqlite enqueue, 1 message per transaction",
-    ),
-    (
-        "sqlite-dispatch",
-        "sqlite dispatch burn-down, no-op handler",
-    ),
-    ("redis-enqueue", "redis enqueue, 8 writers"),
-    ("redis-dispatch", "redis dispatch burn-down, no-op handler"),
-    (
-        "redis-cluster",
-        "redis dispatch burn-down: 3-node cluster, 3 shards vs one server",
-    ),
-    (
-        "memory-dispatch",
-        "in-memory dispatch burn-down (library overhead)",
-    ),
-    (
-        "webhook",
-        "webhook delivery to a local keep-alive receiver, c = 1, 16, 64",
-    ),
-    (
-        "relay-defaults",
-        "webhook backlog to one endpoint with the relay's defaults: claims per delivery",
-    ),
-    (
-        "mail-http",
-        "e-mail through HttpMailer to a local mail-API stand-in, c = 16",
-    ),
-    (
-        "broker-nats",
-        "outbox → NATS JetStream vs raw async-nats publishes with acks, c = 64",
-    ),
-    (
-        "isolation-hang",
-        "two endpoints, one hanging: the healthy one's drain time vs both healthy",
-    ),
-    (
-        "isolation-tenants",
-        "tenant B's start latency with tenant A's 100k backlog vs none",
-    ),
-];
 
 #[derive(Debug, Default)]
 struct Args {
@@ -231,6 +168,20 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
+/// The 1-minute load average as a number (`None` when unreadable).
+fn load_value() -> Option<f64> {
+    loadavg().parse().ok()
+}
+
+/// Mark the measured rows of a scenario noisy when the load before or after it was high.
+fn mark_noisy(rows: &mut [Row], before: Option<f64>, after: Option<f64>) {
+    if let Some(why) = report::noisy_reason(before, after) {
+        for r in rows {
+            r.mark_noisy(&why);
+        }
+    }
+}
+
 fn meminfo_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -251,101 +202,6 @@ struct Output<'a> {
     machine: &'a Machine,
     rows: &'a [Row],
 }
-
-/// The rows of the scenarios that need a backend: (scenario key, row key, what, target),
-/// reported as skipped when the backend is unreachable.
-const BACKEND_ROWS: &[(&str, &str, &str, Target)] = &[
-    (
-        "pg-enqueue",
-        "pg-enqueue-1",
-        "postgres enqueue, 1 writer",
-        Target::None,
-    ),
-    (
-        "pg-enqueue",
-        "pg-enqueue-8",
-        "postgres enqueue_in, 8 writers",
-        Target::MinRatio(0.75),
-    ),
-    (
-        "pg-enqueue",
-        "pg-enqueue-8-notify-after",
-        "postgres enqueue_in, 8 writers, notify after commit",
-        Target::MinRatio(0.85),
-    ),
-    (
-        "pg-enqueue",
-        "pg-enqueue-8-own",
-        "postgres store.enqueue, 8 writers",
-        Target::MinRatio(0.85),
-    ),
-    (
-        "pg-bulk",
-        "pg-bulk",
-        "postgres bulk enqueue",
-        Target::MinRatio(0.8),
-    ),
-    (
-        "pg-dispatch",
-        "pg-dispatch",
-        "postgres dispatch burn-down",
-        Target::MinRatio(0.8),
-    ),
-    (
-        "pg-retries",
-        "pg-retries",
-        "postgres dispatch with retries",
-        Target::MinRatio(0.8),
-    ),
-    (
-        "pg-purge",
-        "pg-purge",
-        "postgres burn-down during a purge",
-        Target::None,
-    ),
-    (
-        "pg-latency",
-        "pg-latency-p50",
-        "postgres enqueue → handler, p50",
-        Target::MaxMillis(2.0),
-    ),
-    (
-        "pg-latency",
-        "pg-latency-p99",
-        "postgres enqueue → handler, p99",
-        Target::MaxMillis(10.0),
-    ),
-    (
-        "pg-rss",
-        "pg-rss",
-        "postgres dispatcher peak RSS",
-        Target::Flat(0.1),
-    ),
-    (
-        "redis-enqueue",
-        "redis-enqueue",
-        "redis enqueue",
-        Target::None,
-    ),
-    (
-        "redis-dispatch",
-        "redis-dispatch",
-        "redis dispatch burn-down",
-        Target::MinRatio(0.5),
-    ),
-    (
-        "redis-cluster",
-        "redis-cluster",
-        "redis dispatch burn-down: 3-node cluster, 3 shards vs one server",
-        Target::None,
-    ),
-    (
-        "broker-nats",
-        "broker-nats-c64",
-        "outbox → NATS JetStream, concurrency 64",
-        Target::MinRatio(0.7),
-    ),
-];
 
 fn skipped_rows(key: &str, why: &str) -> Vec<Row> {
     BACKEND_ROWS
@@ -404,15 +260,18 @@ async fn run(args: Args) -> ExitCode {
         if !selected(&args.only, key) {
             continue;
         }
-        eprintln!("== {key}");
+        let load_before = load_value();
+        eprintln!("== {key} (load {})", loadavg());
         let sw = Stopwatch::start();
         let down = match *key {
-            k if k.starts_with("pg-") && !pg_up => Some("postgres unreachable"),
+            k if (k.starts_with("pg-") || k.starts_with("pgmq-")) && !pg_up => {
+                Some("postgres unreachable")
+            }
             k if k.starts_with("redis-") && !redis_up => Some("redis unreachable"),
             k if k.starts_with("broker-") && !nats_up => Some("nats unreachable"),
             _ => None,
         };
-        let new: Vec<Row> = match (*key, down) {
+        let mut new: Vec<Row> = match (*key, down) {
             (_, Some(why)) => skipped_rows(key, why),
             ("pg-enqueue", _) => pg::enqueue(&ctx).await,
             ("pg-bulk", _) => vec![pg::bulk(&ctx).await],
@@ -421,6 +280,9 @@ async fn run(args: Args) -> ExitCode {
             ("pg-purge", _) => vec![pg_purge::purge_under_load(&ctx).await],
             ("pg-latency", _) => pg_dispatch::latency(&ctx).await,
             ("pg-rss", _) => vec![pg_dispatch::rss(&ctx).await],
+            ("pgmq-drain", _) => peer::drain(&ctx).await,
+            ("pgmq-enqueue", _) => peer_enqueue::enqueue(&ctx).await,
+            ("pgmq-bulk", _) => vec![peer_enqueue::bulk(&ctx).await],
             ("sqlite-enqueue", _) => vec![sqlite::enqueue(&ctx).await],
             ("sqlite-dispatch", _) => vec![sqlite::dispatch(&ctx).await],
             ("redis-enqueue", _) => vec![redis_bench::enqueue(&ctx).await],
@@ -435,8 +297,15 @@ async fn run(args: Args) -> ExitCode {
             ("isolation-tenants", _) => isolation::tenants(&ctx).await,
             _ => Vec::new(),
         };
+        let load_after = load_value();
+        mark_noisy(&mut new, load_before, load_after);
         eprint!("{}", text_table(&new));
-        eprintln!("   ({:.1} s)", sw.elapsed().as_secs_f64());
+        eprintln!(
+            "   ({:.1} s; load {} before, {} after)",
+            sw.elapsed().as_secs_f64(),
+            load_before.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}")),
+            load_after.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"))
+        );
         rows.extend(new);
     }
     let _ = std::fs::remove_dir_all(&ctx.scratch);

@@ -1,4 +1,4 @@
-//! Unit tests of `main.rs`: argument parsing, skipped backends and `--only`.
+//! Unit tests of `main.rs`: argument parsing, skipped backends, `--only`, noisy rows.
 
 use super::*;
 
@@ -30,8 +30,10 @@ fn unreachable_backends_skip_every_row_of_their_scenarios() {
         .iter()
         .all(|r| r.status == Status::Skipped("postgres unreachable".into())));
     for (key, _) in SCENARIOS {
-        let needs_backend =
-            key.starts_with("pg-") || key.starts_with("redis-") || key.starts_with("broker-");
+        let needs_backend = key.starts_with("pg-")
+            || key.starts_with("pgmq-")
+            || key.starts_with("redis-")
+            || key.starts_with("broker-");
         assert_eq!(!skipped_rows(key, "x").is_empty(), needs_backend, "{key}");
     }
 }
@@ -45,4 +47,85 @@ fn only_matches_substrings_of_keys() {
     let only = strings(&["dispatch"]);
     assert!(selected(&only, "redis-dispatch"));
     assert!(!selected(&only, "pg-bulk"));
+}
+
+#[test]
+fn a_busy_machine_makes_measured_rows_noisy() {
+    let measured = || {
+        Row::measured(
+            "pgmq-drain",
+            "x",
+            "1k",
+            report::Figure::rate(90.0),
+            Some(report::Figure::rate(100.0)),
+            report::Target::MinRatio(1.0),
+            "",
+        )
+    };
+    let error = || {
+        Row::not_run(
+            "pgmq-bulk",
+            "x",
+            report::Target::None,
+            Status::Error("down".into()),
+        )
+    };
+    // Quiet before and after (or unreadable): the verdicts stand.
+    for (before, after) in [(Some(0.3), Some(1.0)), (None, None), (Some(0.9), None)] {
+        let mut rows = vec![measured(), error()];
+        mark_noisy(&mut rows, before, after);
+        assert_eq!(rows[0].status, Status::Fail, "{before:?} {after:?}");
+        assert_eq!(rows[1].status, Status::Error("down".into()));
+    }
+    // Busy before or after: measured rows are noisy and keep what they would have been;
+    // rows that did not run keep their status.
+    for (before, after) in [
+        (Some(1.01), Some(0.2)),
+        (Some(0.5), Some(2.5)),
+        (None, Some(3.0)),
+    ] {
+        let mut rows = vec![measured(), error()];
+        mark_noisy(&mut rows, before, after);
+        let Status::Noisy(why) = &rows[0].status else {
+            panic!("{:?}", rows[0].status)
+        };
+        assert!(why.contains("would be FAIL"), "{why}");
+        assert!(why.starts_with("load "), "{why}");
+        assert_eq!(rows[1].status, Status::Error("down".into()));
+    }
+    let mut rows = vec![measured()];
+    mark_noisy(&mut rows, Some(1.5), None);
+    assert_eq!(
+        rows[0].status,
+        Status::Noisy("load 1.50 → ?; would be FAIL".into())
+    );
+    assert_eq!(rows[0].status.word(), "noisy");
+    assert!(text_table(&rows).contains("noisy (load 1.50 → ?; would be FAIL)"));
+}
+
+#[test]
+fn every_peer_row_is_in_the_catalogue() {
+    let keys: Vec<&str> = BACKEND_ROWS
+        .iter()
+        .filter(|r| r.0.starts_with("pgmq-"))
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "pgmq-drain",
+            "pgmq-drain-delete",
+            "pg-wal-per-delivery",
+            "pg-index-writes-per-delivery",
+            "pg-hot-ratio",
+            "pgmq-enqueue",
+            "pgmq-enqueue-in",
+            "pgmq-bulk"
+        ]
+    );
+    for (scenario, ..) in BACKEND_ROWS {
+        assert!(SCENARIOS.iter().any(|s| s.0 == *scenario), "{scenario}");
+    }
+    let rows = skipped_rows("pgmq-drain", "postgres unreachable");
+    assert_eq!(rows.len(), 5);
 }

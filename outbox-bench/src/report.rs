@@ -49,12 +49,26 @@ impl Figure {
         Figure { value, unit: "MiB" }
     }
 
+    /// A physical count per delivered message (`unit` ends in `/delivery`: `B/delivery`,
+    /// `index tuples/delivery`).
+    pub fn per_delivery(value: f64, unit: &'static str) -> Self {
+        Figure { value, unit }
+    }
+
+    /// A share in per cent.
+    pub fn percent(value: f64) -> Self {
+        Figure { value, unit: "%" }
+    }
+
     /// The short human form: `12.3k msg/s`, `4.20 ms`, `31.5 MiB`.
     pub fn human(&self) -> String {
         match self.unit {
             "ms" => format!("{:.2} ms", self.value),
             "MiB" => format!("{:.1} MiB", self.value),
-            "claims/delivery" => format!("{:.2} claims/delivery", self.value),
+            "%" => format!("{:.1} %", self.value),
+            unit if unit.ends_with("/delivery") && self.value.abs() < 100.0 => {
+                format!("{:.2} {unit}", self.value)
+            }
             unit => format!("{} {unit}", si(self.value)),
         }
     }
@@ -120,7 +134,14 @@ pub enum Status {
     Skipped(String),
     /// The scenario failed to run.
     Error(String),
+    /// Measured on a busy machine (the 1-minute load average was above
+    /// [`NOISY_LOAD`] before or after the scenario): not a measurement. The reason keeps
+    /// the load and the verdict the row would have had.
+    Noisy(String),
 }
+
+/// A 1-minute load average above this, before or after a scenario, makes its rows noisy.
+pub const NOISY_LOAD: f64 = 1.0;
 
 impl Status {
     /// `pass`, `FAIL`, `info`, `skipped`, `error`.
@@ -131,6 +152,7 @@ impl Status {
             Status::Info => "info",
             Status::Skipped(_) => "skipped",
             Status::Error(_) => "error",
+            Status::Noisy(_) => "noisy",
         }
     }
 }
@@ -185,6 +207,39 @@ impl Row {
         }
     }
 
+    /// A row whose figures are costs of ours and of a peer (lower is better), held to the
+    /// peer's cost ÷ ours ([`cost_ratio`]: at least 1 means ours costs no more).
+    pub fn peer_cost(
+        key: &str,
+        scenario: impl Into<String>,
+        size: impl Into<String>,
+        ours: Figure,
+        peer: Figure,
+        target: Target,
+        note: impl Into<String>,
+    ) -> Self {
+        let ratio = cost_ratio(ours.value, peer.value);
+        Row {
+            key: key.to_owned(),
+            scenario: scenario.into(),
+            size: size.into(),
+            ours: Some(ours),
+            baseline: Some(peer),
+            ratio,
+            status: judge(target, ours, ratio),
+            target,
+            note: note.into(),
+        }
+    }
+
+    /// Mark a measured row noisy (`why` says the load); rows that did not run keep
+    /// their status.
+    pub fn mark_noisy(&mut self, why: &str) {
+        if matches!(self.status, Status::Pass | Status::Fail | Status::Info) {
+            self.status = Status::Noisy(format!("{why}; would be {}", self.status.word()));
+        }
+    }
+
     /// A row that did not run.
     pub fn not_run(key: &str, scenario: impl Into<String>, target: Target, status: Status) -> Self {
         Row {
@@ -218,6 +273,38 @@ pub fn judge(target: Target, ours: Figure, ratio: Option<f64>) -> Status {
     }
 }
 
+/// A peer's cost ÷ ours: above 1 when ours costs less. `None` when ours is not positive.
+pub fn cost_ratio(ours: f64, peer: f64) -> Option<f64> {
+    (ours > 0.0).then(|| peer / ours)
+}
+
+/// Why a scenario's rows are noisy: the 1-minute load average before or after it was above
+/// [`NOISY_LOAD`]; `None` when neither was (an unreadable load counts as quiet).
+pub fn noisy_reason(before: Option<f64>, after: Option<f64>) -> Option<String> {
+    let busy = |l: Option<f64>| l.is_some_and(|l| l > NOISY_LOAD);
+    if busy(before) || busy(after) {
+        let show = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
+        Some(format!("load {} → {}", show(before), show(after)))
+    } else {
+        None
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count); `None` when empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len().is_multiple_of(2) {
+        (v[m - 1] + v[m]) / 2.0
+    } else {
+        v[m]
+    })
+}
+
 /// The nearest-rank percentile `p` (0–100) of `values` (any order); `None` when empty.
 pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     if values.is_empty() {
@@ -241,7 +328,9 @@ pub fn per_second(count: u64, secs: f64) -> f64 {
 fn cells(r: &Row) -> [String; 8] {
     let fig = |f: &Option<Figure>| f.map_or_else(|| "—".to_owned(), |f| f.human());
     let status = match &r.status {
-        Status::Skipped(why) | Status::Error(why) => format!("{} ({why})", r.status.word()),
+        Status::Skipped(why) | Status::Error(why) | Status::Noisy(why) => {
+            format!("{} ({why})", r.status.word())
+        }
         s => s.word().to_owned(),
     };
     [
@@ -411,5 +500,72 @@ mod tests {
         assert_eq!(json[0]["status"]["status"], "pass");
         assert_eq!(json[1]["status"]["reason"], "redis unreachable");
         assert_eq!(json[0]["target"]["kind"], "min_ratio");
+    }
+
+    #[test]
+    fn peer_costs_are_held_to_the_peer_over_ours() {
+        // Costs: lower is better, so the ratio is the peer's ÷ ours (≥ 1: ours costs no more).
+        assert_eq!(cost_ratio(500.0, 1000.0), Some(2.0));
+        assert_eq!(cost_ratio(1000.0, 500.0), Some(0.5));
+        assert_eq!(cost_ratio(0.0, 500.0), None);
+        let row = Row::peer_cost(
+            "pg-wal-per-delivery",
+            "wal",
+            "50k",
+            Figure::per_delivery(1513.0, "B/delivery"),
+            Figure::per_delivery(1120.0, "B/delivery"),
+            Target::MinRatio(1.0),
+            "",
+        );
+        assert!((row.ratio.unwrap() - 1120.0 / 1513.0).abs() < 1e-12);
+        assert_eq!(row.status, Status::Fail);
+        let cheaper = Row::peer_cost(
+            "pg-index-writes-per-delivery",
+            "idx",
+            "50k",
+            Figure::per_delivery(3.0, "index tuples/delivery"),
+            Figure::per_delivery(4.0, "index tuples/delivery"),
+            Target::MinRatio(1.0),
+            "",
+        );
+        assert_eq!(cheaper.status, Status::Pass);
+        // Rates keep ours ÷ baseline.
+        let rate = Row::measured(
+            "pgmq-drain",
+            "drain",
+            "50k",
+            Figure::rate(7400.0),
+            Some(Figure::rate(10_000.0)),
+            Target::MinRatio(1.0),
+            "",
+        );
+        assert!((rate.ratio.unwrap() - 0.74).abs() < 1e-12);
+        assert_eq!(
+            Figure::per_delivery(8.0, "index tuples/delivery").human(),
+            "8.00 index tuples/delivery"
+        );
+        assert_eq!(
+            Figure::per_delivery(1513.0, "B/delivery").human(),
+            "1.51k B/delivery"
+        );
+        assert_eq!(Figure::percent(93.25).human(), "93.2 %");
+    }
+
+    #[test]
+    fn medians_and_noise() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[7.0]), Some(7.0));
+        assert_eq!(median(&[]), None);
+        assert_eq!(noisy_reason(Some(1.0), Some(0.4)), None);
+        assert_eq!(noisy_reason(None, None), None);
+        assert_eq!(
+            noisy_reason(Some(1.25), Some(0.5)).as_deref(),
+            Some("load 1.25 → 0.50")
+        );
+        assert_eq!(
+            noisy_reason(None, Some(2.0)).as_deref(),
+            Some("load ? → 2.00")
+        );
     }
 }
