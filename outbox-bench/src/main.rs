@@ -31,6 +31,7 @@ mod pg_dispatch;
 mod pg_purge;
 mod pg_retries;
 mod physical;
+mod quiet;
 mod redis_bench;
 mod report;
 mod sqlite;
@@ -173,9 +174,10 @@ fn load_value() -> Option<f64> {
     loadavg().parse().ok()
 }
 
-/// Mark the measured rows of a scenario noisy when the load before or after it was high.
-fn mark_noisy(rows: &mut [Row], before: Option<f64>, after: Option<f64>) {
-    if let Some(why) = report::noisy_reason(before, after) {
+/// Mark the measured rows of a scenario noisy when the load before it was high or other
+/// processes used CPU during it (see `quiet.rs`).
+fn mark_noisy(rows: &mut [Row], before: Option<f64>, others: f64) {
+    if let Some(why) = report::noisy_reason(before, others) {
         for r in rows {
             r.mark_noisy(&why);
         }
@@ -260,8 +262,9 @@ async fn run(args: Args) -> ExitCode {
         if !selected(&args.only, key) {
             continue;
         }
-        let load_before = load_value();
+        let load_before = quiet::settle(load_value).await;
         eprintln!("== {key} (load {})", loadavg());
+        let cpu = quiet::Sample::now();
         let sw = Stopwatch::start();
         let down = match *key {
             k if (k.starts_with("pg-") || k.starts_with("pgmq-")) && !pg_up => {
@@ -297,11 +300,12 @@ async fn run(args: Args) -> ExitCode {
             ("isolation-tenants", _) => isolation::tenants(&ctx).await,
             _ => Vec::new(),
         };
+        let others = cpu.others_since();
         let load_after = load_value();
-        mark_noisy(&mut new, load_before, load_after);
+        mark_noisy(&mut new, load_before, others);
         eprint!("{}", text_table(&new));
         eprintln!(
-            "   ({:.1} s; load {} before, {} after)",
+            "   ({:.1} s; load {} before, {} after; other processes {others:.2} cores)",
             sw.elapsed().as_secs_f64(),
             load_before.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}")),
             load_after.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"))

@@ -70,22 +70,18 @@ fn a_busy_machine_makes_measured_rows_noisy() {
             Status::Error("down".into()),
         )
     };
-    // Quiet before and after (or unreadable): the verdicts stand.
-    for (before, after) in [(Some(0.3), Some(1.0)), (None, None), (Some(0.9), None)] {
+    // Quiet before and no other CPU (or an unreadable load): the verdicts stand.
+    for (before, others) in [(Some(0.3), 0.1), (None, 0.0), (Some(1.0), 0.25)] {
         let mut rows = vec![measured(), error()];
-        mark_noisy(&mut rows, before, after);
-        assert_eq!(rows[0].status, Status::Fail, "{before:?} {after:?}");
+        mark_noisy(&mut rows, before, others);
+        assert_eq!(rows[0].status, Status::Fail, "{before:?} {others:?}");
         assert_eq!(rows[1].status, Status::Error("down".into()));
     }
-    // Busy before or after: measured rows are noisy and keep what they would have been;
-    // rows that did not run keep their status.
-    for (before, after) in [
-        (Some(1.01), Some(0.2)),
-        (Some(0.5), Some(2.5)),
-        (None, Some(3.0)),
-    ] {
+    // Busy before, or other processes busy during: measured rows are noisy and keep what
+    // they would have been; rows that did not run keep their status.
+    for (before, others) in [(Some(1.01), 0.0), (Some(0.5), 0.3), (None, 1.5)] {
         let mut rows = vec![measured(), error()];
-        mark_noisy(&mut rows, before, after);
+        mark_noisy(&mut rows, before, others);
         let Status::Noisy(why) = &rows[0].status else {
             panic!("{:?}", rows[0].status)
         };
@@ -94,13 +90,14 @@ fn a_busy_machine_makes_measured_rows_noisy() {
         assert_eq!(rows[1].status, Status::Error("down".into()));
     }
     let mut rows = vec![measured()];
-    mark_noisy(&mut rows, Some(1.5), None);
+    mark_noisy(&mut rows, Some(1.5), 0.0);
     assert_eq!(
         rows[0].status,
-        Status::Noisy("load 1.50 → ?; would be FAIL".into())
+        Status::Noisy("load 1.50 before, other processes 0.00 cores; would be FAIL".into())
     );
     assert_eq!(rows[0].status.word(), "noisy");
-    assert!(text_table(&rows).contains("noisy (load 1.50 → ?; would be FAIL)"));
+    assert!(text_table(&rows)
+        .contains("noisy (load 1.50 before, other processes 0.00 cores; would be FAIL)"));
 }
 
 #[test]

@@ -134,13 +134,13 @@ pub enum Status {
     Skipped(String),
     /// The scenario failed to run.
     Error(String),
-    /// Measured on a busy machine (the 1-minute load average was above
-    /// [`NOISY_LOAD`] before or after the scenario): not a measurement. The reason keeps
+    /// Measured on a busy machine (the 1-minute load average was above [`NOISY_LOAD`]
+    /// before the scenario, or other processes used CPU during it): not a measurement. The reason keeps
     /// the load and the verdict the row would have had.
     Noisy(String),
 }
 
-/// A 1-minute load average above this, before or after a scenario, makes its rows noisy.
+/// A 1-minute load average above this before a scenario makes its rows noisy.
 pub const NOISY_LOAD: f64 = 1.0;
 
 impl Status {
@@ -278,13 +278,17 @@ pub fn cost_ratio(ours: f64, peer: f64) -> Option<f64> {
     (ours > 0.0).then(|| peer / ours)
 }
 
-/// Why a scenario's rows are noisy: the 1-minute load average before or after it was above
-/// [`NOISY_LOAD`]; `None` when neither was (an unreadable load counts as quiet).
-pub fn noisy_reason(before: Option<f64>, after: Option<f64>) -> Option<String> {
-    let busy = |l: Option<f64>| l.is_some_and(|l| l > NOISY_LOAD);
-    if busy(before) || busy(after) {
-        let show = |l: Option<f64>| l.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
-        Some(format!("load {} → {}", show(before), show(after)))
+/// Why a scenario's rows are noisy: the 1-minute load average before it was above
+/// [`NOISY_LOAD`] (after the bench waited for it to settle), or other processes used more
+/// than [`crate::quiet::OTHERS_MAX`] cores during it; `None` when neither (an unreadable load
+/// counts as quiet).
+pub fn noisy_reason(before: Option<f64>, others: f64) -> Option<String> {
+    let busy = before.is_some_and(|l| l > NOISY_LOAD);
+    if busy || others > crate::quiet::OTHERS_MAX {
+        let show = before.map_or_else(|| "?".to_owned(), |l| format!("{l:.2}"));
+        Some(format!(
+            "load {show} before, other processes {others:.2} cores"
+        ))
     } else {
         None
     }
@@ -557,15 +561,15 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[7.0]), Some(7.0));
         assert_eq!(median(&[]), None);
-        assert_eq!(noisy_reason(Some(1.0), Some(0.4)), None);
-        assert_eq!(noisy_reason(None, None), None);
+        assert_eq!(noisy_reason(Some(1.0), 0.25), None);
+        assert_eq!(noisy_reason(None, 0.0), None);
         assert_eq!(
-            noisy_reason(Some(1.25), Some(0.5)).as_deref(),
-            Some("load 1.25 → 0.50")
+            noisy_reason(Some(1.25), 0.0).as_deref(),
+            Some("load 1.25 before, other processes 0.00 cores")
         );
         assert_eq!(
-            noisy_reason(None, Some(2.0)).as_deref(),
-            Some("load ? → 2.00")
+            noisy_reason(None, 2.0).as_deref(),
+            Some("load ? before, other processes 2.00 cores")
         );
     }
 }
