@@ -10,7 +10,9 @@
 //!   services it drives (PostgreSQL, Redis, NATS, RabbitMQ) — averaged over the scenario, in
 //!   cores. Above [`OTHERS_MAX`] the row is noisy: a build or a test run beside the bench.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use outboxkit_core::Stopwatch;
 
 /// The longest the bench waits for the load to settle before a scenario.
 pub const SETTLE: Duration = Duration::from_secs(120);
@@ -25,34 +27,48 @@ const TICKS: f64 = 100.0;
 /// The processes the bench drives: their CPU is the scenario's, not noise.
 const SERVICES: &[&str] = &["postgres", "redis-server", "nats-server", "beam.smp"];
 
-/// Busy ticks of the whole machine and of the bench with its services, at one moment.
-#[derive(Debug, Clone, Copy)]
-pub struct Sample {
-    at: Instant,
+/// Busy ticks of the whole machine and of the bench with its services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticks {
     machine: u64,
     ours: u64,
 }
 
-impl Sample {
+impl Ticks {
     /// Read `/proc` now (zeros when unreadable: then nothing is ever noisy by CPU).
-    pub fn now() -> Self {
-        Sample {
-            at: Instant::now(),
+    fn now() -> Self {
+        Ticks {
             machine: machine_busy().unwrap_or(0),
             ours: ours_busy(),
+        }
+    }
+}
+
+/// The CPU counts at the start of a scenario, and its stopwatch.
+#[derive(Debug)]
+pub struct Sample {
+    ticks: Ticks,
+    sw: Stopwatch,
+}
+
+impl Sample {
+    /// Start counting now.
+    pub fn now() -> Self {
+        Sample {
+            ticks: Ticks::now(),
+            sw: Stopwatch::start(),
         }
     }
 
     /// The cores other processes used on average since `self`.
     pub fn others_since(&self) -> f64 {
-        let end = Sample::now();
-        others_cores(self, &end)
+        let secs = self.sw.elapsed().as_secs_f64();
+        others_cores(self.ticks, Ticks::now(), secs)
     }
 }
 
-/// The cores other processes used between two samples.
-pub fn others_cores(start: &Sample, end: &Sample) -> f64 {
-    let secs = end.at.duration_since(start.at).as_secs_f64();
+/// The cores other processes used between two counts `secs` apart.
+fn others_cores(start: Ticks, end: Ticks, secs: f64) -> f64 {
     if secs <= 0.0 {
         return 0.0;
     }
@@ -64,7 +80,7 @@ pub fn others_cores(start: &Sample, end: &Sample) -> f64 {
 /// Wait until the 1-minute load is at or below the noisy threshold, at most [`SETTLE`];
 /// returns the load then.
 pub async fn settle(load: impl Fn() -> Option<f64>) -> Option<f64> {
-    let start = Instant::now();
+    let start = Stopwatch::start();
     loop {
         let l = load();
         if l.is_none_or(|l| l <= crate::report::NOISY_LOAD) || start.elapsed() >= SETTLE {
@@ -159,24 +175,21 @@ mod tests {
 
     #[test]
     fn others_are_the_machine_minus_ours_per_second() {
-        let t0 = Instant::now();
-        let a = Sample {
-            at: t0,
+        let a = Ticks {
             machine: 1_000,
             ours: 400,
         };
-        let b = Sample {
-            at: t0 + Duration::from_secs(10),
+        let b = Ticks {
             machine: 3_000,
             ours: 2_150,
         };
         // 2,000 busy ticks, 1,750 ours: 250 ticks = 2.5 s of CPU over 10 s.
-        assert!((others_cores(&a, &b) - 0.25).abs() < 1e-9);
-        let c = Sample {
-            at: t0 + Duration::from_secs(10),
+        assert!((others_cores(a, b, 10.0) - 0.25).abs() < 1e-9);
+        let c = Ticks {
             machine: 3_000,
             ours: 3_500,
         };
-        assert_eq!(others_cores(&a, &c), 0.0, "never negative");
+        assert_eq!(others_cores(a, c, 10.0), 0.0, "never negative");
+        assert_eq!(others_cores(a, b, 0.0), 0.0);
     }
 }
