@@ -25,6 +25,8 @@ use std::time::Duration;
 
 pub use outboxkit_core::{HeaderLookup, Verifier, VerifyError, WebhookSecret};
 
+#[cfg(feature = "axum")]
+pub mod axum;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]
