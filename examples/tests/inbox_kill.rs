@@ -168,7 +168,7 @@ async fn killing_either_side_loses_nothing_and_applies_nothing_twice() {
             break;
         }
         if kills < 12 {
-            let who = if rng.next_u64() % 2 == 0 {
+            let who = if rng.next_u64().is_multiple_of(2) {
                 &mut receiver
             } else {
                 &mut sender
