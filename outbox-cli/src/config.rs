@@ -26,6 +26,8 @@ struct Flag {
     own_env: Option<OsString>,
     takes_value: bool,
     repeatable: bool,
+    /// The long names of the flags it conflicts with.
+    conflicts: Vec<String>,
 }
 
 /// The flag's `OUTBOX_*` name.
@@ -48,6 +50,11 @@ fn flags_of(cmd: &Command) -> Vec<Flag> {
                 own_env: a.get_env().map(|e| e.to_owned()),
                 takes_value: action.takes_values(),
                 repeatable: matches!(action, ArgAction::Append),
+                conflicts: cmd
+                    .get_arg_conflicts_with(a)
+                    .iter()
+                    .filter_map(|c| c.get_long().map(str::to_owned))
+                    .collect(),
             })
         })
         .collect()
@@ -216,8 +223,18 @@ pub fn expand(root: &Command, args: Vec<OsString>) -> CliResult<Vec<OsString>> {
     }
 
     let mut extra: Vec<OsString> = Vec::new();
+    let on_line: BTreeSet<&str> = flags
+        .iter()
+        .filter(|f| given(&args, f))
+        .map(|f| f.long.as_str())
+        .collect();
     for flag in &flags {
-        if given(&args, flag) {
+        // Given, or ruled out by a flag that is (`--admin` leaves OUTBOX_TENANT unused).
+        let ruled_out = flag.conflicts.iter().any(|c| on_line.contains(c.as_str()))
+            || flags
+                .iter()
+                .any(|g| on_line.contains(g.long.as_str()) && g.conflicts.contains(&flag.long));
+        if on_line.contains(flag.long.as_str()) || ruled_out {
             continue;
         }
         let env = flag

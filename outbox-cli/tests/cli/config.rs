@@ -120,6 +120,32 @@ fn unknown_keys_are_refused_with_the_file_and_line() {
     assert!(r.stderr.contains("bad.toml:"), "{}", r.stderr);
 }
 
+/// A flag on the command line that conflicts with one from the environment wins over it:
+/// `tokens create --admin` with OUTBOX_TENANT set makes an admin token.
+#[test]
+fn a_conflicting_flag_on_the_command_line_leaves_the_variable_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = migrated(dir.path());
+    let env = [("OUTBOX_TENANT", "acme")];
+    let admin = run(
+        &[
+            "tokens", "create", "--store", &url, "--admin", "--label", "ops", "--json",
+        ],
+        &env,
+    )
+    .ok();
+    assert!(admin.contains("\"token\""), "{admin}");
+    // Without --admin, the variable gives the tenant.
+    let tenant = run(
+        &[
+            "tokens", "create", "--store", &url, "--label", "support", "--json",
+        ],
+        &env,
+    )
+    .ok();
+    assert!(tenant.contains("acme"), "{tenant}");
+}
+
 /// Every flag `outbox relay --help` lists, as a key of `[relay]`: none is refused.
 #[test]
 fn every_relay_flag_is_a_key_of_the_file() {
