@@ -5,6 +5,7 @@
 
 mod broker;
 mod bulk;
+mod config;
 mod consumers;
 mod deliveries;
 mod demo;
@@ -45,6 +46,12 @@ struct Cli {
     /// object per line, for a log collector). The filter is OUTBOX_LOG, else RUST_LOG.
     #[arg(long, global = true, env = "OUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// A TOML file in which any flag of the command can be set (its long name as the key;
+    /// top-level keys for every command, `[relay]`, `[serve]`, … for one). Precedence: the
+    /// flag, then `OUTBOX_*` (every flag: `--poll-interval` is OUTBOX_POLL_INTERVAL), then
+    /// the file, then the default. Unknown keys are refused. Example: deploy/outbox.toml.
+    #[arg(long, global = true, env = "OUTBOX_CONFIG", value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -176,7 +183,16 @@ fn log_filter(relay: bool) -> tracing_subscriber::EnvFilter {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut root = Cli::command();
+    root.build();
+    let args = match config::expand(&root, std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(e.code);
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();

@@ -33,13 +33,17 @@ const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// Install the Prometheus recorder for this process (once).
+/// Install the Prometheus recorder for this process (once), describe every family (HELP
+/// text and unit) and set `outbox_build_info{version="…"} 1`.
 pub fn install() -> CliResult<PrometheusHandle> {
-    PrometheusBuilder::new()
+    let handle = PrometheusBuilder::new()
         .set_buckets(BUCKETS)
         .map_err(|e| CliError::failed(format!("cannot set up metrics: {e}")))?
         .install_recorder()
-        .map_err(|e| CliError::failed(format!("cannot set up metrics: {e}")))
+        .map_err(|e| CliError::failed(format!("cannot set up metrics: {e}")))?;
+    outboxkit_dispatch::MetricsObserver::describe();
+    outboxkit_dispatch::MetricsObserver::build_info(env!("CARGO_PKG_VERSION"));
+    Ok(handle)
 }
 
 /// The relay's broker sink, as `/readyz` reports it.

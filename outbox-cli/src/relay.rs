@@ -243,6 +243,11 @@ impl Observer for RelayObserver {
             m.on_settle(event);
         }
     }
+    fn on_circuit(&self, event: &outboxkit_dispatch::CircuitEvent<'_>) {
+        if let Some(m) = &self.metrics {
+            m.on_circuit(event);
+        }
+    }
 }
 
 /// The smallest pool a relay should have with `concurrency` deliveries at once: one

@@ -6,6 +6,7 @@ mod bad_input;
 mod broker;
 mod bulk;
 mod claims;
+mod config;
 // The real local Redis Cluster the Redis adapter's tests start (free loopback ports).
 #[path = "../../../outbox-redis/tests/support/cluster.rs"]
 mod cluster;

@@ -57,6 +57,81 @@ fn sample(metrics: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The families of a Prometheus text exposition, each checked to have a non-empty `# HELP`
+/// and a `# TYPE` line before its samples, every sample to belong to a described family,
+/// and a counter's name to end in `_total` (so no counter reads like a gauge).
+fn described_families(text: &str) -> Vec<String> {
+    use std::collections::BTreeMap;
+    let mut help: BTreeMap<String, String> = BTreeMap::new();
+    let mut kind: BTreeMap<String, String> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            help.insert(name.to_owned(), text.trim().to_owned());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, t) = rest.split_once(' ').expect("a TYPE line names a type");
+            assert!(
+                help.contains_key(name),
+                "HELP comes before TYPE for {name}:\n{text}"
+            );
+            kind.insert(name.to_owned(), t.trim().to_owned());
+        } else if !line.is_empty() && !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap_or(line);
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|suffix| name.strip_suffix(suffix))
+                .find(|base| {
+                    kind.get(*base)
+                        .is_some_and(|t| t == "histogram" || t == "summary")
+                })
+                .unwrap_or(name);
+            assert!(
+                kind.contains_key(family),
+                "sample {name} has no TYPE:\n{text}"
+            );
+        }
+    }
+    for (name, t) in &kind {
+        let h = help.get(name).map(String::as_str).unwrap_or("");
+        assert!(!h.is_empty(), "{name} has an empty HELP:\n{text}");
+        assert!(
+            ["counter", "gauge", "histogram"].contains(&t.as_str()),
+            "{name}: {t}"
+        );
+        assert_eq!(t == "counter", name.ends_with("_total"), "{name} is a {t}");
+    }
+    kind.into_keys().collect()
+}
+
+/// `promtool check metrics` on the exposition when promtool is installed (CI installs it
+/// with `apt-get install -y prometheus`); says so when it is not.
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        eprintln!("promtool is not installed: `promtool check metrics` not run (the exposition was checked by this test's own parser)");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(text.as_bytes())
+        .expect("metrics to promtool");
+    let out = child.wait_with_output().expect("promtool's verdict");
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn stop(mut child: Child) -> String {
     let _ = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -158,16 +233,16 @@ async fn relay_metrics_move_as_deliveries_complete_and_the_trace_reaches_the_rec
         assert_eq!((code, body.as_str()), (200, "ready\n"));
         let (code, before) = get(&addr, "/metrics").await.expect("/metrics");
         assert_eq!(code, 200);
-        let succeeded = r#"outbox_deliveries_total{channel="webhook",outcome="succeeded"}"#;
+        let succeeded = r#"outbox_attempts_total{channel="webhook",outcome="succeeded"}"#;
         assert_eq!(sample(&before, succeeded), 0.0, "{before}");
         assert_eq!(
-            sample(&before, r#"outbox_deliveries{status="pending"}"#),
+            sample(&before, r#"outbox_unfinished_deliveries{status="pending"}"#),
             0.0
         );
         // The queue gauges count unfinished work only (read without the finished history):
-        // finished deliveries are counted by `outbox_deliveries_total`.
+        // finished attempts are counted by `outbox_attempts_total`.
         assert!(
-            !before.contains(r#"outbox_deliveries{status="succeeded"}"#),
+            !before.contains(r#"outbox_unfinished_deliveries{status="succeeded"}"#),
             "{before}"
         );
 
@@ -200,11 +275,11 @@ async fn relay_metrics_move_as_deliveries_complete_and_the_trace_reaches_the_rec
         }
         assert_eq!(sample(&after, succeeded), 20.0, "{after}");
         assert!(
-            !after.contains(r#"outbox_deliveries{status="succeeded"}"#),
+            !after.contains(r#"outbox_unfinished_deliveries{status="succeeded"}"#),
             "{after}"
         );
         assert_eq!(
-            sample(&after, r#"outbox_deliveries{status="pending"}"#),
+            sample(&after, r#"outbox_unfinished_deliveries{status="pending"}"#),
             0.0,
             "{after}"
         );
@@ -225,6 +300,26 @@ async fn relay_metrics_move_as_deliveries_complete_and_the_trace_reaches_the_rec
             "{after}"
         );
         assert!(after.contains("outbox_oldest_due_age_seconds"), "{after}");
+        let build = format!(
+            "outbox_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(sample(&after, &build), 1.0, "{after}");
+        let families = described_families(&after);
+        for family in [
+            "outbox_attempts_total",
+            "outbox_attempt_duration_seconds",
+            "outbox_claims_total",
+            "outbox_claimed_total",
+            "outbox_claim_duration_seconds",
+            "outbox_completion_duration_seconds",
+            "outbox_unfinished_deliveries",
+            "outbox_oldest_due_age_seconds",
+            "outbox_build_info",
+        ] {
+            assert!(families.contains(&family.to_owned()), "{family} in {after}");
+        }
+        promtool_check(&after);
         let traced: Vec<_> = receiver
             .requests()
             .iter()

@@ -231,11 +231,11 @@ async fn relay_scenario_as(kind: Kind, json: bool) {
         let (code, metrics) = http_get(&metrics_addr, "/metrics").await;
         assert_eq!(code, 200, "[{name}] /metrics: {metrics}");
         assert!(
-            metrics.contains("outbox_deliveries_total{channel=\"webhook\",outcome=\"succeeded\"}"),
+            metrics.contains("outbox_attempts_total{channel=\"webhook\",outcome=\"succeeded\"}"),
             "[{name}] /metrics has the delivery counters: {metrics}"
         );
         assert!(
-            metrics.contains("outbox_deliveries{status=\"pending\"}"),
+            metrics.contains("outbox_unfinished_deliveries{status=\"pending\"}"),
             "[{name}] {metrics}"
         );
         s.secrets.check(&format!("[{name}] /metrics"), &metrics);
