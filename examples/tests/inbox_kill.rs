@@ -181,7 +181,10 @@ async fn killing_either_side_loses_nothing_and_applies_nothing_twice() {
     }
     sender.kill();
     receiver.kill();
-    assert!(kills >= 3, "the events drained after only {kills} kills: not a test of kills");
+    assert!(
+        kills >= 3,
+        "the events drained after only {kills} kills: not a test of kills"
+    );
     assert_eq!(
         stats.succeeded, N as u64,
         "every delivery succeeded: {stats:?}"

@@ -262,7 +262,7 @@ async fn run(args: Args) -> ExitCode {
         if !selected(&args.only, key) {
             continue;
         }
-        let load_before = quiet::settle(load_value).await;
+        let load_before = quiet::settle(load_value, report::NOISY_LOAD).await;
         eprintln!("== {key} (load {})", loadavg());
         let cpu = quiet::Sample::now();
         let sw = Stopwatch::start();

@@ -3,8 +3,8 @@
 //! The 1-minute load average counts the bench itself: PostgreSQL and the bench's client keep
 //! both cores busy during a drain, so the load after a scenario is always above 1.0 and says
 //! nothing about other work. Two checks instead:
-//! - **before**: wait (at most [`SETTLE`]) until the 1-minute load is at or below
-//!   [`crate::report::NOISY_LOAD`], so the scenario starts on a quiet machine;
+//! - **before**: wait (at most [`SETTLE`]) until the 1-minute load is at or below the noisy
+//!   threshold (`report::NOISY_LOAD`), so the scenario starts on a quiet machine;
 //! - **during**: the CPU that *other* processes used — the machine's busy time
 //!   (`/proc/stat`) minus the bench's own (this process and its waited-for children) and the
 //!   services it drives (PostgreSQL, Redis, NATS, RabbitMQ) — averaged over the scenario, in
@@ -77,13 +77,13 @@ fn others_cores(start: Ticks, end: Ticks, secs: f64) -> f64 {
     ((machine - ours).max(0.0) / TICKS) / secs
 }
 
-/// Wait until the 1-minute load is at or below the noisy threshold, at most [`SETTLE`];
-/// returns the load then.
-pub async fn settle(load: impl Fn() -> Option<f64>) -> Option<f64> {
+/// Wait until the 1-minute load is at or below `threshold`, at most [`SETTLE`]; returns the
+/// load then.
+pub async fn settle(load: impl Fn() -> Option<f64>, threshold: f64) -> Option<f64> {
     let start = Stopwatch::start();
     loop {
         let l = load();
-        if l.is_none_or(|l| l <= crate::report::NOISY_LOAD) || start.elapsed() >= SETTLE {
+        if l.is_none_or(|l| l <= threshold) || start.elapsed() >= SETTLE {
             return l;
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
