@@ -7,8 +7,8 @@
 //!   threshold (`report::NOISY_LOAD`), so the scenario starts on a quiet machine;
 //! - **during**: the CPU that *other* processes used — the machine's busy time
 //!   (`/proc/stat`) minus the bench's own (this process and its waited-for children) and the
-//!   services it drives (PostgreSQL, Redis, NATS, RabbitMQ) — averaged over the scenario, in
-//!   cores. Above [`OTHERS_MAX`] the row is noisy: a build or a test run beside the bench.
+//!   services it drives (PostgreSQL, Redis, NATS, RabbitMQ), each with its reaped children —
+//!   averaged over the scenario, in cores; time the hypervisor stole is not counted. Above [`OTHERS_MAX`] the row is noisy: a build or a test run beside the bench.
 
 use std::time::Duration;
 
@@ -90,8 +90,8 @@ pub async fn settle(load: impl Fn() -> Option<f64>, threshold: f64) -> Option<f6
     }
 }
 
-/// The busy ticks in the first line of `/proc/stat` (user, nice, system, irq, softirq,
-/// steal; not idle or iowait).
+/// The busy ticks in the first line of `/proc/stat` (user, nice, system, irq, softirq; not
+/// idle, iowait or steal).
 fn machine_busy() -> Option<u64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     parse_cpu_line(stat.lines().next()?)
@@ -103,9 +103,9 @@ pub(crate) fn parse_cpu_line(line: &str) -> Option<u64> {
         .skip(1)
         .map(|v| v.parse().ok())
         .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal
+    // user nice system idle iowait irq softirq steal (steal is the hypervisor's, not ours)
     let at = |i: usize| f.get(i).copied().unwrap_or(0);
-    Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
+    Some(at(0) + at(1) + at(2) + at(5) + at(6))
 }
 
 /// utime + stime (+ the waited-for children's, when `children`) of one `/proc/<pid>/stat`
@@ -124,7 +124,8 @@ pub(crate) fn parse_proc_stat(stat: &str, children: bool) -> Option<(String, u64
     Some((comm, ticks))
 }
 
-/// This process (with its waited-for children) and every service process.
+/// This process and every service process, each with its waited-for children: PostgreSQL's
+/// postmaster reaps the backends of closed connections, so their CPU stays counted as ours.
 fn ours_busy() -> u64 {
     let own = std::fs::read_to_string("/proc/self/stat")
         .ok()
@@ -143,7 +144,7 @@ fn ours_busy() -> u64 {
         })
         .filter(|e| e.file_name().to_string_lossy() != own_pid)
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter_map(|s| parse_proc_stat(&s, false))
+        .filter_map(|s| parse_proc_stat(&s, true))
         .filter(|(comm, _)| SERVICES.iter().any(|s| comm.starts_with(s)))
         .map(|(_, t)| t)
         .sum();
@@ -155,9 +156,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn busy_ticks_leave_idle_and_iowait_out() {
+    fn busy_ticks_leave_idle_iowait_and_steal_out() {
         let line = "cpu  100 5 50 9000 40 3 2 1 0 0";
-        assert_eq!(parse_cpu_line(line), Some(100 + 5 + 50 + 3 + 2 + 1));
+        assert_eq!(parse_cpu_line(line), Some(100 + 5 + 50 + 3 + 2));
     }
 
     #[test]
