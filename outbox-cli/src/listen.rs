@@ -1,6 +1,10 @@
 //! `outbox listen`: a local receiver that verifies Standard Webhooks signatures, answers as a
 //! careful receiver does and prints each event (for developers wiring an endpoint).
 //!
+//! With `--forward-to URL` (the Stripe CLI pattern), a verified request is forwarded to the
+//! local application (same body, its content type and `webhook-*` headers) and the sender
+//! gets the application's status and body; 502 when the application does not answer.
+//!
 //! Answers: `--status` (default 200) only to a POST whose signature verifies; 401 for a
 //! missing or wrong signature, 400 for a timestamp outside the tolerance or a missing or
 //! malformed `webhook-id`/`webhook-timestamp`, 405 for another method, 413 for a body over
@@ -52,6 +56,10 @@ pub struct ListenArgs {
     /// Print each request as one JSON object per line (JSON Lines) instead of text.
     #[arg(long)]
     json: bool,
+    /// Forward each verified request to this `http://` URL (your application, e.g.
+    /// `http://127.0.0.1:3000/hooks`) and answer the sender with its status and body.
+    #[arg(long, value_name = "URL", conflicts_with = "status")]
+    forward_to: Option<String>,
 }
 
 /// What one request was and how it was answered.
@@ -66,6 +74,7 @@ struct Seen {
 }
 
 struct Config {
+    forward_to: Option<hyper::Uri>,
     secrets: Vec<WebhookSecret>,
     tolerance: std::time::Duration,
     max_body: usize,
@@ -91,7 +100,9 @@ pub async fn run(a: ListenArgs) -> CliResult<()> {
         .local_addr()
         .map_err(|e| CliError::failed(format!("cannot listen on {addr}: {e}")))?;
     eprintln!("listening on http://{local}/ (Ctrl-C to stop)");
+    let forward_to = a.forward_to.as_deref().map(forward_target).transpose()?;
     let config = Arc::new(Config {
+        forward_to,
         secrets,
         tolerance,
         max_body: a.max_body,
@@ -268,7 +279,21 @@ async fn answer(req: Request<Incoming>, c: &Config) -> (Seen, Response<Full<Byte
         c.tolerance,
     );
     let r = match verdict {
-        Ok(()) => done(&mut seen, c.status, "verified"),
+        Ok(()) => match &c.forward_to {
+            None => done(&mut seen, c.status, "verified"),
+            Some(to) => match forward(to, &parts.headers, &c.names, body).await {
+                Ok(app) => {
+                    seen.status = app.status().as_u16();
+                    seen.verdict = format!("verified, forwarded: {}", app.status());
+                    app
+                }
+                Err(e) => done(
+                    &mut seen,
+                    StatusCode::BAD_GATEWAY,
+                    &format!("verified; FORWARD FAILED: {e}"),
+                ),
+            },
+        },
         Err(e @ (VerifyError::NoSupportedSignature | VerifyError::Mismatch)) => done(
             &mut seen,
             StatusCode::UNAUTHORIZED,
@@ -286,4 +311,77 @@ async fn answer(req: Request<Incoming>, c: &Config) -> (Seen, Response<Full<Byte
         ),
     };
     (seen, r)
+}
+
+/// `--forward-to`: an `http://host:port/path` URL.
+fn forward_target(url: &str) -> CliResult<hyper::Uri> {
+    let uri: hyper::Uri = url.parse().map_err(|_| {
+        CliError::usage(format!("invalid input: --forward-to: `{url}` is not a URL"))
+    })?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        return Err(CliError::usage(format!(
+            "invalid input: --forward-to: `{url}` must be an http:// URL with a host (the local application)"
+        )));
+    }
+    Ok(uri)
+}
+
+/// The longest application answer passed back to the sender.
+const FORWARD_BODY_MAX: usize = 64 * 1024;
+
+/// POST `body` to the application at `to` with the request's content type and webhook
+/// headers; its answer (status, content type, body up to [`FORWARD_BODY_MAX`]).
+async fn forward(
+    to: &hyper::Uri,
+    headers: &hyper::HeaderMap,
+    names: &HeaderNames,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, String> {
+    let host = to.host().unwrap_or("127.0.0.1");
+    let port = to.port_u16().unwrap_or(80);
+    let work = async {
+        let stream = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| format!("cannot connect to {host}:{port}: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let path = to.path_and_query().map_or("/", |p| p.as_str());
+        let authority = to.authority().map_or(host.to_owned(), |a| a.to_string());
+        let mut req = Request::post(path)
+            .header(hyper::header::HOST, authority)
+            .body(Full::new(body))
+            .map_err(|e| e.to_string())?;
+        let keep = [
+            hyper::header::CONTENT_TYPE.as_str(),
+            names.id.as_str(),
+            names.timestamp.as_str(),
+            names.signature.as_str(),
+        ];
+        for name in keep {
+            if let Some(v) = headers.get(name) {
+                if let Ok(n) = hyper::header::HeaderName::from_bytes(name.as_bytes()) {
+                    req.headers_mut().insert(n, v.clone());
+                }
+            }
+        }
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let (parts, incoming) = resp.into_parts();
+        let bytes = Limited::new(incoming, FORWARD_BODY_MAX)
+            .collect()
+            .await
+            .map_err(|e| format!("the application's answer: {e}"))?
+            .to_bytes();
+        let mut r = Response::new(Full::new(bytes));
+        *r.status_mut() = parts.status;
+        if let Some(ct) = parts.headers.get(hyper::header::CONTENT_TYPE) {
+            r.headers_mut()
+                .insert(hyper::header::CONTENT_TYPE, ct.clone());
+        }
+        Ok(r)
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), work)
+        .await
+        .map_err(|_| "the application did not answer within 10 s".to_owned())?
 }

@@ -167,3 +167,103 @@ fn listen_status_scripts_only_valid_requests() {
     assert_eq!(printed[0]["status"], 503);
     assert_eq!(printed[1]["status"], 401);
 }
+
+/// A one-request-at-a-time application on loopback answering `status` with `answer`; each
+/// request it read (head and body) goes to the returned channel.
+fn app(status: u16, answer: &'static str) -> (u16, std::sync::mpsc::Receiver<String>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut head = String::new();
+            let mut len = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&line);
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            let _ = tx.send(format!("{head}\r\n{}", String::from_utf8_lossy(&body)));
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn listen_forwards_verified_requests_and_answers_with_the_apps_status() {
+    let (app_port, seen_by_app) = app(202, "queued");
+    let url = format!("http://127.0.0.1:{app_port}/hooks?x=1");
+    let (child, port) = listen(&["--forward-to", &url, "--count", "2"]);
+    let body = br#"{"type":"order.created","data":{"id":1}}"#;
+    assert_eq!(
+        send(port, "POST", &signed("msg_fwd", now(), body), body),
+        202
+    );
+    let got = seen_by_app
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    assert!(got.starts_with("POST /hooks?x=1 HTTP/1.1"), "{got}");
+    let lower = got.to_ascii_lowercase();
+    assert!(lower.contains("webhook-id: msg_fwd"), "{got}");
+    assert!(lower.contains("webhook-signature: v1,"), "{got}");
+    assert!(
+        got.ends_with(std::str::from_utf8(body).unwrap()),
+        "the body as sent: {got}"
+    );
+    let forged = signed("msg_forged", now(), b"other");
+    assert_eq!(send(port, "POST", &forged, body), 401);
+    let lines = finish(child);
+    assert_eq!(lines[0]["status"], 202, "{lines:?}");
+    assert_eq!(lines[1]["status"], 401, "{lines:?}");
+    assert!(
+        seen_by_app.try_recv().is_err(),
+        "a refused request is never forwarded"
+    );
+}
+
+#[test]
+fn listen_answers_502_when_the_app_is_down_and_refuses_a_bad_forward_url() {
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down_port = down.local_addr().unwrap().port();
+    drop(down);
+    let url = format!("http://127.0.0.1:{down_port}/hooks");
+    let (child, port) = listen(&["--forward-to", &url, "--count", "1"]);
+    let body = b"{}";
+    assert_eq!(
+        send(port, "POST", &signed("msg_down", now(), body), body),
+        502
+    );
+    let lines = finish(child);
+    assert_eq!(lines[0]["status"], 502);
+    for bad in ["https://example.invalid/x", "not a url", "ftp://127.0.0.1/"] {
+        let out = outbox_cmd()
+            .args([
+                "listen",
+                "--port",
+                "0",
+                "--secret",
+                SECRET,
+                "--forward-to",
+                bad,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--forward-to"), "{bad}: {err}");
+    }
+}
