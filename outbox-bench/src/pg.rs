@@ -101,7 +101,7 @@ pub async fn load(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
     )
     .map_err(err("postgres store"))?;
     crate::common::load(&loader, n).await?;
-    analyze(&pool, schema, &["messages", "deliveries", "consumers"]).await?;
+    analyze(&pool, schema, &["messages", "queue", "groups", "consumers"]).await?;
     // The peer scenarios count the writes that follow: the load's must be flushed first.
     crate::physical::force_flush(&pool).await;
     pool.close().await;

@@ -23,7 +23,8 @@ const PURGE_LIMIT: u32 = 10_000;
 
 /// Write `n` finished (succeeded) deliveries with one attempt each and their messages, in
 /// tenant `default`, completed at [`OLD_MS`], by `INSERT … SELECT` into the history table
-/// (where finished deliveries live from schema version 6; not timed).
+/// (schema version 7: the attempt folded into the history row, as a completion writes it;
+/// not timed).
 async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
     let pool = loader_pool(&ctx.pg_url).await?;
     let s = format!("\"{schema}\"");
@@ -31,21 +32,23 @@ async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
         "INSERT INTO {s}.messages (id, tenant, topic, payload, available_at, created_at) \
          SELECT gen_random_uuid(), 'default', '{TOPIC}', '\\x7b7d'::bytea, {OLD_MS}, {OLD_MS} \
            FROM generate_series(1, {n}); \
-         INSERT INTO {s}.deliveries_done (id, message_id, tenant, topic, kind, target, status, \
-                attempts, next_attempt_at, ledger_len, created_at, updated_at, completed_at) \
-         SELECT gen_random_uuid(), id, tenant, topic, 'handler', '{CONSUMER}', 'succeeded', \
-                1, {OLD_MS}, 1, created_at, {OLD_MS}, {OLD_MS} \
-           FROM {s}.messages WHERE created_at = {OLD_MS}; \
-         INSERT INTO {s}.attempts (delivery_id, number, tenant, probe, started_at, \
-                finished_at, outcome) \
-         SELECT id, 1, tenant, false, {OLD_MS}, {OLD_MS}, 'succeeded' \
-           FROM {s}.deliveries_done WHERE completed_at = {OLD_MS};"
+         INSERT INTO {s}.groups (tenant, kind, target) VALUES ('default', 'handler', '{CONSUMER}') \
+           ON CONFLICT DO NOTHING; \
+         INSERT INTO {s}.history (id, seq, message_id, group_id, tenant, created_at, \
+                completed_at, status, attempts, snoozes, ledger_len, run, last_outcome, \
+                last_at, a_probe, a_started) \
+         SELECT gen_random_uuid(), nextval('{s}.queue_seq'), m.id, g.id, m.tenant, \
+                m.created_at, {OLD_MS}, 4, 1, 0, 1, 1, 'succeeded', {OLD_MS}, false, {OLD_MS} \
+           FROM {s}.messages m \
+           JOIN {s}.groups g ON g.tenant = 'default' AND g.kind = 'handler' \
+                            AND g.target = '{CONSUMER}' \
+          WHERE m.created_at = {OLD_MS};"
     );
     sqlx::raw_sql(&sql)
         .execute(&pool)
         .await
         .map_err(|e| format!("load finished rows: {e}"))?;
-    analyze(&pool, schema, &["messages", "deliveries_done", "attempts"]).await?;
+    analyze(&pool, schema, &["messages", "history", "groups"]).await?;
     pool.close().await;
     Ok(())
 }

@@ -15,12 +15,24 @@ use uuid::Uuid;
 
 use crate::error::{DbResult, StoreError};
 
-/// Every column of a delivery row, in table order (the hot table's and the history's), for
-/// the statements that move a row from one to the other.
-pub(crate) const ROW_COLS: &str = "seq, id, message_id, tenant, topic, ordering_key, kind, \
-     target, status, attempts, snoozes, next_attempt_at, lease_until, claim_token, \
-     last_outcome, last_status_code, last_excerpt, last_at, dead_reason, ledger_len, \
-     created_at, updated_at, completed_at, run, due_at";
+/// A status as the narrow queue and the history store it (migration 7): 0 pending, 1 held,
+/// 2 processing, 3 sending (`queue.state`), 4 succeeded, 5 dead (`history.status`).
+pub(crate) fn state_code(s: DeliveryStatus) -> Result<i16> {
+    Ok(match s {
+        DeliveryStatus::Pending => 0,
+        DeliveryStatus::Held => 1,
+        DeliveryStatus::Processing => 2,
+        DeliveryStatus::Sending => 3,
+        DeliveryStatus::Succeeded => 4,
+        DeliveryStatus::Dead => 5,
+        other => {
+            return Err(outboxkit_core::Error::new(
+                outboxkit_core::ErrorKind::Unexpected,
+                format!("the status `{other}` has no code in this store"),
+            ))
+        }
+    })
+}
 
 /// The columns of a delivery row, in the order [`delivery`] reads them.
 const DELIVERY_COLS: [&str; 21] = [

@@ -5,6 +5,7 @@
 //! in `tokens.rs`.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use sqlx::postgres::{PgConnection, PgPool};
 use tokio::runtime::Handle;
 
 use crate::config::PostgresConfig;
+use crate::error::DbResult;
 use crate::schema::{self, Tables};
 use crate::wake::Wake;
 
@@ -37,6 +39,8 @@ pub(crate) struct Inner {
     pub clock: Arc<dyn Clock>,
     pub entropy: Arc<dyn Entropy>,
     pub wake: Wake,
+    /// How far (ms, exclusive) the history's partitions are known to reach.
+    pub history_upto: AtomicI64,
 }
 
 /// Every statement of one store, built once with the schema name substituted, then reused
@@ -117,6 +121,7 @@ impl PostgresStore {
                 clock,
                 entropy,
                 wake,
+                history_upto: AtomicI64::new(i64::MIN),
                 config,
             }),
         })
@@ -162,7 +167,30 @@ impl PostgresStore {
     /// Dropping the future before it returns rolls the transaction back (unless its commit
     /// was already sent): the schema is left at its earlier version, never half-migrated.
     pub async fn migrate(&self) -> Result<u32> {
-        schema::migrate(&self.inner.pool, &self.inner.config, self.inner.clock.now()).await
+        let now = self.inner.clock.now();
+        let applied = schema::migrate(&self.inner.pool, &self.inner.config, now).await?;
+        self.ensure_history(now).await?;
+        Ok(applied)
+    }
+
+    /// Make sure the history has its day partitions up to 3 days after `now`'s day (the
+    /// migration's `history_ensure`), before a statement that may finish a delivery: one
+    /// extra statement when the clock nears the last partition this store knows of, none
+    /// otherwise. Idempotent and serialised in the database, so several stores may call it.
+    pub(crate) async fn ensure_history(&self, now: outboxkit_core::Timestamp) -> Result<()> {
+        const DAY: i64 = 86_400_000;
+        let at = crate::rows::ms(now);
+        if at.saturating_add(DAY) < self.inner.history_upto.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let upto = (at.div_euclid(DAY) + 3) * DAY;
+        let params = crate::sql::Params::new().set("upto", upto);
+        (self.inner.sql.claim.history_ensure.bind(params)?)
+            .execute(&self.inner.pool)
+            .await
+            .db()?;
+        self.inner.history_upto.fetch_max(upto, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Write `message` and its fan-out deliveries on `conn`, inside the caller's transaction

@@ -11,7 +11,6 @@
 //! as asked, one that was not leaves it leased. Nothing is half-applied.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use outboxkit_core::{
@@ -28,31 +27,16 @@ use crate::store::PostgresStore;
 mod settle;
 
 /// The claim's transaction, opened in one round trip with the planner settings of its one
-/// statement. JIT is always off: the statement's cost estimate (a backlog's rows per
-/// group) easily crosses `jit_above_cost`, and JIT compilation was measured at 155 ms for
-/// a 5 ms execution.
-///
-/// Custom plans (re-planned on every call, 1.3–3 ms of planning for this statement) are
-/// the default. A generic plan (planned once per connection, then ~0.2 ms) is used only
-/// while a backlog is being worked off ([`Sql::generic`]): a generic plan is frozen with
-/// the table size it was planned at, and one planned on an empty or tiny hot table
-/// chooses sequential scans and unindexed joins that took 7–17 s per claim once 100k rows
-/// had arrived. Planned at ≥ 1 MiB (with sequential scans disabled for the statement, so
-/// every access is an index probe), the same generic plan measured as fast as the custom
-/// one on a 100k backlog in 1 and in 51 groups. A cached generic plan is replanned when
-/// the table's statistics change (vacuum, analyze); it is only ever used, and so only
-/// ever replanned, under the same condition.
-fn claim_mode(generic: bool) -> &'static str {
-    if generic {
-        "BEGIN; SET LOCAL jit = off; SET LOCAL plan_cache_mode = force_generic_plan; \
-         SET LOCAL enable_seqscan = off"
-    } else {
-        "BEGIN; SET LOCAL jit = off; SET LOCAL plan_cache_mode = force_custom_plan"
-    }
-}
-
-/// The hot table size from which a full claim lets the next one use the generic plan.
-const GENERIC_MIN_BYTES: i64 = 1 << 20;
+/// statement: JIT off (the statement's cost estimate easily crosses `jit_above_cost`, and JIT
+/// compilation was measured at 155 ms for a 5 ms execution) and the generic plan, planned
+/// once per connection (0.1–0.2 ms) instead of on every call (1–3 ms of planning, most of an
+/// idle claim). On the narrow queue every access of the statement is an index range or probe
+/// (`queue_claim`, `queue_key`, primary keys), so the generic plan is the same whatever the
+/// table size it was first planned at (docs/postgres-v3.md: planned on an empty queue, then
+/// 2.4–2.9 ms per 100 on a 20k backlog); sequential scans stay off for it as a guard.
+const CLAIM_MODE: &str =
+    "BEGIN; SET LOCAL jit = off; SET LOCAL plan_cache_mode = force_generic_plan; \
+     SET LOCAL enable_seqscan = off";
 
 fn claimed(row: &PgRow) -> Result<Claimed> {
     let delivery = rows::delivery(row)?;
@@ -89,13 +73,6 @@ impl PostgresStore {
             .consumers()
             .map(|(c, b)| (c.as_str(), int4(b)))
             .unzip();
-        let min_budget = request
-            .consumers()
-            .map(|(_, b)| b)
-            .chain(request.webhook_budget())
-            .chain(request.email_budget())
-            .min()
-            .unwrap_or(1);
         let dormant: Vec<&str> = request.dormant().iter().map(|t| t.as_str()).collect();
         let excluded_endpoints: Vec<String> = request
             .excluded_endpoints()
@@ -107,9 +84,9 @@ impl PostgresStore {
             .iter()
             .map(|(e, n)| (e.to_string(), i64::from(*n)))
             .unzip();
+        self.ensure_history(now).await?;
         let sql = &self.inner.sql.claim;
-        let generic = sql.generic.load(Ordering::Relaxed);
-        let mut tx = self.inner.pool.begin_with(claim_mode(generic)).await.db()?;
+        let mut tx = self.inner.pool.begin_with(CLAIM_MODE).await.db()?;
         let params = Params::new()
             .set("now", ms(now))
             .set("batch", batch as i64)
@@ -120,7 +97,6 @@ impl PostgresStore {
             .set("dormant", dormant)
             .set("tokens", self.tokens(batch))
             .set("until", ms(until))
-            .set("min_budget", int4(min_budget))
             .set("excluded", excluded_endpoints)
             .set("room_endpoints", room_endpoints)
             .set("rooms", rooms)
@@ -130,22 +106,7 @@ impl PostgresStore {
             );
         let found = (sql.claim.bind(params)?).fetch_all(&mut *tx).await.db()?;
         tx.commit().await.db()?;
-        let hot_bytes: i64 = match found.first() {
-            Some(row) => get(row, "hot_bytes")?,
-            None => 0,
-        };
-        sql.generic.store(
-            found.len() == batch && hot_bytes >= GENERIC_MIN_BYTES,
-            Ordering::Relaxed,
-        );
         found.iter().map(claimed).collect()
-    }
-
-    /// Whether the next claim will run on the cached generic plan of the claim statement
-    /// (a backlog is being worked off; see the crate's README). For tests and diagnostics.
-    #[doc(hidden)]
-    pub fn claim_plan_is_generic(&self) -> bool {
-        self.inner.sql.claim.generic.load(Ordering::Relaxed)
     }
 
     /// `n` fresh claim tokens from the injected entropy, one fill for the whole batch.

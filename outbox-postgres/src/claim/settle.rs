@@ -10,16 +10,11 @@ use super::*;
 struct CompletionArrays {
     ids: Vec<Uuid>,
     tokens: Vec<Uuid>,
-    status: Vec<&'static str>,
+    status: Vec<i16>,
     attempts: Vec<i32>,
     snoozes: Vec<i32>,
     next_at: Vec<i64>,
-    completed_at: Vec<Option<i64>>,
     dead_reason: Vec<Option<&'static str>>,
-    lo_outcome: Vec<Option<&'static str>>,
-    lo_code: Vec<Option<i32>>,
-    lo_excerpt: Vec<Option<String>>,
-    lo_at: Vec<Option<i64>>,
     disable: Vec<bool>,
     a_set: Vec<bool>,
     a_probe: Vec<bool>,
@@ -42,6 +37,7 @@ impl PostgresStore {
             return Ok(Vec::new());
         }
         let now = self.inner.clock.now();
+        self.ensure_history(now).await?;
         let mut a = CompletionArrays::default();
         // A delivery named twice in one call: only its first item can match.
         let mut seen = HashSet::with_capacity(items.len());
@@ -55,23 +51,11 @@ impl PostgresStore {
             let u = lease.settle(&completion.verdict, completion.attempt.as_ref(), now);
             a.ids.push(lease.delivery_id.as_uuid());
             a.tokens.push(lease.token.as_uuid());
-            a.status.push(u.status.as_str());
+            a.status.push(rows::state_code(u.status)?);
             a.attempts.push(int4(u.attempts));
             a.snoozes.push(int4(u.snoozes));
             a.next_at.push(ms(u.next_attempt_at));
-            a.completed_at.push(u.completed_at.map(ms));
             a.dead_reason.push(u.dead_reason.map(|r| r.as_str()));
-            a.lo_outcome
-                .push(u.last_outcome.as_ref().map(|o| o.outcome.as_str()));
-            a.lo_code.push(
-                u.last_outcome
-                    .as_ref()
-                    .and_then(|o| o.status_code)
-                    .map(i32::from),
-            );
-            a.lo_excerpt
-                .push(u.last_outcome.as_ref().and_then(|o| o.excerpt.clone()));
-            a.lo_at.push(u.last_outcome.as_ref().map(|o| ms(o.at)));
             a.disable.push(u.disable_endpoint);
             a.awaits.push(u.awaits_endpoint);
             let rec = completion.attempt.as_ref();
@@ -94,12 +78,7 @@ impl PostgresStore {
             .set("attempts", a.attempts)
             .set("snoozes", a.snoozes)
             .set("next_at", a.next_at)
-            .set("completed_at", a.completed_at)
             .set("dead_reasons", a.dead_reason)
-            .set("lo_outcomes", a.lo_outcome)
-            .set("lo_codes", a.lo_code)
-            .set("lo_excerpts", a.lo_excerpt)
-            .set("lo_at", a.lo_at)
             .set("disable", a.disable)
             .set("a_set", a.a_set)
             .set("a_probe", a.a_probe)
@@ -153,7 +132,7 @@ impl PostgresStore {
             let u = lease.release(delay, now);
             ids.push(lease.delivery_id.as_uuid());
             tokens.push(lease.token.as_uuid());
-            status.push(u.status.as_str());
+            status.push(rows::state_code(u.status)?);
             attempts.push(int4(u.attempts));
             next.push(ms(u.next_attempt_at));
             tenants.push(lease.tenant.as_str());

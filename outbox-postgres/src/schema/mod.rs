@@ -19,22 +19,28 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "fair_claim", include_str!("0004_fair_claim.sql")),
     (5, "tokens", include_str!("0005_tokens.sql")),
     (6, "history", include_str!("0006_history.sql")),
+    (7, "narrow_queue", include_str!("0007_narrow_queue.sql")),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.
 #[derive(Debug)]
 pub(crate) struct Tables {
     pub messages: String,
-    /// The hot queue: unfinished deliveries only.
-    pub deliveries: String,
-    /// The history: finished deliveries (succeeded, dead), same columns.
-    pub done: String,
-    /// Both, as a subquery usable wherever a table is (`{all} d`).
+    /// The hot queue: one narrow row per unfinished delivery.
+    pub queue: String,
+    /// (tenant, channel, target) once each, by a small id.
+    pub groups: String,
+    /// The history: finished deliveries (succeeded, dead), partitioned by completion day.
+    pub history: String,
+    /// Both as rows of version 6's columns (the view `delivery_rows`), usable wherever a
+    /// table is (`{all} d`).
     pub all: String,
     pub attempts: String,
     pub endpoints: String,
     pub consumers: String,
     pub purge_cursor: String,
+    /// The schema, quoted, for the partition maintenance function.
+    pub schema: String,
 }
 
 impl Tables {
@@ -43,16 +49,32 @@ impl Tables {
         let s = format!("\"{schema}\"");
         Tables {
             messages: format!("{s}.messages"),
-            deliveries: format!("{s}.deliveries"),
-            done: format!("{s}.deliveries_done"),
-            all: format!(
-                "(SELECT * FROM {s}.deliveries UNION ALL SELECT * FROM {s}.deliveries_done)"
-            ),
+            queue: format!("{s}.queue"),
+            groups: format!("{s}.groups"),
+            history: format!("{s}.history"),
+            all: format!("{s}.delivery_rows"),
             attempts: format!("{s}.attempts"),
             endpoints: format!("{s}.endpoints"),
             consumers: format!("{s}.consumers"),
             purge_cursor: format!("{s}.purge_cursor"),
+            schema: s,
         }
+    }
+
+    /// Every table name a statement may use, for [`crate::sql::load`].
+    pub fn names(&self) -> [(&'static str, &str); 10] {
+        [
+            ("messages", self.messages.as_str()),
+            ("queue", self.queue.as_str()),
+            ("groups", self.groups.as_str()),
+            ("history", self.history.as_str()),
+            ("all", self.all.as_str()),
+            ("attempts", self.attempts.as_str()),
+            ("endpoints", self.endpoints.as_str()),
+            ("consumers", self.consumers.as_str()),
+            ("purge_cursor", self.purge_cursor.as_str()),
+            ("schema", self.schema.as_str()),
+        ]
     }
 }
 

@@ -1,244 +1,224 @@
--- The hot path (`DeliveryStore`, bound by `claim/`): the fair claim, and the completion,
--- release, extend and mark-sending writes, each fenced by the claim's token. Every time is a
--- parameter from the injected clock. `{row_cols}` is every column of a delivery row in table
--- order (the hot table's and the history's), `{delivery_cols}` the columns a delivery is read
--- from.
+-- The hot path (`DeliveryStore`, bound by `claim/`) on the narrow queue of migration 7: the
+-- fair claim, and the completion, release, extend and mark-sending writes, each fenced by the
+-- claim's token and tenant. Every time is a parameter from the injected clock. Queue states:
+-- 0 pending, 1 held, 2 processing, 3 sending; history status 4 succeeded, 5 dead. "No lease":
+-- lease_until 0 and the nil token. A claim sets due_at to the lease end, negated for a row's
+-- last attempt (`queue` in migration 7).
 
 -- name: claim
--- The fair claim (DESIGN §6, core's `claim_rules`). Its steps:
--- 1. `exhausted`/`killed`/`buried`: rows that spent their budget become `dead` (at most
---    core's EXHAUSTED_PER_CLAIM per claim), found through the small `deliveries_spent`
---    index, and move from the hot table to the history.
--- 2. `groups`: every (tenant, kind, target) with unfinished rows, by a skip scan of the
---    `deliveries_group` index (one index probe per group, whatever its backlog).
--- 3. `heads`: of the groups this claim serves (and does not exclude), those with a claimable
---    due row, the :batch whose oldest such row is oldest (only they can get a turn). The limit
---    is written `(SELECT :batch)` on purpose: the planner then guesses a few groups, which
---    keeps its estimate of the per-group scans low (with a plain LIMIT a claim of 100 was
---    estimated at 290k and, with JIT on, spent 155 ms compiling JIT code for a 5 ms execution;
---    the claim's transaction also turns JIT off).
--- 4. `picked`: from each of those groups, its first claimable rows in (due, enqueue order),
---    locked with SKIP LOCKED: at most :batch - k + 1 each when k groups take part (a group can
---    get no more: every other group gets one first); an endpoint's group no more than its room
---    (:rooms of :room_endpoints) or the per-endpoint limit (:endpoint_limit, NULL: none).
--- 5. `chosen`: rounds (each group's first row, then each group's second, ...), groups in the
---    order of their first picked row, cut at :batch; locked rows not chosen are released when
---    the statement ends.
--- 6. `claimed`: the update (token, lease, attempt), returned with the message columns.
--- Claimable (core's rule, the same in `heads` and `picked`, so a group whose due rows all wait
--- counts for no share of the batch): within its budget (a held probe spends none) and not
--- behind an older unfinished row of its ordering key whose topic is not dormant (an older row
--- that dies at this claim does not hold it back). A row's budget is its source's: the
--- handler's in :budgets (by :consumers), :webhook_budget or :email_budget; NULL when the claim
--- does not serve it.
-WITH RECURSIVE exhausted AS (
-  SELECT d.id FROM {deliveries} d
-   WHERE d.attempts > 0 AND d.status IN ('pending', 'processing', 'sending')
-     AND d.attempts >= :min_budget::int4 AND d.next_attempt_at <= :now::int8
-     AND d.attempts >= (CASE d.kind
-           WHEN 'handler' THEN (:budgets::int4[])[array_position(:consumers::text[], d.target)]
-           WHEN 'webhook' THEN :webhook_budget::int4
-           WHEN 'email' THEN :email_budget::int4 END)
-     AND NOT (d.kind = 'webhook' AND d.target = ANY(:excluded::text[]))
-   ORDER BY d.attempts DESC
-   LIMIT {exhausted_bound}
-   FOR UPDATE OF d SKIP LOCKED),
-killed AS (
-  DELETE FROM {deliveries} d USING exhausted x
-   WHERE d.id = ANY (ARRAY(SELECT e.id FROM exhausted e)) AND d.id = x.id
-  RETURNING d.seq, d.id, d.message_id, d.tenant, d.topic, d.ordering_key, d.kind,
-            d.target, 'dead'::text AS status, d.attempts, d.snoozes,
-            d.next_attempt_at, NULL::int8 AS lease_until,
-            NULL::uuid AS claim_token, d.last_outcome, d.last_status_code,
-            d.last_excerpt, d.last_at, 'max_attempts'::text AS dead_reason,
-            d.ledger_len, d.created_at, :now::int8 AS updated_at,
-            :now::int8 AS completed_at, d.run, d.due_at),
-buried AS (INSERT INTO {done} ({row_cols}) SELECT {row_cols} FROM killed),
-groups AS (
-  (SELECT d.tenant, d.kind, d.target FROM {deliveries} d
-    WHERE d.status IN ('pending', 'held', 'processing', 'sending')
-    ORDER BY d.tenant, d.kind, d.target LIMIT 1)
+-- The fair claim (DESIGN §6, core's `claim_rules`), one statement. Its steps:
+-- 1. `gs`/`gb`: every group with queue rows (a skip scan of `queue_claim`: one probe per
+--    group), with its budget (:budgets of :consumers, :webhook_budget, :email_budget; a group
+--    the claim does not serve, or an excluded endpoint's, drops out) and, for an endpoint, its
+--    room (:rooms of :room_endpoints, else :endpoint_limit; NULL: none).
+-- 2. `stranded`/`killed`/`buried`/`revived`: last attempts whose lease ended (the range below
+--    zero of `queue_claim`, at most {exhausted_bound} per claim) die of `max_attempts` into the
+--    history; one whose budget has grown since is due again at its lease end instead.
+-- 3. `heads`: of those groups, the :batch whose first claimable row is oldest (only they can
+--    get a turn). `(SELECT :batch)` keeps the planner's guess of groups small.
+-- 4. `picked`: from each, its first claimable rows in (due, enqueue order), locked with SKIP
+--    LOCKED: at most :batch - k + 1 each when k groups take part, an endpoint's no more than its
+--    room. Claimable: due, no live lease, and not behind an older unfinished row of its ordering
+--    key whose topic is not :dormant (an older row that dies at this claim does not hold it
+--    back). A row past its budget (the budget was lowered) is taken too and dies (`spent`).
+-- 5. `chosen`: fair rounds (each group's first row, then each group's second, ...), groups in
+--    the order of their first row, cut at :batch.
+-- 6. `claimed`: state processing, an attempt spent unless held, a token from :tokens, the
+--    lease until :until, due_at the lease end (negated when this is the last attempt); returned
+--    with the columns a delivery and its message are read from, its last outcome from the
+--    ledger.
+WITH RECURSIVE gs AS (
+  (SELECT x.group_id FROM {queue} x ORDER BY x.group_id LIMIT 1)
   UNION ALL
-  SELECT n.tenant, n.kind, n.target FROM groups g CROSS JOIN LATERAL (
-    SELECT d.tenant, d.kind, d.target FROM {deliveries} d
-     WHERE d.status IN ('pending', 'held', 'processing', 'sending')
-       AND (d.tenant, d.kind, d.target) > (g.tenant, g.kind, g.target)
-     ORDER BY d.tenant, d.kind, d.target LIMIT 1) n),
-heads AS (
-  SELECT g.tenant, g.kind, g.target FROM groups g CROSS JOIN LATERAL (
-    SELECT d.next_attempt_at, d.seq FROM {deliveries} d
-     WHERE d.tenant = g.tenant AND d.kind = g.kind AND d.target = g.target
-       AND d.status IN ('pending', 'held', 'processing', 'sending')
-       AND d.next_attempt_at <= :now::int8
-       AND (d.status = 'held' OR d.attempts < (CASE d.kind
-             WHEN 'handler' THEN (:budgets::int4[])[array_position(:consumers::text[], d.target)]
-             WHEN 'webhook' THEN :webhook_budget::int4
-             WHEN 'email' THEN :email_budget::int4 END))
-       AND (d.ordering_key IS NULL OR NOT EXISTS (
-             SELECT 1 FROM {deliveries} p
-              WHERE p.tenant = d.tenant AND p.kind = d.kind AND p.target = d.target
-                AND p.ordering_key = d.ordering_key AND p.seq < d.seq
-                AND p.status IN ('pending', 'held', 'processing', 'sending')
-                AND p.topic <> ALL(:dormant::text[])
-                AND NOT (p.status <> 'held' AND p.next_attempt_at <= :now::int8
-                         AND p.attempts >= (CASE p.kind
-                   WHEN 'handler' THEN (:budgets::int4[])[array_position(:consumers::text[], p.target)]
-                   WHEN 'webhook' THEN :webhook_budget::int4
-                   WHEN 'email' THEN :email_budget::int4 END))))
-     ORDER BY d.next_attempt_at, d.seq LIMIT 1) h
-   WHERE (CASE g.kind
-           WHEN 'handler' THEN (:budgets::int4[])[array_position(:consumers::text[], g.target)]
+  SELECT n.group_id FROM gs CROSS JOIN LATERAL (
+    SELECT x.group_id FROM {queue} x WHERE x.group_id > gs.group_id
+     ORDER BY x.group_id LIMIT 1) n),
+gb AS (
+  SELECT gr.id, gr.kind, gr.target, b.budget,
+         CASE WHEN gr.kind = 'webhook' THEN coalesce(
+           (:rooms::int8[])[array_position(:room_endpoints::text[], gr.target)],
+           :endpoint_limit::int8) END AS room
+    FROM gs JOIN {groups} gr ON gr.id = gs.group_id
+   CROSS JOIN LATERAL (SELECT CASE gr.kind
+           WHEN 'handler' THEN (:budgets::int4[])[array_position(:consumers::text[], gr.target)]
            WHEN 'webhook' THEN :webhook_budget::int4
-           WHEN 'email' THEN :email_budget::int4 END) IS NOT NULL
-     AND NOT (g.kind = 'webhook' AND g.target = ANY(:excluded::text[]))
-   ORDER BY h.next_attempt_at, h.seq
+           WHEN 'email' THEN :email_budget::int4 END AS budget) b
+   WHERE b.budget IS NOT NULL
+     AND NOT (gr.kind = 'webhook' AND gr.target = ANY(:excluded::text[]))),
+stranded AS (
+  SELECT s.id, s.attempts >= s.budget AS dies
+    FROM (SELECT x.id, x.attempts, gb.budget FROM gb CROSS JOIN LATERAL (
+            SELECT x.id, x.attempts FROM {queue} x
+             WHERE x.group_id = gb.id AND x.due_at >= -:now::int8 AND x.due_at < 0
+               AND x.lease_until <= :now::int8 AND x.state <> 1
+             LIMIT {exhausted_bound}
+             FOR UPDATE OF x SKIP LOCKED) x
+           LIMIT {exhausted_bound}) s),
+heads AS (
+  SELECT gb.*, hd.due_at AS h_due, hd.seq AS h_seq FROM gb CROSS JOIN LATERAL (
+    SELECT x.due_at, x.seq FROM {queue} x
+     WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
+       AND x.lease_until <= :now::int8
+       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+             SELECT 1 FROM {queue} p
+              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+                         AND p.attempts >= gb.budget)))
+     ORDER BY x.due_at, x.seq LIMIT 1) hd
+   ORDER BY hd.due_at, hd.seq
    LIMIT (SELECT :batch::int8)),
 share AS (SELECT greatest(:batch::int8 - count(*) + 1, 1) AS n FROM heads),
 picked AS (
-  SELECT p.* FROM heads h CROSS JOIN share CROSS JOIN LATERAL (
-    SELECT d.id, d.tenant, d.kind, d.target, d.status AS claimed_from,
-           d.next_attempt_at AS due_at, d.seq
-      FROM {deliveries} d
-     WHERE d.tenant = h.tenant AND d.kind = h.kind AND d.target = h.target
-       AND d.status IN ('pending', 'held', 'processing', 'sending')
-       AND d.next_attempt_at <= :now::int8
-       AND (d.status = 'held' OR d.attempts < (CASE d.kind
-             WHEN 'handler' THEN (:budgets::int4[])[array_position(:consumers::text[], d.target)]
-             WHEN 'webhook' THEN :webhook_budget::int4
-             WHEN 'email' THEN :email_budget::int4 END))
-       AND (d.ordering_key IS NULL OR NOT EXISTS (
-             SELECT 1 FROM {deliveries} p
-              WHERE p.tenant = d.tenant AND p.kind = d.kind AND p.target = d.target
-                AND p.ordering_key = d.ordering_key AND p.seq < d.seq
-                AND p.status IN ('pending', 'held', 'processing', 'sending')
-                AND p.topic <> ALL(:dormant::text[])
-                AND NOT (p.status <> 'held' AND p.next_attempt_at <= :now::int8
-                         AND p.attempts >= (CASE p.kind
-                   WHEN 'handler' THEN (:budgets::int4[])[array_position(:consumers::text[], p.target)]
-                   WHEN 'webhook' THEN :webhook_budget::int4
-                   WHEN 'email' THEN :email_budget::int4 END))))
-     ORDER BY d.next_attempt_at, d.seq
-     LIMIT CASE WHEN h.kind = 'webhook' THEN least(share.n, coalesce(
-             (:rooms::int8[])[array_position(:room_endpoints::text[], h.target)],
-             :endpoint_limit::int8))
-           ELSE share.n END
-     FOR UPDATE OF d SKIP LOCKED) p),
+  SELECT p.* FROM heads gb CROSS JOIN share CROSS JOIN LATERAL (
+    SELECT x.id, x.group_id, x.state AS claimed_from, x.due_at, x.seq, x.attempts,
+           gb.budget, (x.state <> 1 AND x.attempts >= gb.budget) AS spent
+      FROM {queue} x
+     WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
+       AND x.lease_until <= :now::int8
+       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+             SELECT 1 FROM {queue} p
+              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+                         AND p.attempts >= gb.budget)))
+     ORDER BY x.due_at, x.seq
+     LIMIT least(share.n, coalesce(gb.room, share.n))
+     FOR UPDATE OF x SKIP LOCKED) p),
 rounds AS (
-  SELECT picked.*,
-         row_number() OVER w AS round,
+  SELECT picked.*, row_number() OVER w AS round,
          first_value(due_at) OVER w AS g_due, first_value(seq) OVER w AS g_seq
     FROM picked
-  WINDOW w AS (PARTITION BY tenant, kind, target ORDER BY due_at, seq)),
+  WINDOW w AS (PARTITION BY group_id ORDER BY due_at, seq)),
 chosen AS (
-  SELECT rounds.*,
-         (row_number() OVER (ORDER BY round, g_due, g_seq))::int4 AS rn
-    FROM rounds
-   ORDER BY round, g_due, g_seq
-   LIMIT :batch::int8),
+  SELECT rounds.*, (row_number() OVER (ORDER BY round, g_due, g_seq))::int4 AS rn
+    FROM rounds ORDER BY round, g_due, g_seq LIMIT :batch::int8),
+killed AS (
+  DELETE FROM {queue} x
+   WHERE x.id IN (SELECT id FROM stranded WHERE dies UNION ALL
+                  SELECT id FROM chosen WHERE spent)
+  RETURNING x.id, x.seq, x.message_id, x.group_id, x.attempts, x.snoozes, x.ledger_len,
+            x.run, x.updated_at, abs(x.due_at) AS next_at),
+buried AS (
+  INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
+                         status, attempts, snoozes, ledger_len, run, dead_reason,
+                         next_attempt_at)
+  SELECT k.id, k.seq, k.message_id, k.group_id, mk.tenant, mk.created_at, :now::int8, 5,
+         k.attempts, k.snoozes, k.ledger_len, k.run, 'max_attempts',
+         nullif(k.next_at, :now::int8)
+    FROM killed k JOIN {messages} mk ON mk.id = k.message_id),
+revived AS (
+  UPDATE {queue} x SET due_at = -x.due_at
+   WHERE x.id IN (SELECT id FROM stranded WHERE NOT dies)),
 claimed AS (
-  UPDATE {deliveries} d SET status = 'processing',
-         attempts = d.attempts + CASE WHEN n.claimed_from = 'held' THEN 0 ELSE 1 END,
-         claim_token = (:tokens::uuid[])[n.rn], lease_until = :until::int8,
-         due_at = n.due_at,
-         next_attempt_at = :until::int8, updated_at = :now::int8
+  UPDATE {queue} x SET state = 2,
+         attempts = x.attempts + CASE WHEN n.claimed_from = 1 THEN 0 ELSE 1 END,
+         token = (:tokens::uuid[])[n.rn], lease_until = :until::int8,
+         due_at = CASE WHEN x.attempts + CASE WHEN n.claimed_from = 1 THEN 0 ELSE 1 END
+                            >= n.budget
+                       THEN -:until::int8 ELSE :until::int8 END,
+         claimed_due = n.due_at, updated_at = :now::int8
     FROM chosen n
-   WHERE d.id = ANY (ARRAY(SELECT c.id FROM chosen c)) AND d.id = n.id
-  RETURNING {delivery_cols}, d.claim_token, n.claimed_from, n.rn)
-SELECT c.*, m.payload AS m_payload, m.idempotency_key AS m_idempotency_key,
-       m.available_at AS m_available_at, m.headers AS m_headers,
-       m.cause AS m_cause, m.created_at AS m_created_at,
-       (SELECT pg_relation_size({deliveries_literal}::regclass)) AS hot_bytes
-  FROM claimed c JOIN {messages} m ON m.id = c.message_id
+   WHERE x.id = n.id AND NOT n.spent
+  RETURNING x.id, x.message_id, x.group_id, x.attempts, x.snoozes, x.lease_until, x.token,
+            x.run, x.ledger_len, x.updated_at, n.claimed_from, n.rn)
+SELECT c.id, c.message_id, gr.tenant, m.topic, m.ordering_key, gr.kind, gr.target,
+       'processing'::text AS status, c.attempts, c.snoozes, c.lease_until AS next_attempt_at,
+       c.lease_until, la.outcome AS last_outcome, la.status_code AS last_status_code,
+       la.excerpt AS last_excerpt, la.finished_at AS last_at, NULL::text AS dead_reason,
+       m.created_at, c.updated_at, NULL::int8 AS completed_at, c.run,
+       c.token AS claim_token,
+       (CASE c.claimed_from WHEN 0 THEN 'pending' WHEN 1 THEN 'held' WHEN 2 THEN 'processing'
+                            ELSE 'sending' END)::text AS claimed_from,
+       m.payload AS m_payload, m.idempotency_key AS m_idempotency_key,
+       m.available_at AS m_available_at, m.headers AS m_headers, m.cause AS m_cause,
+       m.created_at AS m_created_at
+  FROM claimed c
+  JOIN {messages} m ON m.id = c.message_id
+  JOIN {groups} gr ON gr.id = c.group_id
+  LEFT JOIN LATERAL (
+       SELECT a.outcome, a.status_code, a.excerpt, a.finished_at FROM {attempts} a
+        WHERE c.ledger_len > 0 AND a.delivery_id = c.id
+        ORDER BY a.number DESC LIMIT 1) la ON true
  ORDER BY c.rn
 
 -- name: complete
--- One completion per element of the arrays (a batch). A row that stays unfinished is updated
--- in place (`upd`); one that finishes (succeeded, dead) is deleted from the hot table (`fin`,
--- its new values computed in RETURNING) and appended to the history (`ins`) in the same
--- statement. Both feed the attempt insert and the endpoint's last status. A wait for an
--- endpoint that a resume or delete made while the delivery was claimed (`awaits`, core's
--- `DeliveryUpdate::endpoint_is_back`) comes back pending, due now; only a `held` verdict
--- waits, so a finishing row never comes back. Returns the ids that matched their lease.
+-- One completion per element of the arrays (a batch). A row that finishes (:statuses 4
+-- succeeded, 5 dead) is deleted from the queue (`fin`) and appended to the history (`ins`)
+-- with its final attempt folded in (when the completion records one); a row that stays
+-- unfinished (0 pending, 1 held) is updated in place (`upd`) and its attempt appended to
+-- `attempts`. Both feed the endpoint's last status. A wait for an endpoint that a resume or
+-- delete made while the delivery was claimed (:awaits, core's
+-- `DeliveryUpdate::endpoint_is_back`) comes back pending, due now. Returns the ids that
+-- matched their lease.
 WITH u AS (
-  SELECT * FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::text[], :attempts::int4[],
-                       :snoozes::int4[], :next_at::int8[], :completed_at::int8[],
-                       :dead_reasons::text[], :lo_outcomes::text[], :lo_codes::int4[],
-                       :lo_excerpts::text[], :lo_at::int8[], :disable::bool[],
-                       :a_set::bool[], :a_probe::bool[], :a_started::int8[],
+  SELECT * FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::int2[], :attempts::int4[],
+                       :snoozes::int4[], :next_at::int8[], :dead_reasons::text[],
+                       :disable::bool[], :a_set::bool[], :a_probe::bool[], :a_started::int8[],
                        :a_finished::int8[], :a_outcomes::text[], :a_codes::int4[],
                        :a_excerpts::text[], :tenants::text[], :awaits::bool[])
-    AS u(id, token, status, attempts, snoozes, next_at, completed_at, dead_reason,
-         lo_outcome, lo_code, lo_excerpt, lo_at, disable,
-         a_set, a_probe, a_started, a_finished, a_outcome, a_code, a_excerpt,
-         tenant, awaits)),
-upd AS (
-  UPDATE {deliveries} d SET
-         status = CASE WHEN (u.awaits AND NOT EXISTS (SELECT 1 FROM {endpoints} x
-                    WHERE x.id = (CASE WHEN d.kind = 'webhook' THEN d.target END)::uuid
-                      AND x.tenant = d.tenant AND x.status <> 'active'))
-                  THEN 'pending' ELSE u.status END,
-         attempts = u.attempts, snoozes = u.snoozes,
-         next_attempt_at = CASE WHEN (u.awaits AND NOT EXISTS (SELECT 1 FROM {endpoints} x
-                    WHERE x.id = (CASE WHEN d.kind = 'webhook' THEN d.target END)::uuid
-                      AND x.tenant = d.tenant AND x.status <> 'active'))
-                  THEN :now::int8 ELSE u.next_at END,
-         completed_at = u.completed_at,
-         dead_reason = u.dead_reason,
-         last_outcome = coalesce(u.lo_outcome, d.last_outcome),
-         last_status_code = CASE WHEN u.lo_outcome IS NULL THEN d.last_status_code ELSE u.lo_code END,
-         last_excerpt = CASE WHEN u.lo_outcome IS NULL THEN d.last_excerpt ELSE u.lo_excerpt END,
-         last_at = CASE WHEN u.lo_outcome IS NULL THEN d.last_at ELSE u.lo_at END,
-         claim_token = NULL, lease_until = NULL, updated_at = :now::int8,
-         ledger_len = d.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END
-    FROM u
-   WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant
-     AND d.status IN ('processing', 'sending')
-     AND NOT u.status IN ('succeeded', 'dead')
-  RETURNING d.id, d.tenant, d.ledger_len, d.run, d.due_at,
-            CASE WHEN d.kind = 'webhook' THEN d.target::uuid END AS endpoint_id,
-            u.disable, u.a_set, u.a_probe, u.a_started, u.a_finished,
-            u.a_outcome, u.a_code, u.a_excerpt),
+    AS u(id, token, status, attempts, snoozes, next_at, dead_reason, disable, a_set, a_probe,
+         a_started, a_finished, a_outcome, a_code, a_excerpt, tenant, awaits)),
 fin AS (
-  DELETE FROM {deliveries} d USING u
-   WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant
-     AND d.status IN ('processing', 'sending')
-     AND u.status IN ('succeeded', 'dead')
-  RETURNING d.seq, d.id, d.message_id, d.tenant, d.topic, d.ordering_key, d.kind,
-            d.target, u.status, u.attempts, u.snoozes,
-            u.next_at AS next_attempt_at, NULL::int8 AS lease_until,
-            NULL::uuid AS claim_token,
-            coalesce(u.lo_outcome, d.last_outcome) AS last_outcome,
-            CASE WHEN u.lo_outcome IS NULL THEN d.last_status_code ELSE u.lo_code END
-              AS last_status_code,
-            CASE WHEN u.lo_outcome IS NULL THEN d.last_excerpt ELSE u.lo_excerpt END
-              AS last_excerpt,
-            CASE WHEN u.lo_outcome IS NULL THEN d.last_at ELSE u.lo_at END AS last_at,
-            u.dead_reason,
-            d.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END AS ledger_len,
-            d.created_at, :now::int8 AS updated_at, u.completed_at, d.run, d.due_at,
-            CASE WHEN d.kind = 'webhook' THEN d.target::uuid END AS endpoint_id,
-            u.disable, u.a_set, u.a_probe, u.a_started, u.a_finished,
-            u.a_outcome, u.a_code, u.a_excerpt),
-ins AS (INSERT INTO {done} ({row_cols}) SELECT {row_cols} FROM fin),
-res AS (
-  SELECT id, tenant, ledger_len, run, due_at, endpoint_id, disable, a_set, a_probe,
-         a_started, a_finished, a_outcome, a_code, a_excerpt FROM upd
-  UNION ALL
-  SELECT id, tenant, ledger_len, run, due_at, endpoint_id, disable, a_set, a_probe,
-         a_started, a_finished, a_outcome, a_code, a_excerpt FROM fin),
+  DELETE FROM {queue} x USING u, {groups} g
+   WHERE x.id = u.id AND x.token = u.token AND x.state IN (2, 3) AND u.status IN (4, 5)
+     AND g.id = x.group_id AND g.tenant = u.tenant
+  RETURNING x.id, x.seq, x.message_id, x.group_id, g.tenant, g.kind, g.target, u.status,
+            u.attempts, u.snoozes,
+            x.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END AS ledger_len,
+            x.run, x.claimed_due, u.next_at, u.dead_reason, u.disable, u.a_set, u.a_probe,
+            u.a_started, u.a_finished, u.a_outcome, u.a_code, u.a_excerpt),
+ins AS (
+  INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
+                         status, attempts, snoozes, ledger_len, run, dead_reason,
+                         last_outcome, last_status_code, last_excerpt, last_at, a_probe,
+                         a_started, a_scheduled, next_attempt_at)
+  SELECT f.id, f.seq, f.message_id, f.group_id, f.tenant, mf.created_at, :now::int8,
+         f.status, f.attempts, f.snoozes, f.ledger_len, f.run, f.dead_reason,
+         CASE WHEN f.a_set THEN f.a_outcome END, CASE WHEN f.a_set THEN f.a_code END,
+         CASE WHEN f.a_set THEN f.a_excerpt END, CASE WHEN f.a_set THEN f.a_finished END,
+         CASE WHEN f.a_set THEN f.a_probe END, CASE WHEN f.a_set THEN f.a_started END,
+         CASE WHEN f.a_set THEN nullif(f.claimed_due, 0) END, nullif(f.next_at, :now::int8)
+    FROM fin f JOIN {messages} mf ON mf.id = f.message_id),
+upd AS (
+  UPDATE {queue} x SET
+         state = CASE WHEN (u.awaits AND g.kind = 'webhook' AND NOT EXISTS (
+                    SELECT 1 FROM {endpoints} e WHERE e.id = g.target::uuid
+                       AND e.tenant = g.tenant AND e.status <> 'active'))
+                  THEN 0 ELSE u.status END,
+         attempts = u.attempts, snoozes = u.snoozes,
+         due_at = CASE WHEN (u.awaits AND g.kind = 'webhook' AND NOT EXISTS (
+                    SELECT 1 FROM {endpoints} e WHERE e.id = g.target::uuid
+                       AND e.tenant = g.tenant AND e.status <> 'active'))
+                  THEN :now::int8 ELSE u.next_at END,
+         token = '00000000-0000-0000-0000-000000000000'::uuid, lease_until = 0,
+         updated_at = :now::int8,
+         ledger_len = x.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END
+    FROM u, {groups} g
+   WHERE x.id = u.id AND x.token = u.token AND x.state IN (2, 3) AND u.status IN (0, 1)
+     AND g.id = x.group_id AND g.tenant = u.tenant
+  RETURNING x.id, g.tenant, g.kind, g.target, x.ledger_len, x.run, x.claimed_due, u.disable,
+            u.a_set, u.a_probe, u.a_started, u.a_finished, u.a_outcome, u.a_code,
+            u.a_excerpt),
 att AS (
   INSERT INTO {attempts} (delivery_id, number, tenant, probe, started_at, finished_at,
                           outcome, status_code, excerpt, run, scheduled_at)
-  SELECT id, ledger_len, tenant, a_probe, a_started, a_finished, a_outcome, a_code,
-         a_excerpt, run, due_at
-    FROM res WHERE a_set),
+  SELECT r.id, r.ledger_len, r.tenant, r.a_probe, r.a_started, r.a_finished, r.a_outcome,
+         r.a_code, r.a_excerpt, r.run, nullif(r.claimed_due, 0)
+    FROM upd r WHERE r.a_set),
+res AS (
+  SELECT id, tenant, kind, target, disable, a_set, a_outcome, a_code, a_finished FROM fin
+  UNION ALL
+  SELECT id, tenant, kind, target, disable, a_set, a_outcome, a_code, a_finished FROM upd),
 ep AS (
-  SELECT endpoint_id, tenant, bool_or(disable) AS gone,
+  SELECT target::uuid AS endpoint_id, tenant, bool_or(disable) AS gone,
          (array_agg(a_outcome ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] AS o,
          (array_agg(a_code ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] AS c,
          max(a_finished) FILTER (WHERE a_set) AS at
-    FROM res WHERE endpoint_id IS NOT NULL AND (disable OR a_set)
-   GROUP BY endpoint_id, tenant),
+    FROM res WHERE kind = 'webhook' AND (disable OR a_set)
+   GROUP BY target, tenant),
 dis AS (
   UPDATE {endpoints} e SET
          status = CASE WHEN ep.gone THEN 'disabled' ELSE e.status END,
@@ -254,29 +234,38 @@ dis AS (
 SELECT id FROM res
 
 -- name: release
--- Leases given back unattempted (core's `Lease::release`), one per element; returns the ids
--- that matched their lease.
-UPDATE {deliveries} d SET status = u.status, attempts = u.attempts,
-       next_attempt_at = u.next_at, claim_token = NULL, lease_until = NULL,
+-- Leases given back unattempted (core's `Lease::release`), one per element (:statuses 0
+-- pending, 1 held); returns the ids that matched their lease.
+UPDATE {queue} x SET state = u.state, attempts = u.attempts, due_at = u.next_at,
+       token = '00000000-0000-0000-0000-000000000000'::uuid, lease_until = 0,
        updated_at = :now::int8
-  FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::text[], :attempts::int4[],
+  FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::int2[], :attempts::int4[],
               :next_at::int8[], :tenants::text[])
-       AS u(id, token, status, attempts, next_at, tenant)
- WHERE d.id = u.id AND d.claim_token = u.token AND d.tenant = u.tenant
-   AND d.status IN ('processing', 'sending')
-RETURNING d.id
+       AS u(id, token, state, attempts, next_at, tenant), {groups} g
+ WHERE x.id = u.id AND x.token = u.token AND x.state IN (2, 3)
+   AND g.id = x.group_id AND g.tenant = u.tenant
+RETURNING x.id
 
 -- name: extend
--- A lease ends at :until instead (which is also when a stranded claim is due again).
-UPDATE {deliveries} SET lease_until = :until::int8, next_attempt_at = :until::int8,
+-- A lease ends at :until instead, which is also when a stranded claim is due again (below
+-- zero for a last attempt, as the claim wrote it).
+UPDATE {queue} x SET lease_until = :until::int8,
+       due_at = CASE WHEN x.due_at < 0 THEN -:until::int8 ELSE :until::int8 END,
        updated_at = :now::int8
- WHERE id = :delivery::uuid AND claim_token = :token::uuid AND tenant = :tenant::text
-   AND status IN ('processing', 'sending')
-RETURNING id
+  FROM {groups} g
+ WHERE x.id = :delivery::uuid AND x.token = :token::uuid AND x.state IN (2, 3)
+   AND g.id = x.group_id AND g.tenant = :tenant::text
+RETURNING x.id
 
 -- name: mark_sending
 -- A claimed delivery is being sent (an e-mail's send began).
-UPDATE {deliveries} SET status = 'sending', updated_at = :now::int8
- WHERE id = :delivery::uuid AND claim_token = :token::uuid AND tenant = :tenant::text
-   AND status IN ('processing', 'sending')
-RETURNING id
+UPDATE {queue} x SET state = 3, updated_at = :now::int8
+  FROM {groups} g
+ WHERE x.id = :delivery::uuid AND x.token = :token::uuid AND x.state IN (2, 3)
+   AND g.id = x.group_id AND g.tenant = :tenant::text
+RETURNING x.id
+
+-- name: history_ensure
+-- The history's day partitions up to :upto (ms, exclusive): see `history_ensure` in
+-- migration 7.
+SELECT {schema}.history_ensure(:upto::int8)

@@ -22,11 +22,7 @@ pub(crate) struct Sql {
 
 impl Sql {
     pub fn new(t: &Tables) -> Result<Self> {
-        let tables = [
-            ("deliveries", t.deliveries.as_str()),
-            ("done", t.done.as_str()),
-            ("all", t.all.as_str()),
-        ];
+        let tables = t.names();
         let load = |name| sql::load(sql::DELIVERIES, name, &tables);
         Ok(Sql {
             release_held: load("release_held")?,

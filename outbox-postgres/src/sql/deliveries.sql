@@ -5,33 +5,39 @@
 -- name: release_held
 -- An endpoint's held deliveries become due now.
 WITH u AS (
-  UPDATE {deliveries} SET status = 'pending', next_attempt_at = :now, updated_at = :now
-   WHERE status = 'held' AND target = :endpoint AND kind = 'webhook' AND tenant = :tenant
+  UPDATE {queue} x SET state = 0, due_at = :now, updated_at = :now
+    FROM {groups} g
+   WHERE g.id = x.group_id AND x.state = 1 AND g.target = :endpoint AND g.kind = 'webhook'
+     AND g.tenant = :tenant
   RETURNING 1),
 n AS (SELECT count(*) AS n FROM u)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
 
 -- name: hold_for_endpoint
 -- An endpoint's waiting deliveries are held until :until (a paused or disabled endpoint).
-UPDATE {deliveries} SET status = 'held', next_attempt_at = :until, updated_at = :now
- WHERE status IN ('pending', 'held') AND target = :endpoint AND kind = 'webhook'
-   AND tenant = :tenant
+UPDATE {queue} x SET state = 1, due_at = :until, updated_at = :now
+  FROM {groups} g
+ WHERE g.id = x.group_id AND x.state IN (0, 1) AND g.target = :endpoint
+   AND g.kind = 'webhook' AND g.tenant = :tenant
 
 -- name: replay
--- A dead delivery moves from the history back to the hot table, in its first place in
--- enqueue order (same `seq`), with a fresh run.
+-- A dead delivery moves from the history back to the queue, in its first place in enqueue
+-- order (same `seq`), with a fresh run; its folded final attempt goes to `attempts`.
 WITH x AS (
-  DELETE FROM {done} WHERE id = :delivery AND tenant = :tenant AND status = 'dead'
+  DELETE FROM {history} WHERE id = :delivery AND tenant = :tenant AND status = 5
   RETURNING *),
+a AS (
+  INSERT INTO {attempts} (delivery_id, number, tenant, probe, started_at, finished_at,
+                          outcome, status_code, excerpt, run, scheduled_at)
+  SELECT id, ledger_len, tenant, a_probe, a_started, last_at, last_outcome, last_status_code,
+         last_excerpt, run, a_scheduled
+    FROM x WHERE a_started IS NOT NULL),
 u AS (
-  INSERT INTO {deliveries} (seq, id, message_id, tenant, topic, ordering_key, kind, target,
-         status, attempts, snoozes, next_attempt_at, lease_until, claim_token, last_outcome,
-         last_status_code, last_excerpt, last_at, dead_reason, ledger_len, created_at,
-         updated_at, completed_at, run, due_at)
-  SELECT seq, id, message_id, tenant, topic, ordering_key, kind, target, 'pending',
-         0, 0, :now, NULL, NULL, last_outcome, last_status_code, last_excerpt,
-         last_at, NULL, ledger_len, created_at, :now, NULL, run + 1, due_at
-    FROM x
+  INSERT INTO {queue} (id, seq, message_id, due_at, updated_at, group_id, attempts, snoozes,
+                       ledger_len, run, state, key_hash)
+  SELECT x.id, x.seq, x.message_id, :now, :now, x.group_id, 0, 0, x.ledger_len, x.run + 1, 0,
+         hashtextextended(m.ordering_key, 0)
+    FROM x JOIN {messages} m ON m.id = x.message_id
   RETURNING 1),
 n AS (SELECT count(*) AS n FROM u)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
@@ -39,8 +45,9 @@ SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified
 -- name: retry_now
 -- A pending or held delivery becomes due now.
 WITH u AS (
-  UPDATE {deliveries} SET status = 'pending', next_attempt_at = :now, updated_at = :now
-   WHERE id = :delivery AND tenant = :tenant AND status IN ('pending', 'held')
+  UPDATE {queue} x SET state = 0, due_at = :now, updated_at = :now
+    FROM {groups} g
+   WHERE x.id = :delivery AND g.id = x.group_id AND g.tenant = :tenant AND x.state IN (0, 1)
   RETURNING 1),
 n AS (SELECT count(*) AS n FROM u)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
@@ -48,58 +55,62 @@ SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified
 -- name: reset
 -- A held delivery starts over: no attempts, no snoozes, due now.
 WITH u AS (
-  UPDATE {deliveries} SET status = 'pending', attempts = 0, snoozes = 0,
-         next_attempt_at = :now, updated_at = :now
-   WHERE id = :delivery AND tenant = :tenant AND status = 'held'
+  UPDATE {queue} x SET state = 0, attempts = 0, snoozes = 0, due_at = :now, updated_at = :now
+    FROM {groups} g
+   WHERE x.id = :delivery AND g.id = x.group_id AND g.tenant = :tenant AND x.state = 1
   RETURNING 1),
 n AS (SELECT count(*) AS n FROM u)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
 
 -- name: status_of
 -- Whether the tenant has this delivery (in either table), to tell NotFound from Conflict.
-SELECT status FROM {all} d WHERE id = :delivery AND tenant = :tenant
+SELECT CASE x.state WHEN 0 THEN 'pending' WHEN 1 THEN 'held' WHEN 2 THEN 'processing'
+                    ELSE 'sending' END AS status
+  FROM {queue} x JOIN {groups} g ON g.id = x.group_id
+ WHERE x.id = :delivery AND g.tenant = :tenant
+UNION ALL
+SELECT CASE h.status WHEN 4 THEN 'succeeded' ELSE 'dead' END
+  FROM {history} h WHERE h.id = :delivery AND h.tenant = :tenant
 
 -- name: stats
--- Counts per status over both tables, and the oldest due unfinished delivery.
-SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'processing') AS processing,
-       count(*) FILTER (WHERE status = 'sending') AS sending,
-       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE status = 'held') AS held,
-       count(*) FILTER (WHERE status = 'dead') AS dead,
-       (SELECT min(next_attempt_at) FROM {deliveries}
-         WHERE status IN ('pending', 'held', 'processing', 'sending')
-           AND next_attempt_at <= :now) AS oldest
-  FROM {all} x
+-- Counts per status over both tables, and the oldest due unfinished delivery (a claimed
+-- row is due again at its lease end: `abs(due_at)`).
+SELECT q.pending, q.processing, q.sending, h.succeeded, q.held, h.dead, q.oldest
+  FROM (SELECT count(*) FILTER (WHERE state = 0) AS pending,
+               count(*) FILTER (WHERE state = 1) AS held,
+               count(*) FILTER (WHERE state = 2) AS processing,
+               count(*) FILTER (WHERE state = 3) AS sending,
+               min(abs(due_at)) FILTER (WHERE abs(due_at) <= :now) AS oldest
+          FROM {queue}) q,
+       (SELECT count(*) FILTER (WHERE status = 4) AS succeeded,
+               count(*) FILTER (WHERE status = 5) AS dead
+          FROM {history}) h
 
 -- name: queue_stats
--- The same counts over the hot table's unfinished rows only (the history is never read).
-SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'processing') AS processing,
-       count(*) FILTER (WHERE status = 'sending') AS sending,
-       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE status = 'held') AS held,
-       count(*) FILTER (WHERE status = 'dead') AS dead,
-       (SELECT min(next_attempt_at) FROM {deliveries}
-         WHERE status IN ('pending', 'held', 'processing', 'sending')
-           AND next_attempt_at <= :now) AS oldest
-  FROM (SELECT status FROM {deliveries}
-         WHERE status IN ('pending', 'held', 'processing', 'sending')) x
+-- The same counts over the queue only (the history is never read).
+SELECT count(*) FILTER (WHERE state = 0) AS pending,
+       count(*) FILTER (WHERE state = 2) AS processing,
+       count(*) FILTER (WHERE state = 3) AS sending,
+       0::int8 AS succeeded,
+       count(*) FILTER (WHERE state = 1) AS held,
+       0::int8 AS dead,
+       min(abs(due_at)) FILTER (WHERE abs(due_at) <= :now) AS oldest
+  FROM {queue}
 
 -- name: tenant_stats
 -- One tenant's counts (to one endpoint when :endpoint is not NULL), and its oldest due
 -- unfinished delivery.
-SELECT count(*) FILTER (WHERE status = 'pending') AS pending,
-       count(*) FILTER (WHERE status = 'processing') AS processing,
-       count(*) FILTER (WHERE status = 'sending') AS sending,
-       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE status = 'held') AS held,
-       count(*) FILTER (WHERE status = 'dead') AS dead,
-       (SELECT min(next_attempt_at) FROM {deliveries}
-         WHERE tenant = :tenant::text
-           AND (:endpoint::text IS NULL OR (kind = 'webhook' AND target = :endpoint::text))
-           AND status IN ('pending', 'held', 'processing', 'sending')
-           AND next_attempt_at <= :now::int8) AS oldest
-  FROM {all} x
- WHERE tenant = :tenant::text
-   AND (:endpoint::text IS NULL OR (kind = 'webhook' AND target = :endpoint::text))
+SELECT q.pending, q.processing, q.sending, h.succeeded, q.held, h.dead, q.oldest
+  FROM (SELECT count(*) FILTER (WHERE x.state = 0) AS pending,
+               count(*) FILTER (WHERE x.state = 1) AS held,
+               count(*) FILTER (WHERE x.state = 2) AS processing,
+               count(*) FILTER (WHERE x.state = 3) AS sending,
+               min(abs(x.due_at)) FILTER (WHERE abs(x.due_at) <= :now::int8) AS oldest
+          FROM {groups} g JOIN {queue} x ON x.group_id = g.id
+         WHERE g.tenant = :tenant::text
+           AND (:endpoint::text IS NULL OR (g.kind = 'webhook' AND g.target = :endpoint::text))) q,
+       (SELECT count(*) FILTER (WHERE h.status = 4) AS succeeded,
+               count(*) FILTER (WHERE h.status = 5) AS dead
+          FROM {history} h JOIN {groups} g ON g.id = h.group_id
+         WHERE h.tenant = :tenant::text
+           AND (:endpoint::text IS NULL OR (g.kind = 'webhook' AND g.target = :endpoint::text))) h

@@ -20,15 +20,12 @@ impl Sql {
     pub fn new(t: &Tables) -> Result<Self> {
         let never = Timestamp::MAX.as_unix_millis().to_string();
         let hold = DISABLED_HOLD.as_millis().to_string();
-        let names = [
-            ("messages", t.messages.as_str()),
-            ("deliveries", t.deliveries.as_str()),
-            ("endpoints", t.endpoints.as_str()),
-            ("consumers", t.consumers.as_str()),
+        let mut names = t.names().to_vec();
+        names.extend([
             ("message_cols", MESSAGE_COLS),
             ("never", never.as_str()),
             ("disabled_hold", hold.as_str()),
-        ];
+        ]);
         let load = |name| sql::load(sql::ENQUEUE, name, &names);
         Ok(Sql {
             one: load("one")?,

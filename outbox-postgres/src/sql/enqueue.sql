@@ -9,6 +9,10 @@
 -- message's fan-out, keeping version, variant and timestamp. NOTIFY goes to :channel when it
 -- is not NULL and the enqueue wrote a delivery.
 
+-- Each delivery is one narrow `queue` row in its (tenant, channel, target) group, the group
+-- made on first use (`known`/`newg`: a group another transaction made meanwhile is found by the
+-- conflict). key_hash: `hashtextextended` of the ordering key, NULL when there is none.
+
 -- name: one
 WITH ins AS (
   INSERT INTO {messages} ({message_cols})
@@ -37,16 +41,26 @@ dest AS (
   UNION ALL
   SELECT 2, r.ord, '', 'email', r.rcpt, NULL::int8
     FROM unnest(:recipients::text[]) WITH ORDINALITY AS r(rcpt, ord)),
+known AS (
+  SELECT dest.*, gr.id AS gid FROM dest
+    LEFT JOIN {groups} gr
+      ON gr.tenant = :tenant::text AND gr.kind = dest.kind AND gr.target = dest.target),
+newg AS (
+  INSERT INTO {groups} (tenant, kind, target)
+  SELECT :tenant::text, k.kind, k.target FROM known k
+   WHERE k.gid IS NULL AND EXISTS (SELECT 1 FROM ins)
+  ON CONFLICT (tenant, kind, target) DO UPDATE SET kind = EXCLUDED.kind
+  RETURNING id, kind, target),
 nd AS (
-  INSERT INTO {deliveries} (id, message_id, tenant, topic, ordering_key, kind, target, status,
-                            next_attempt_at, created_at, updated_at)
+  INSERT INTO {queue} (id, message_id, group_id, state, due_at, key_hash, updated_at)
   SELECT encode(:did_hi::bytea || int8send(:did_lo::int8 #
-                  row_number() OVER (ORDER BY dest.grp, dest.k1, dest.k2)), 'hex')::uuid,
-         ins.id, :tenant::text, :topic::text, :ordering_key::text, dest.kind, dest.target,
-         CASE WHEN dest.hold IS NULL THEN 'pending' ELSE 'held' END,
-         coalesce(dest.hold, :available_at::int8), :now::int8, :now::int8
-    FROM ins CROSS JOIN dest
-   ORDER BY dest.grp, dest.k1, dest.k2
+                  row_number() OVER (ORDER BY k.grp, k.k1, k.k2)), 'hex')::uuid,
+         ins.id, coalesce(k.gid, ng.id), CASE WHEN k.hold IS NULL THEN 0 ELSE 1 END,
+         coalesce(k.hold, :available_at::int8), hashtextextended(:ordering_key::text, 0),
+         :now::int8
+    FROM ins CROSS JOIN known k
+    LEFT JOIN newg ng ON ng.kind = k.kind AND ng.target = k.target
+   ORDER BY k.grp, k.k1, k.k2
   RETURNING 1),
 n AS (SELECT count(*) AS n FROM nd)
 SELECT (SELECT id FROM ins) AS inserted, n.n AS deliveries,
@@ -104,17 +118,27 @@ dest AS (
     FROM unnest(:email_messages::int8[], :recipients::text[])
          WITH ORDINALITY AS r(mord, rcpt, ord)
     JOIN good g ON g.ord = r.mord),
-nd AS (
-  INSERT INTO {deliveries} (id, message_id, tenant, topic, ordering_key, kind, target, status,
-                            next_attempt_at, created_at, updated_at)
-  SELECT encode(g.did_hi || int8send(g.did_lo #
-                  row_number() OVER (PARTITION BY dest.mord
-                                     ORDER BY dest.grp, dest.k1, dest.k2)), 'hex')::uuid,
-         g.id, g.tenant, g.topic, g.ordering_key, dest.kind, dest.target,
-         CASE WHEN dest.hold IS NULL THEN 'pending' ELSE 'held' END,
-         coalesce(dest.hold, g.available_at), :now::int8, :now::int8
+known AS (
+  SELECT dest.*, g.id, g.tenant, g.ordering_key, g.available_at, g.did_hi, g.did_lo,
+         gr.id AS gid
     FROM dest JOIN good g ON g.ord = dest.mord
-   ORDER BY dest.mord, dest.grp, dest.k1, dest.k2
+    LEFT JOIN {groups} gr
+      ON gr.tenant = g.tenant AND gr.kind = dest.kind AND gr.target = dest.target),
+newg AS (
+  INSERT INTO {groups} (tenant, kind, target)
+  SELECT DISTINCT k.tenant, k.kind, k.target FROM known k WHERE k.gid IS NULL
+  ON CONFLICT (tenant, kind, target) DO UPDATE SET kind = EXCLUDED.kind
+  RETURNING id, tenant, kind, target),
+nd AS (
+  INSERT INTO {queue} (id, message_id, group_id, state, due_at, key_hash, updated_at)
+  SELECT encode(k.did_hi || int8send(k.did_lo #
+                  row_number() OVER (PARTITION BY k.mord ORDER BY k.grp, k.k1, k.k2)),
+                'hex')::uuid,
+         k.id, coalesce(k.gid, ng.id), CASE WHEN k.hold IS NULL THEN 0 ELSE 1 END,
+         coalesce(k.hold, k.available_at), hashtextextended(k.ordering_key, 0), :now::int8
+    FROM known k
+    LEFT JOIN newg ng ON ng.tenant = k.tenant AND ng.kind = k.kind AND ng.target = k.target
+   ORDER BY k.mord, k.grp, k.k1, k.k2
   RETURNING message_id),
 counts AS (SELECT message_id, count(*) AS n FROM nd GROUP BY message_id),
 total AS (SELECT coalesce(sum(n), 0) AS n FROM counts)

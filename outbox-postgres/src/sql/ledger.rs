@@ -25,16 +25,11 @@ pub(crate) struct Sql {
 impl Sql {
     pub fn new(t: &Tables) -> Result<Self> {
         let dcols = delivery_cols("d");
-        let names = [
-            ("all", t.all.as_str()),
-            ("deliveries", t.deliveries.as_str()),
-            ("done", t.done.as_str()),
-            ("attempts", t.attempts.as_str()),
-            ("messages", t.messages.as_str()),
-            ("purge_cursor", t.purge_cursor.as_str()),
+        let mut names = t.names().to_vec();
+        names.extend([
             ("delivery_cols", dcols.as_str()),
             ("message_cols", MESSAGE_COLS),
-        ];
+        ]);
         let load = |name| sql::load(sql::LEDGER, name, &names);
         Ok(Sql {
             list_deliveries: load("list_deliveries")?,

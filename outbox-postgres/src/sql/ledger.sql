@@ -1,5 +1,6 @@
 -- The ledger's reads (`Ledger`): a tenant's deliveries a page at a time, one delivery, one
--- message. `{all}` is the hot queue and the history together.
+-- message. `{all}` is the view `delivery_rows` of migration 7: the queue and the history
+-- together, with the columns of version 6.
 
 -- name: list_deliveries
 -- One page, newest first; every filter is NULL when not asked for.
@@ -29,23 +30,28 @@ SELECT {message_cols} FROM {messages} WHERE id = :id::uuid AND tenant = :tenant:
 
 -- name: attempts
 -- A delivery's attempts with its payload's fingerprint (one row of NULL attempt columns when
--- it has none; no row when the tenant has no such delivery).
+-- it has none; no row when the tenant has no such delivery): the rows of `attempts`, and the
+-- final attempt folded into a history row.
 SELECT a.number, a.probe, a.started_at, a.finished_at, a.outcome, a.status_code,
        a.excerpt, a.run, a.scheduled_at, x.p_size, x.p_sha256
   FROM (SELECT y.id, octet_length(z.payload)::int8 AS p_size,
                encode(sha256(z.payload), 'hex') AS p_sha256
-          FROM {all} y JOIN {messages} z ON z.id = y.message_id
-         WHERE y.id = :delivery::uuid AND y.tenant = :tenant::text) x
-  LEFT JOIN {attempts} a ON a.delivery_id = x.id
+          FROM (SELECT q.id, q.message_id FROM {queue} q JOIN {groups} g ON g.id = q.group_id
+                 WHERE q.id = :delivery::uuid AND g.tenant = :tenant::text
+                UNION ALL
+                SELECT h.id, h.message_id FROM {history} h
+                 WHERE h.id = :delivery::uuid AND h.tenant = :tenant::text) y
+          JOIN {messages} z ON z.id = y.message_id) x
+  LEFT JOIN (SELECT delivery_id, number, probe, started_at, finished_at, outcome, status_code,
+                    excerpt, run, scheduled_at
+               FROM {attempts} WHERE delivery_id = :delivery::uuid
+             UNION ALL
+             SELECT id, ledger_len, a_probe, a_started, last_at, last_outcome,
+                    last_status_code, last_excerpt, run, a_scheduled
+               FROM {history}
+              WHERE id = :delivery::uuid AND tenant = :tenant::text
+                AND a_started IS NOT NULL) a ON a.delivery_id = x.id
  ORDER BY a.number
-
--- The retention purge, in the order a purge runs them, in one transaction. A message's
--- deliveries (in either table) share its tenant and created_at: they are found through the
--- listing indexes, so no index on message_id is needed. One NOT EXISTS per table, not one
--- over their UNION ALL: over the union the planner picked a merge anti join on created_at
--- alone, quadratic when many messages share a created_at (measured: 549 s for 100k
--- messages; two hash anti joins: 88 ms). A tenant's cutoff is its entry in the overrides
--- (:tenants, :cutoffs), else :default_cutoff.
 
 -- name: lock_purge_cursor
 -- Serialises purgers: each call serves the tenant after the one served last.
@@ -55,9 +61,8 @@ SELECT tenant FROM {purge_cursor} WHERE singleton FOR UPDATE
 -- The first tenant after :last with something to purge, else the first from the start.
 SELECT coalesce(
   (SELECT min(t) FROM (
-     (SELECT y.tenant AS t FROM {done} y
-       WHERE y.status IN ('succeeded', 'dead')
-         AND y.completed_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
+     (SELECT y.tenant AS t FROM {history} y
+       WHERE y.completed_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
                                          WHERE o.t = y.tenant), :default_cutoff::int8)
          AND y.tenant > :last::text
        ORDER BY y.tenant LIMIT 1)
@@ -66,15 +71,13 @@ SELECT coalesce(
        WHERE x.created_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
                                        WHERE o.t = x.tenant), :default_cutoff::int8)
          AND x.tenant > :last::text
-         AND NOT EXISTS (SELECT 1 FROM {deliveries} y WHERE y.tenant = x.tenant
-                            AND y.created_at = x.created_at AND y.message_id = x.id)
-         AND NOT EXISTS (SELECT 1 FROM {done} y WHERE y.tenant = x.tenant
+         AND NOT EXISTS (SELECT 1 FROM {queue} y WHERE y.message_id = x.id)
+         AND NOT EXISTS (SELECT 1 FROM {history} y WHERE y.tenant = x.tenant
                             AND y.created_at = x.created_at AND y.message_id = x.id)
        ORDER BY x.tenant LIMIT 1)) cand),
   (SELECT min(t) FROM (
-     (SELECT y.tenant AS t FROM {done} y
-       WHERE y.status IN ('succeeded', 'dead')
-         AND y.completed_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
+     (SELECT y.tenant AS t FROM {history} y
+       WHERE y.completed_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
                                          WHERE o.t = y.tenant), :default_cutoff::int8)
          AND y.tenant > ''
        ORDER BY y.tenant LIMIT 1)
@@ -83,23 +86,23 @@ SELECT coalesce(
        WHERE x.created_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
                                        WHERE o.t = x.tenant), :default_cutoff::int8)
          AND x.tenant > ''
-         AND NOT EXISTS (SELECT 1 FROM {deliveries} y WHERE y.tenant = x.tenant
-                            AND y.created_at = x.created_at AND y.message_id = x.id)
-         AND NOT EXISTS (SELECT 1 FROM {done} y WHERE y.tenant = x.tenant
+         AND NOT EXISTS (SELECT 1 FROM {queue} y WHERE y.message_id = x.id)
+         AND NOT EXISTS (SELECT 1 FROM {history} y WHERE y.tenant = x.tenant
                             AND y.created_at = x.created_at AND y.message_id = x.id)
        ORDER BY x.tenant LIMIT 1)) cand)) AS tenant
 
 -- name: purge_deliveries
 -- Up to :limit of the tenant's finished deliveries completed before :before, with their
--- attempts, oldest first.
+-- attempts (any of them: every one is past the cutoff; the partitions before :before are the
+-- only ones read).
 WITH v AS (
-  SELECT id FROM {done}
-   WHERE tenant = :tenant::text AND status IN ('succeeded', 'dead')
-     AND completed_at < :before::int8
-   ORDER BY completed_at, seq LIMIT :limit::int8
+  SELECT id, completed_at FROM {history}
+   WHERE tenant = :tenant::text AND completed_at < :before::int8
+   LIMIT :limit::int8
    FOR UPDATE SKIP LOCKED),
 da AS (DELETE FROM {attempts} x USING v WHERE x.delivery_id = v.id),
-dd AS (DELETE FROM {done} x USING v WHERE x.id = v.id RETURNING 1)
+dd AS (DELETE FROM {history} x USING v
+        WHERE x.id = v.id AND x.completed_at = v.completed_at RETURNING 1)
 SELECT count(*) AS n FROM dd
 
 -- name: purge_messages
@@ -107,9 +110,8 @@ SELECT count(*) AS n FROM dd
 WITH v AS (
   SELECT x.id FROM {messages} x
    WHERE x.tenant = :tenant::text AND x.created_at < :before::int8
-     AND NOT EXISTS (SELECT 1 FROM {deliveries} y WHERE y.tenant = x.tenant
-                        AND y.created_at = x.created_at AND y.message_id = x.id)
-     AND NOT EXISTS (SELECT 1 FROM {done} y WHERE y.tenant = x.tenant
+     AND NOT EXISTS (SELECT 1 FROM {queue} y WHERE y.message_id = x.id)
+     AND NOT EXISTS (SELECT 1 FROM {history} y WHERE y.tenant = x.tenant
                         AND y.created_at = x.created_at AND y.message_id = x.id)
    ORDER BY x.created_at, x.id LIMIT :limit::int8
    FOR UPDATE SKIP LOCKED),
@@ -121,19 +123,22 @@ UPDATE {purge_cursor} SET tenant = :tenant::text WHERE singleton
 
 -- name: tenants
 -- Every tenant with deliveries or messages, by name, with its counts.
+WITH d AS (
+  SELECT g.tenant, x.state AS status, abs(x.due_at) AS due
+    FROM {queue} x JOIN {groups} g ON g.id = x.group_id
+  UNION ALL
+  SELECT h.tenant, h.status, NULL::int8 FROM {history} h)
 SELECT t.tenant, c.*, coalesce(m.n, 0) AS messages
-  FROM (SELECT tenant FROM {all} x UNION SELECT tenant FROM {messages}) t
+  FROM (SELECT tenant FROM d UNION SELECT tenant FROM {messages}) t
   LEFT JOIN (SELECT tenant AS c_tenant,
-                    count(*) FILTER (WHERE status = 'pending') AS pending,
-                    count(*) FILTER (WHERE status = 'processing') AS processing,
-                    count(*) FILTER (WHERE status = 'sending') AS sending,
-                    count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-                    count(*) FILTER (WHERE status = 'held') AS held,
-                    count(*) FILTER (WHERE status = 'dead') AS dead,
-                    min(next_attempt_at) FILTER (
-                      WHERE status IN ('pending', 'held', 'processing', 'sending')
-                        AND next_attempt_at <= :now::int8) AS oldest
-               FROM {all} x GROUP BY tenant) c ON c.c_tenant = t.tenant
+                    count(*) FILTER (WHERE status = 0) AS pending,
+                    count(*) FILTER (WHERE status = 2) AS processing,
+                    count(*) FILTER (WHERE status = 3) AS sending,
+                    count(*) FILTER (WHERE status = 4) AS succeeded,
+                    count(*) FILTER (WHERE status = 1) AS held,
+                    count(*) FILTER (WHERE status = 5) AS dead,
+                    min(due) FILTER (WHERE status < 4 AND due <= :now::int8) AS oldest
+               FROM d GROUP BY tenant) c ON c.c_tenant = t.tenant
   LEFT JOIN (SELECT tenant AS m_tenant, count(*) AS n FROM {messages}
               GROUP BY tenant) m ON m.m_tenant = t.tenant
  ORDER BY t.tenant

@@ -69,7 +69,7 @@ async fn enqueue_in_rolled_back_leaves_nothing() {
         assert_eq!(store.stats().await.unwrap().total(), 0);
         assert!(store.claim(&claim_request(10)).await.unwrap().is_empty());
         assert_eq!(count(&db, "SELECT count(*) FROM {s}.messages").await, 0);
-        assert_eq!(count(&db, "SELECT count(*) FROM {s}.deliveries").await, 0);
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.queue").await, 0);
     })
     .await;
 }
@@ -143,7 +143,7 @@ async fn bulk_enqueue_of_ten_thousand_in_one_call() {
         assert_eq!(ids.len(), 10_000);
         assert_eq!(store.stats().await.unwrap().pending, 11_000);
         assert_eq!(
-            count(&db, "SELECT count(DISTINCT id) FROM {s}.deliveries").await,
+            count(&db, "SELECT count(DISTINCT id) FROM {s}.queue").await,
             11_000
         );
         // Enqueue order is kept: sequences follow the batch order.

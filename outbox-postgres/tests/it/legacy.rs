@@ -1,8 +1,8 @@
 //! A database at an older schema version with deliveries in every status, for the upgrade
-//! tests. The rows are written by the store's own statements (the current ones, which
-//! write the same fields as every version since 3) into a scratch schema at the latest
-//! version, then copied row for row into the test's schema, created at the older version:
-//! exactly the rows the older code left, in the tables that version had.
+//! tests. The rows are written by the store's own statements into a scratch schema at the
+//! latest version, then copied row for row into the test's schema, created at the older
+//! version, through the view `delivery_rows` (version 6's columns; earlier versions have a
+//! subset): exactly the rows the older code left, in the tables that version had.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,24 +19,42 @@ use outboxkit_testing::ManualClock;
 use crate::support::{success, worker, TestDb, LEASE};
 
 /// Every row of the outbox's tables, as JSON text in a stable order. A delivery is listed
-/// once whichever table holds it (the hot table, or from version 6 the history).
+/// once whichever table holds it (the hot table, from version 6 the history, from version 7
+/// the view of both with version 6's columns), an attempt once wherever it is (from version
+/// 7 a final attempt may be folded into its history row).
 pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
-    let history: Option<String> =
-        sqlx::query_scalar(&format!("SELECT to_regclass('{s}.deliveries_done')::text"))
-            .fetch_one(admin)
-            .await
-            .unwrap();
-    let deliveries = match history {
-        Some(_) => {
-            format!("(SELECT * FROM {s}.deliveries UNION ALL SELECT * FROM {s}.deliveries_done)")
+    let layout = |table: &str| {
+        let q = format!("SELECT to_regclass('{s}.{table}')::text");
+        async move {
+            let found: Option<String> = sqlx::query_scalar(&q).fetch_one(admin).await.unwrap();
+            found.is_some()
         }
-        None => format!("{s}.deliveries"),
+    };
+    let (attempts, deliveries) = if layout("delivery_rows").await {
+        (
+            format!(
+                "(SELECT delivery_id, number, tenant, probe, started_at, finished_at, outcome, \
+                         status_code, excerpt, run, scheduled_at FROM {s}.attempts \
+                  UNION ALL \
+                  SELECT id, ledger_len, tenant, a_probe, a_started, last_at, last_outcome, \
+                         last_status_code, last_excerpt, run, a_scheduled \
+                    FROM {s}.history WHERE a_started IS NOT NULL)"
+            ),
+            format!("{s}.delivery_rows"),
+        )
+    } else if layout("deliveries_done").await {
+        (
+            format!("{s}.attempts"),
+            format!("(SELECT * FROM {s}.deliveries UNION ALL SELECT * FROM {s}.deliveries_done)"),
+        )
+    } else {
+        (format!("{s}.attempts"), format!("{s}.deliveries"))
     };
     let mut out = Vec::new();
     for (table, name, key) in [
         (format!("{s}.messages"), "messages", "id"),
         (deliveries, "deliveries", "id"),
-        (format!("{s}.attempts"), "attempts", "delivery_id, number"),
+        (attempts, "attempts", "delivery_id, number"),
         (format!("{s}.endpoints"), "endpoints", "id"),
         (format!("{s}.consumers"), "consumers", "name"),
     ] {
@@ -216,21 +234,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
 
     // Row for row into the older tables (a delivery from either of the scratch tables),
     // and the enqueue-order sequence past the copied rows, as the older code left it.
-    let src = format!("\"{scratch}\"");
-    sqlx::raw_sql(&format!(
-        "INSERT INTO {s}.messages SELECT * FROM {src}.messages; \
-         INSERT INTO {s}.endpoints SELECT * FROM {src}.endpoints; \
-         INSERT INTO {s}.consumers SELECT * FROM {src}.consumers; \
-         INSERT INTO {s}.deliveries SELECT * FROM {src}.deliveries \
-           UNION ALL SELECT * FROM {src}.deliveries_done; \
-         INSERT INTO {s}.attempts SELECT * FROM {src}.attempts; \
-         SELECT setval(pg_get_serial_sequence('{s}.deliveries', 'seq'), \
-                       (SELECT max(seq) FROM {s}.deliveries)); \
-         DROP SCHEMA {src} CASCADE;"
-    ))
-    .execute(&db.admin)
-    .await
-    .unwrap();
+    copy_rows(&db.admin, &scratch, &db.schema).await;
     let copied: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {s}.deliveries"))
         .fetch_one(&db.admin)
         .await
@@ -242,6 +246,54 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
         processing: handler_claim.into_iter().map(|c| c.lease).collect(),
         sending,
     }
+}
+
+/// Every row of the scratch schema `src` (at the latest version) into the schema `dst` at an
+/// older version, as the older code wrote them: a delivery from the view `delivery_rows`
+/// (version 6's columns), an attempt from `attempts` or folded into a history row, each
+/// table's columns the older table has; the enqueue-order sequence past the copied rows.
+/// Drops `src`.
+pub async fn copy_rows(admin: &sqlx::PgPool, src: &str, dst: &str) {
+    let (src, s) = (format!("\"{src}\""), format!("\"{dst}\""));
+    let folded = format!(
+        "(SELECT delivery_id, number, tenant, probe, started_at, finished_at, outcome, \
+                 status_code, excerpt, run, scheduled_at FROM {src}.attempts \
+          UNION ALL \
+          SELECT id, ledger_len, tenant, a_probe, a_started, last_at, last_outcome, \
+                 last_status_code, last_excerpt, run, a_scheduled \
+            FROM {src}.history WHERE a_started IS NOT NULL)"
+    );
+    for (table, from) in [
+        ("messages", format!("{src}.messages")),
+        ("endpoints", format!("{src}.endpoints")),
+        ("consumers", format!("{src}.consumers")),
+        ("deliveries", format!("{src}.delivery_rows")),
+        ("attempts", folded),
+    ] {
+        let cols: String = sqlx::query_scalar(
+            "SELECT string_agg(column_name, ', ' ORDER BY ordinal_position) \
+               FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
+        )
+        .bind(dst)
+        .bind(table)
+        .fetch_one(admin)
+        .await
+        .unwrap();
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {s}.{table} ({cols}) SELECT {cols} FROM {from} t"
+        ))
+        .execute(admin)
+        .await
+        .unwrap();
+    }
+    sqlx::raw_sql(&format!(
+        "SELECT setval(pg_get_serial_sequence('{s}.deliveries', 'seq'), \
+                       (SELECT max(seq) FROM {s}.deliveries)); \
+         DROP SCHEMA {src} CASCADE;"
+    ))
+    .execute(admin)
+    .await
+    .unwrap();
 }
 
 /// Four processes (each a store on its own one-connection pool) call `migrate()` on a

@@ -34,7 +34,7 @@ async fn queue_stats_and_the_readiness_probe_never_read_the_finished_history() {
         // Another session takes the history table and holds it.
         let mut locker = db.admin.begin().await.unwrap();
         sqlx::query(&format!(
-            "LOCK TABLE \"{}\".deliveries_done IN ACCESS EXCLUSIVE MODE",
+            "LOCK TABLE \"{}\".history IN ACCESS EXCLUSIVE MODE",
             db.schema
         ))
         .execute(&mut *locker)

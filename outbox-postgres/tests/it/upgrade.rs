@@ -2,6 +2,7 @@
 //! upgrades in place: nothing is lost, the paused endpoint's deliveries wait for it, and the
 //! resume sends them in order.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::DeliveryStoreExt;
@@ -10,7 +11,7 @@ use outboxkit_core::{
     EndpointStore, EndpointUpdate, EndpointUrl, Ledger, MessageStore, NewMessage, OsEntropy,
     PageRequest, SealedSecret, TenantId, Timestamp, TopicFilter,
 };
-use outboxkit_postgres::sqlx;
+use outboxkit_postgres::{sqlx, PostgresConfig, PostgresStore};
 use outboxkit_testing::ManualClock;
 
 use crate::support::{success, with_db, LEASE};
@@ -51,18 +52,31 @@ async fn a_version_1_schema_with_a_paused_endpoint_upgrades_in_place() {
         }
         let clock = ManualClock::new();
         let store = db.store(db.pool(&db.app("upgrade"), 2).await, clock.clone());
+        // The rows are written by the current store in a scratch schema, then copied into
+        // version 1's tables (the columns version 1 had).
+        let scratch = format!("{}_src", db.schema);
+        let writer = PostgresStore::new(
+            db.pool(&db.app("upgrade-src"), 2).await,
+            PostgresConfig::new(scratch.clone()),
+            clock.clone(),
+            Arc::new(OsEntropy),
+        )
+        .unwrap();
+        writer.migrate().await.unwrap();
         let acme = TenantId::new("acme").unwrap();
         let paused = endpoint(&acme, clock.now());
         clock.advance(Duration::from_millis(1));
         let active = endpoint(&acme, clock.now());
-        store.create_endpoint(&paused).await.unwrap();
-        store.create_endpoint(&active).await.unwrap();
+        writer.create_endpoint(&paused).await.unwrap();
+        writer.create_endpoint(&active).await.unwrap();
         let mut ids = Vec::new();
         for n in 0..3 {
             let m = NewMessage::new("order.created", serde_json::json!({ "n": n })).tenant("acme");
-            ids.push(store.enqueue(m).await.unwrap().message_id);
+            ids.push(writer.enqueue(m).await.unwrap().message_id);
             clock.advance(Duration::from_millis(1));
         }
+        drop(writer);
+        crate::legacy::copy_rows(&db.admin, &scratch, &db.schema).await;
         // Version 1 paused by changing the status only: its deliveries stayed `pending`.
         sqlx::query(&format!(
             "UPDATE {s}.endpoints SET status = 'paused' WHERE id = $1"

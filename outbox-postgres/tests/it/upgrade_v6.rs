@@ -33,21 +33,20 @@ async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurren
             "every message, delivery, attempt, endpoint and consumer kept every field"
         );
         assert_eq!(
-            count(&db, "SELECT count(*) FROM {s}.deliveries_done").await,
+            count(&db, "SELECT count(*) FROM {s}.history").await,
             3,
             "the 2 succeeded and the dead delivery are in the history"
         );
         assert_eq!(
             count(
                 &db,
-                "SELECT count(*) FROM {s}.deliveries \
-                  WHERE status IN ('pending', 'held', 'processing', 'sending')"
+                "SELECT count(*) FROM {s}.queue WHERE state IN (0, 1, 2, 3)"
             )
             .await,
             11,
             "the hot table holds the 11 unfinished deliveries"
         );
-        assert_eq!(count(&db, "SELECT count(*) FROM {s}.deliveries").await, 11);
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.queue").await, 11);
 
         let store = stores.into_iter().next().unwrap();
         let acme = legacy.tenant.clone();
@@ -66,7 +65,8 @@ async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurren
             "{stats:?}"
         );
         let finished: Vec<(uuid::Uuid, String)> = sqlx::query_as(&format!(
-            "SELECT id, status FROM {s}.deliveries_done ORDER BY seq"
+            "SELECT id, CASE status WHEN 4 THEN 'succeeded' ELSE 'dead' END FROM {s}.history \
+              ORDER BY seq"
         ))
         .fetch_all(&db.admin)
         .await
@@ -151,11 +151,8 @@ async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurren
             (14, 0, 14),
             "{stats:?}"
         );
-        assert_eq!(count(&db, "SELECT count(*) FROM {s}.deliveries").await, 0);
-        assert_eq!(
-            count(&db, "SELECT count(*) FROM {s}.deliveries_done").await,
-            14
-        );
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.queue").await, 0);
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.history").await, 14);
     })
     .await;
 }
