@@ -235,7 +235,12 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
     // Row for row into the older tables (a delivery from either of the scratch tables),
     // and the enqueue-order sequence past the copied rows, as the older code left it.
     copy_rows(&db.admin, &scratch, &db.schema).await;
-    let copied: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {s}.deliveries"))
+    let rows = if version >= 6 {
+        format!("(SELECT id FROM {s}.deliveries UNION ALL SELECT id FROM {s}.deliveries_done)")
+    } else {
+        format!("{s}.deliveries")
+    };
+    let copied: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {rows} t"))
         .fetch_one(&db.admin)
         .await
         .unwrap();
@@ -263,14 +268,34 @@ pub async fn copy_rows(admin: &sqlx::PgPool, src: &str, dst: &str) {
                  last_status_code, last_excerpt, run, a_scheduled \
             FROM {src}.history WHERE a_started IS NOT NULL)"
     );
+    let history: Option<String> =
+        sqlx::query_scalar(&format!("SELECT to_regclass('{s}.deliveries_done')::text"))
+            .fetch_one(admin)
+            .await
+            .unwrap();
+    // Version 6 keeps finished deliveries in `deliveries_done`, earlier ones in `deliveries`.
+    let (open, done) = match history {
+        Some(_) => (
+            format!(
+                "(SELECT * FROM {src}.delivery_rows \
+                   WHERE status IN ('pending', 'held', 'processing', 'sending'))"
+            ),
+            format!("(SELECT * FROM {src}.delivery_rows WHERE status IN ('succeeded', 'dead'))"),
+        ),
+        None => (
+            format!("{src}.delivery_rows"),
+            format!("(SELECT * FROM {src}.delivery_rows WHERE false)"),
+        ),
+    };
     for (table, from) in [
         ("messages", format!("{src}.messages")),
         ("endpoints", format!("{src}.endpoints")),
         ("consumers", format!("{src}.consumers")),
-        ("deliveries", format!("{src}.delivery_rows")),
+        ("deliveries", open),
+        ("deliveries_done", done),
         ("attempts", folded),
     ] {
-        let cols: String = sqlx::query_scalar(
+        let cols: Option<String> = sqlx::query_scalar(
             "SELECT string_agg(column_name, ', ' ORDER BY ordinal_position) \
                FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
         )
@@ -279,6 +304,7 @@ pub async fn copy_rows(admin: &sqlx::PgPool, src: &str, dst: &str) {
         .fetch_one(admin)
         .await
         .unwrap();
+        let Some(cols) = cols else { continue };
         sqlx::raw_sql(&format!(
             "INSERT INTO {s}.{table} ({cols}) SELECT {cols} FROM {from} t"
         ))
@@ -288,7 +314,8 @@ pub async fn copy_rows(admin: &sqlx::PgPool, src: &str, dst: &str) {
     }
     sqlx::raw_sql(&format!(
         "SELECT setval(pg_get_serial_sequence('{s}.deliveries', 'seq'), \
-                       (SELECT max(seq) FROM {s}.deliveries)); \
+                       (SELECT max(seq) FROM (SELECT seq FROM {s}.deliveries UNION ALL \
+                          SELECT seq FROM {src}.delivery_rows) x)); \
          DROP SCHEMA {src} CASCADE;"
     ))
     .execute(admin)

@@ -1,9 +1,10 @@
 //! A database made by schema version 5 (the last one whose `deliveries` table held finished
-//! rows), with deliveries in every status, their attempts and endpoints, upgrades to the
-//! hot-queue-and-history layout of version 6 in place while several processes call
-//! `migrate()` at once: exactly one applies it, every row keeps every field (finished ones
-//! now in the history), a live lease's token still completes its delivery, finished
-//! deliveries stay finished, and every unfinished one is still claimable.
+//! rows) or 6 (finished rows in `deliveries_done`), with deliveries in every status, their
+//! attempts and endpoints, upgrades to the narrow queue and partitioned history of version 7
+//! in place while several processes call `migrate()` at once: exactly one applies it, every
+//! row keeps every field (read through the view `delivery_rows`), a live lease's token still
+//! completes its delivery, finished deliveries stay finished, and every unfinished one is
+//! still claimable.
 
 use std::time::Duration;
 
@@ -20,13 +21,24 @@ use crate::support::{count, success, with_db, worker, LEASE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurrent_migrates() {
+    every_status_upgrades_from(5).await;
+}
+
+/// Version 6 (finished rows in `deliveries_done`) to the narrow queue of version 7: the same
+/// checks, and the 11 unfinished deliveries in 2 groups (the handler and the endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_6_database_moves_to_the_narrow_queue_under_concurrent_migrates() {
+    every_status_upgrades_from(6).await;
+}
+
+async fn every_status_upgrades_from(from: i32) {
     with_db(|db| async move {
         let s = format!("\"{}\"", db.schema);
         let clock = ManualClock::new();
-        let legacy = every_status_at(&db, 5, &clock).await;
+        let legacy = every_status_at(&db, from, &clock).await;
         let before = snapshot(&db.admin, &s).await;
 
-        let stores = migrate_concurrently(&db, &clock, 5).await;
+        let stores = migrate_concurrently(&db, &clock, from).await;
         assert_eq!(
             snapshot(&db.admin, &s).await,
             before,
@@ -47,6 +59,7 @@ async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurren
             "the hot table holds the 11 unfinished deliveries"
         );
         assert_eq!(count(&db, "SELECT count(*) FROM {s}.queue").await, 11);
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.groups").await, 2);
 
         let store = stores.into_iter().next().unwrap();
         let acme = legacy.tenant.clone();
