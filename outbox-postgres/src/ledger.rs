@@ -169,7 +169,47 @@ impl PostgresStore {
         .await
         .db()?;
         tx.commit().await.db()?;
+        drop(names);
+        let oldest = times.iter().copied().fold(ms(cutoffs.default), i64::min);
+        self.drop_empty_partitions(oldest).await?;
         Ok(report)
+    }
+
+    /// Drop the history's partitions that end before `cutoff` (ms) and that the purge has
+    /// emptied: a day of finished deliveries costs the catalog nothing once it is gone. A
+    /// partition is checked and dropped under a lock of the history and itself, waited for
+    /// at most a second (a busy history is left for the next purge); the newest partition
+    /// always stays.
+    async fn drop_empty_partitions(&self, cutoff: i64) -> Result<()> {
+        let params = Params::new()
+            .set("history", self.inner.tables.history.as_str())
+            .set("cutoff", cutoff);
+        let parts: Vec<String> = (self.inner.sql.ledger.old_partitions.bind_scalar(params)?)
+            .fetch_all(&self.inner.pool)
+            .await
+            .db()?;
+        for part in parts {
+            let lock = format!(
+                "LOCK TABLE {}, {part} IN ACCESS EXCLUSIVE MODE",
+                self.inner.tables.history
+            );
+            let probe = format!("SELECT NOT EXISTS (SELECT 1 FROM {part})");
+            let drop = format!("DROP TABLE {part}");
+            let mut tx = self.inner.pool.begin().await.db()?;
+            sqlx::query("SET LOCAL lock_timeout = '1s'")
+                .execute(&mut *tx)
+                .await
+                .db()?;
+            if sqlx::query(&lock).execute(&mut *tx).await.is_err() {
+                continue; // busy: the next purge tries again
+            }
+            let empty: bool = sqlx::query_scalar(&probe).fetch_one(&mut *tx).await.db()?;
+            if empty {
+                sqlx::query(&drop).execute(&mut *tx).await.db()?;
+            }
+            tx.commit().await.db()?;
+        }
+        Ok(())
     }
 
     /// `Ledger::purge_tenant`.

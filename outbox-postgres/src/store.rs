@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     pub clock: Arc<dyn Clock>,
     pub entropy: Arc<dyn Entropy>,
     pub wake: Wake,
+    /// The quoted table names (for the few statements built at run time).
+    pub tables: Tables,
     /// How far (ms, exclusive) the history's partitions are known to reach.
     pub history_upto: AtomicI64,
 }
@@ -122,6 +124,7 @@ impl PostgresStore {
                 entropy,
                 wake,
                 history_upto: AtomicI64::new(i64::MIN),
+                tables: Tables::new(&config.schema),
                 config,
             }),
         })

@@ -20,6 +20,7 @@ pub(crate) struct Sql {
     pub(crate) purge_messages: Statement,
     pub(crate) set_purge_cursor: Statement,
     pub(crate) tenants: Statement,
+    pub(crate) old_partitions: Statement,
 }
 
 impl Sql {
@@ -42,6 +43,7 @@ impl Sql {
             purge_messages: load("purge_messages")?,
             set_purge_cursor: load("set_purge_cursor")?,
             tenants: load("tenants")?,
+            old_partitions: load("old_partitions")?,
         })
     }
 }

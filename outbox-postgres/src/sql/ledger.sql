@@ -142,3 +142,19 @@ SELECT t.tenant, c.*, coalesce(m.n, 0) AS messages
   LEFT JOIN (SELECT tenant AS m_tenant, count(*) AS n FROM {messages}
               GROUP BY tenant) m ON m.m_tenant = t.tenant
  ORDER BY t.tenant
+
+-- name: old_partitions
+-- The history's partitions that end at or before :cutoff, oldest first, except the newest
+-- partition (the store's day partitions continue from it).
+SELECT p.part FROM (
+  SELECT c.oid::regclass::text AS part,
+         (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(-?[0-9]+)''?\)'))[1]::int8
+           AS upper
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+   WHERE i.inhparent = (:history::text)::regclass) p
+ WHERE p.upper <= :cutoff::int8
+   AND p.upper < (SELECT max((regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                           'TO \(''?(-?[0-9]+)''?\)'))[1]::int8)
+                    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                   WHERE i.inhparent = (:history::text)::regclass)
+ ORDER BY p.upper

@@ -7,6 +7,7 @@ mod enqueue;
 mod faults;
 mod legacy;
 mod notify;
+mod retention;
 mod script;
 mod stats;
 mod support;
