@@ -82,7 +82,7 @@ pub(crate) fn list_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec
 const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
      SET status = 'held', next_attempt_at = ?3, updated_at = ?4 \
      WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status IN ('pending', 'held') \
-       AND status IN ('pending', 'held', 'processing', 'sending')";
+       AND status NOT IN ('succeeded', 'dead')";
 
 const UPDATE_ENDPOINT: &str = "UPDATE outbox_endpoints \
      SET url = ?3, description = ?4, filter = ?5, status = ?6, disabled_reason = ?7, \
@@ -179,8 +179,12 @@ pub(crate) fn delete_consumer(conn: &Connection, name: &ConsumerName) -> Result<
 impl EndpointStore for SqliteStore {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> outboxkit_core::Result<()> {
         let endpoint = endpoint.clone();
-        self.write(move |tx, _, _| self::create_endpoint(tx, &endpoint))
-            .await
+        let change = self.routes().change();
+        self.write(move |tx, _, _| {
+            let _routes = &change;
+            self::create_endpoint(tx, &endpoint)
+        })
+        .await
     }
 
     async fn get_endpoint(
@@ -206,8 +210,12 @@ impl EndpointStore for SqliteStore {
         update: &EndpointUpdate,
     ) -> outboxkit_core::Result<Endpoint> {
         let (tenant, update) = (tenant.clone(), update.clone());
+        let change = self.routes().change();
         let (endpoint, released) = self
-            .write(move |tx, now, _| self::update_endpoint(tx, &tenant, id, &update, now))
+            .write(move |tx, now, _| {
+                let _routes = &change;
+                self::update_endpoint(tx, &tenant, id, &update, now)
+            })
             .await?;
         self.wake_if(released > 0);
         Ok(endpoint)
@@ -219,8 +227,12 @@ impl EndpointStore for SqliteStore {
         id: EndpointId,
     ) -> outboxkit_core::Result<()> {
         let tenant = tenant.clone();
+        let change = self.routes().change();
         let n = self
-            .write(move |tx, now, _| self::delete_endpoint(tx, &tenant, id, now))
+            .write(move |tx, now, _| {
+                let _routes = &change;
+                self::delete_endpoint(tx, &tenant, id, now)
+            })
             .await?;
         self.wake_if(n > 0);
         Ok(())
@@ -228,8 +240,12 @@ impl EndpointStore for SqliteStore {
 
     async fn put_consumer(&self, consumer: &Consumer) -> outboxkit_core::Result<()> {
         let consumer = consumer.clone();
-        self.write(move |tx, _, _| self::put_consumer(tx, &consumer))
-            .await
+        let change = self.routes().change();
+        self.write(move |tx, _, _| {
+            let _routes = &change;
+            self::put_consumer(tx, &consumer)
+        })
+        .await
     }
 
     async fn list_consumers(&self) -> outboxkit_core::Result<Vec<Consumer>> {
@@ -238,7 +254,11 @@ impl EndpointStore for SqliteStore {
 
     async fn delete_consumer(&self, name: &ConsumerName) -> outboxkit_core::Result<()> {
         let name = name.clone();
-        self.write(move |tx, _, _| self::delete_consumer(tx, &name))
-            .await
+        let change = self.routes().change();
+        self.write(move |tx, _, _| {
+            let _routes = &change;
+            self::delete_consumer(tx, &name)
+        })
+        .await
     }
 }
