@@ -7,6 +7,7 @@ use rusqlite::{params, Connection};
 
 use crate::deliveries::release_held;
 use crate::error::Result;
+use crate::routes::{SELECT_CONSUMERS, SELECT_TENANT_ENDPOINTS};
 use crate::rows::{self, ms};
 use crate::store::SqliteStore;
 use async_trait::async_trait;
@@ -65,12 +66,6 @@ pub(crate) fn get_endpoint(
         None => Err(Error::not_found("endpoint").into()),
     }
 }
-
-pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
-    "SELECT ",
-    endpoint_read_cols!(),
-    " FROM outbox_endpoints WHERE tenant = ?1 ORDER BY created_at, id"
-);
 
 /// Every endpoint of a tenant, oldest first.
 pub(crate) fn list_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec<Endpoint>> {
@@ -152,9 +147,6 @@ pub(crate) fn put_consumer(conn: &Connection, c: &Consumer) -> Result<()> {
     ])?;
     Ok(())
 }
-
-pub(crate) const SELECT_CONSUMERS: &str =
-    "SELECT name, filter, created_at FROM outbox_consumers ORDER BY name";
 
 /// Every consumer, by name.
 pub(crate) fn list_consumers(conn: &Connection) -> Result<Vec<Consumer>> {

@@ -57,15 +57,26 @@ impl Drop for Change {
     }
 }
 
+/// A tenant's endpoints, oldest first.
+pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
+    "SELECT ",
+    endpoint_read_cols!(),
+    " FROM outbox_endpoints WHERE tenant = ?1 ORDER BY created_at, id"
+);
+
+/// Every consumer, by name.
+pub(crate) const SELECT_CONSUMERS: &str =
+    "SELECT name, filter, created_at FROM outbox_consumers ORDER BY name";
+
 /// Every consumer, as the enqueue's transaction sees them.
 pub(crate) fn read_consumers(conn: &Connection) -> Result<Vec<Consumer>> {
-    let mut stmt = conn.prepare_cached(crate::endpoints::SELECT_CONSUMERS)?;
+    let mut stmt = conn.prepare_cached(SELECT_CONSUMERS)?;
     rows::collect(&mut stmt, rusqlite::params![], rows::consumer)
 }
 
 /// A tenant's endpoints, as the enqueue's transaction sees them.
 pub(crate) fn read_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec<Endpoint>> {
-    let mut stmt = conn.prepare_cached(crate::endpoints::SELECT_TENANT_ENDPOINTS)?;
+    let mut stmt = conn.prepare_cached(SELECT_TENANT_ENDPOINTS)?;
     rows::collect(&mut stmt, [tenant.as_str()], rows::endpoint)
 }
 
