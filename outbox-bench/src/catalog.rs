@@ -47,6 +47,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "sqlite-dispatch",
         "sqlite dispatch burn-down, no-op handler",
     ),
+    (
+        "sqlite-counts",
+        "sqlite WAL frames per enqueue and delivery, writer instructions per delivery, vs raw",
+    ),
     ("redis-enqueue", "redis enqueue, 8 writers"),
     ("redis-dispatch", "redis dispatch burn-down, no-op handler"),
     (

@@ -35,6 +35,7 @@ mod quiet;
 mod redis_bench;
 mod report;
 mod sqlite;
+mod sqlite_counts;
 mod timed;
 mod webhook;
 
@@ -288,6 +289,7 @@ async fn run(args: Args) -> ExitCode {
             ("pgmq-bulk", _) => vec![peer_enqueue::bulk(&ctx).await],
             ("sqlite-enqueue", _) => vec![sqlite::enqueue(&ctx).await],
             ("sqlite-dispatch", _) => vec![sqlite::dispatch(&ctx).await],
+            ("sqlite-counts", _) => sqlite_counts::counts(&ctx).await,
             ("redis-enqueue", _) => vec![redis_bench::enqueue(&ctx).await],
             ("redis-dispatch", _) => vec![redis_bench::dispatch(&ctx).await],
             ("redis-cluster", _) => vec![redis_bench::cluster(&ctx).await],
@@ -416,6 +418,9 @@ fn child(schema: &str, count: u64) -> ExitCode {
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().is_some_and(|a| a == "--child-sqlite-instr") {
+        return sqlite_counts::child_main(&argv[1..]);
+    }
     let args = match parse_args(&argv) {
         Ok(a) => a,
         Err(e) => {

@@ -24,7 +24,7 @@ use crate::timed::Timed;
 use crate::Ctx;
 
 /// Two fresh database paths (ours, raw) in the scratch folder; removed by [`cleanup`].
-fn paths(ctx: &Ctx, what: &str) -> BenchResult<(PathBuf, PathBuf)> {
+pub(crate) fn paths(ctx: &Ctx, what: &str) -> BenchResult<(PathBuf, PathBuf)> {
     std::fs::create_dir_all(&ctx.scratch).map_err(|e| format!("scratch folder: {e}"))?;
     let u = unique();
     Ok((
@@ -33,7 +33,7 @@ fn paths(ctx: &Ctx, what: &str) -> BenchResult<(PathBuf, PathBuf)> {
     ))
 }
 
-fn cleanup(paths: &[&Path]) {
+pub(crate) fn cleanup(paths: &[&Path]) {
     for p in paths {
         for suffix in ["", "-wal", "-shm"] {
             let mut f = p.as_os_str().to_owned();
@@ -44,7 +44,7 @@ fn cleanup(paths: &[&Path]) {
 }
 
 /// The store on `path` with the benchmark consumer subscribed.
-async fn store(path: &Path) -> BenchResult<SqliteStore> {
+pub(crate) async fn store(path: &Path) -> BenchResult<SqliteStore> {
     let store = SqliteStore::open(
         SqliteConfig::new(path),
         Arc::new(SystemClock),
@@ -65,7 +65,7 @@ async fn store(path: &Path) -> BenchResult<SqliteStore> {
 }
 
 /// The raw database: the outbox's message table and a minimal jobs table.
-fn open_raw(path: &Path) -> rusqlite::Result<Connection> {
+pub(crate) fn open_raw(path: &Path) -> rusqlite::Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     let _: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
@@ -91,7 +91,8 @@ fn open_raw(path: &Path) -> rusqlite::Result<Connection> {
     Ok(conn)
 }
 
-const RAW_INSERT: &str = "INSERT INTO messages (id, tenant, topic, payload, available_at, \
+pub(crate) const RAW_INSERT: &str =
+    "INSERT INTO messages (id, tenant, topic, payload, available_at, \
      created_at) VALUES (?1, 'default', ?2, ?3, ?4, ?4)";
 
 /// Run a blocking closure off the executor.
@@ -169,7 +170,7 @@ pub async fn enqueue(ctx: &Ctx) -> Row {
 }
 
 /// Load `n` pending jobs into the raw database in one transaction (not timed).
-fn raw_load(conn: &mut Connection, n: usize) -> rusqlite::Result<()> {
+pub(crate) fn raw_load(conn: &mut Connection, n: usize) -> rusqlite::Result<()> {
     let now = SystemClock.now();
     let ms = now.as_unix_millis();
     let tx = conn.transaction()?;
@@ -194,15 +195,17 @@ fn raw_load(conn: &mut Connection, n: usize) -> rusqlite::Result<()> {
 
 /// What the raw loop did: jobs completed, seconds in claim and in ack transactions.
 #[derive(Debug, Default)]
-struct RawBurn {
-    done: u64,
+pub(crate) struct RawBurn {
+    pub(crate) done: u64,
     claim_secs: f64,
     ack_secs: f64,
     batches: u64,
 }
 
-/// The raw claim + ack loop in batches of [`BATCH`].
-fn raw_burn(conn: &mut Connection) -> rusqlite::Result<RawBurn> {
+/// The raw claim + ack loop in batches of [`BATCH`]. Never inlined: `sqlite-counts` counts
+/// the instructions inside it by name (callgrind `--toggle-collect`).
+#[inline(never)]
+pub(crate) fn raw_burn(conn: &mut Connection) -> rusqlite::Result<RawBurn> {
     let claim = "UPDATE jobs SET status = 'processing', attempts = attempts + 1, \
          claim_token = lower(hex(randomblob(16))), lease_until = ?1, next_attempt_at = ?1, \
          updated_at = ?2 \

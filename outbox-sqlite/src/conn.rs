@@ -325,45 +325,56 @@ fn spawn_writer(
     let (tx, rx) = mpsc::channel::<WriterJob>();
     std::thread::Builder::new()
         .name("outbox-sqlite-writer".into())
-        .spawn(move || {
-            let mut next: Option<WriterJob> = None;
-            loop {
-                let job = match next.take() {
-                    Some(job) => job,
-                    None => match rx.recv() {
-                        Ok(job) => job,
-                        Err(_) => break,
-                    },
-                };
-                let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
-                let done = match job {
-                    WriterJob::Conn(job) => {
-                        // As in `spawn_shared`: a panicking job fails only its caller.
-                        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
-                        1
-                    }
-                    WriterJob::Tx(first) => {
-                        let mut group = vec![first];
-                        while group.len() < GROUP_MAX {
-                            match rx.try_recv() {
-                                Ok(WriterJob::Tx(w)) => group.push(w),
-                                Ok(other) => {
-                                    next = Some(other);
-                                    break;
-                                }
-                                Err(_) => break,
-                            }
-                        }
-                        let n = group.len();
-                        run_group(&mut conn, busy, group);
-                        n
-                    }
-                };
-                drop(conn);
-                queued.fetch_sub(done, Ordering::AcqRel);
-            }
-        })?;
+        .spawn(move || writer_loop(&conn, &queued, busy, &rx))?;
     Ok(tx)
+}
+
+/// The writer thread's body: until every sender is gone. Never inlined: the bench counts
+/// the writer thread's instructions inside it by name (`sqlite-counts`, callgrind
+/// `--toggle-collect`).
+#[inline(never)]
+fn writer_loop(
+    conn: &Mutex<Connection>,
+    queued: &AtomicUsize,
+    busy: Duration,
+    rx: &mpsc::Receiver<WriterJob>,
+) {
+    let mut next: Option<WriterJob> = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match rx.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+        };
+        let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let done = match job {
+            WriterJob::Conn(job) => {
+                // As in `spawn_shared`: a panicking job fails only its caller.
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
+                1
+            }
+            WriterJob::Tx(first) => {
+                let mut group = vec![first];
+                while group.len() < GROUP_MAX {
+                    match rx.try_recv() {
+                        Ok(WriterJob::Tx(w)) => group.push(w),
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let n = group.len();
+                run_group(&mut conn, busy, group);
+                n
+            }
+        };
+        drop(conn);
+        queued.fetch_sub(done, Ordering::AcqRel);
+    }
 }
 
 /// Run `group` in one `BEGIN IMMEDIATE` transaction and hand each caller its result after

@@ -17,7 +17,7 @@ use outboxkit_core::OperatorStore;
 const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
      WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status = 'held' \
-       AND status IN ('pending', 'held', 'processing', 'sending')";
+       AND status NOT IN ('succeeded', 'dead')";
 
 /// Make the endpoint's held deliveries pending and due now.
 pub(crate) fn release_held(
@@ -132,13 +132,13 @@ pub(crate) fn reset(
 const STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries GROUP BY status";
 
 const STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) FROM outbox_deliveries \
-     WHERE status IN ('pending', 'held', 'processing', 'sending') AND next_attempt_at <= ?1";
+     WHERE status NOT IN ('succeeded', 'dead') AND next_attempt_at <= ?1";
 
 /// Counts per unfinished status, through the claim index (unfinished rows only), so the
 /// finished history is never read.
 const QUEUE_STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries \
      INDEXED BY outbox_deliveries_claim \
-     WHERE status IN ('pending', 'held', 'processing', 'sending') GROUP BY status";
+     WHERE status NOT IN ('succeeded', 'dead') GROUP BY status";
 
 /// Counts per status and the oldest due delivery.
 pub(crate) fn stats(conn: &Connection, now: Timestamp) -> Result<Stats> {
@@ -173,28 +173,31 @@ fn counted(conn: &Connection, counts: &str, now: Timestamp) -> Result<Stats> {
     Ok(stats)
 }
 
-const LIST_DELIVERIES: &str = concat!(
-    "SELECT ",
-    delivery_cols!(),
-    " FROM outbox_deliveries \
-     WHERE tenant = :tenant \
-       AND (:status IS NULL OR status = :status) \
-       AND (:endpoint IS NULL OR (kind = 'webhook' AND target = :endpoint)) \
-       AND (:consumer IS NULL OR (kind = 'handler' AND target = :consumer)) \
-       AND (:kind IS NULL OR kind = :kind) \
-       AND (:topic IS NULL OR topic = :topic) \
-       AND (:since IS NULL OR created_at >= :since) \
-       AND (:until IS NULL OR created_at < :until) \
-       AND (:okey IS NULL OR ordering_key = :okey) \
+/// A page of a tenant's deliveries, newest first: the tenant's messages newest first (their
+/// retention index), each message's deliveries (the message index). A delivery's
+/// `created_at` is its message's, so this is the order of (created_at, id) the cursor
+/// continues.
+const LIST_DELIVERIES: &str = "SELECT d.id, d.message_id, d.tenant, d.topic, d.ordering_key, \
+         d.kind, d.target, d.status, d.attempts, d.snoozes, d.next_attempt_at, d.lease_until, \
+         d.last_outcome, d.last_status_code, d.last_excerpt, d.last_at, d.dead_reason, \
+         d.created_at, d.updated_at, d.completed_at, d.run \
+     FROM outbox_messages AS m JOIN outbox_deliveries AS d ON d.message_id = m.id \
+     WHERE m.tenant = :tenant AND d.tenant = :tenant \
+       AND (:status IS NULL OR d.status = :status) \
+       AND (:endpoint IS NULL OR (d.kind = 'webhook' AND d.target = :endpoint)) \
+       AND (:consumer IS NULL OR (d.kind = 'handler' AND d.target = :consumer)) \
+       AND (:kind IS NULL OR d.kind = :kind) \
+       AND (:topic IS NULL OR d.topic = :topic) \
+       AND (:since IS NULL OR m.created_at >= :since) \
+       AND (:until IS NULL OR m.created_at < :until) \
+       AND (:okey IS NULL OR d.ordering_key = :okey) \
        AND (:text IS NULL \
-         OR instr(lower(last_excerpt), :text) > 0 \
+         OR instr(lower(d.last_excerpt), :text) > 0 \
          OR EXISTS (SELECT 1 FROM outbox_attempts AS a \
-                    WHERE a.delivery_seq = outbox_deliveries.seq \
-                      AND instr(lower(a.excerpt), :text) > 0)) \
-       AND (:cursor_at IS NULL OR (created_at, id) < (:cursor_at, :cursor_id)) \
-     ORDER BY created_at DESC, id DESC \
-     LIMIT :limit"
-);
+                    WHERE a.delivery_seq = d.seq AND instr(lower(a.excerpt), :text) > 0)) \
+       AND (:cursor_at IS NULL OR (m.created_at, d.id) < (:cursor_at, :cursor_id)) \
+     ORDER BY m.created_at DESC, d.id DESC \
+     LIMIT :limit";
 
 /// A page of a tenant's deliveries, newest first.
 pub(crate) fn list_deliveries(

@@ -7,6 +7,7 @@ use rusqlite::{params, Connection};
 
 use crate::deliveries::release_held;
 use crate::error::Result;
+use crate::routes::{SELECT_CONSUMERS, SELECT_TENANT_ENDPOINTS};
 use crate::rows::{self, ms};
 use crate::store::SqliteStore;
 use async_trait::async_trait;
@@ -66,12 +67,6 @@ pub(crate) fn get_endpoint(
     }
 }
 
-pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
-    "SELECT ",
-    endpoint_read_cols!(),
-    " FROM outbox_endpoints WHERE tenant = ?1 ORDER BY created_at, id"
-);
-
 /// Every endpoint of a tenant, oldest first.
 pub(crate) fn list_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec<Endpoint>> {
     let mut stmt = conn.prepare_cached(SELECT_TENANT_ENDPOINTS)?;
@@ -82,7 +77,7 @@ pub(crate) fn list_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec
 const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
      SET status = 'held', next_attempt_at = ?3, updated_at = ?4 \
      WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status IN ('pending', 'held') \
-       AND status IN ('pending', 'held', 'processing', 'sending')";
+       AND status NOT IN ('succeeded', 'dead')";
 
 const UPDATE_ENDPOINT: &str = "UPDATE outbox_endpoints \
      SET url = ?3, description = ?4, filter = ?5, status = ?6, disabled_reason = ?7, \
@@ -153,9 +148,6 @@ pub(crate) fn put_consumer(conn: &Connection, c: &Consumer) -> Result<()> {
     Ok(())
 }
 
-pub(crate) const SELECT_CONSUMERS: &str =
-    "SELECT name, filter, created_at FROM outbox_consumers ORDER BY name";
-
 /// Every consumer, by name.
 pub(crate) fn list_consumers(conn: &Connection) -> Result<Vec<Consumer>> {
     let mut stmt = conn.prepare_cached(SELECT_CONSUMERS)?;
@@ -179,8 +171,12 @@ pub(crate) fn delete_consumer(conn: &Connection, name: &ConsumerName) -> Result<
 impl EndpointStore for SqliteStore {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> outboxkit_core::Result<()> {
         let endpoint = endpoint.clone();
-        self.write(move |tx, _, _| self::create_endpoint(tx, &endpoint))
-            .await
+        let change = self.routes().change();
+        self.write(move |tx, _, _| {
+            let _routes = &change;
+            self::create_endpoint(tx, &endpoint)
+        })
+        .await
     }
 
     async fn get_endpoint(
@@ -206,8 +202,12 @@ impl EndpointStore for SqliteStore {
         update: &EndpointUpdate,
     ) -> outboxkit_core::Result<Endpoint> {
         let (tenant, update) = (tenant.clone(), update.clone());
+        let change = self.routes().change();
         let (endpoint, released) = self
-            .write(move |tx, now, _| self::update_endpoint(tx, &tenant, id, &update, now))
+            .write(move |tx, now, _| {
+                let _routes = &change;
+                self::update_endpoint(tx, &tenant, id, &update, now)
+            })
             .await?;
         self.wake_if(released > 0);
         Ok(endpoint)
@@ -219,8 +219,12 @@ impl EndpointStore for SqliteStore {
         id: EndpointId,
     ) -> outboxkit_core::Result<()> {
         let tenant = tenant.clone();
+        let change = self.routes().change();
         let n = self
-            .write(move |tx, now, _| self::delete_endpoint(tx, &tenant, id, now))
+            .write(move |tx, now, _| {
+                let _routes = &change;
+                self::delete_endpoint(tx, &tenant, id, now)
+            })
             .await?;
         self.wake_if(n > 0);
         Ok(())
@@ -228,8 +232,12 @@ impl EndpointStore for SqliteStore {
 
     async fn put_consumer(&self, consumer: &Consumer) -> outboxkit_core::Result<()> {
         let consumer = consumer.clone();
-        self.write(move |tx, _, _| self::put_consumer(tx, &consumer))
-            .await
+        let change = self.routes().change();
+        self.write(move |tx, _, _| {
+            let _routes = &change;
+            self::put_consumer(tx, &consumer)
+        })
+        .await
     }
 
     async fn list_consumers(&self) -> outboxkit_core::Result<Vec<Consumer>> {
@@ -238,7 +246,11 @@ impl EndpointStore for SqliteStore {
 
     async fn delete_consumer(&self, name: &ConsumerName) -> outboxkit_core::Result<()> {
         let name = name.clone();
-        self.write(move |tx, _, _| self::delete_consumer(tx, &name))
-            .await
+        let change = self.routes().change();
+        self.write(move |tx, _, _| {
+            let _routes = &change;
+            self::delete_consumer(tx, &name)
+        })
+        .await
     }
 }

@@ -3,6 +3,7 @@
 //! [`SqliteStore::enqueue_batch_in`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use outboxkit_core::{
     fanout, Consumer, Endpoint, Enqueued, Entropy, Limits, MessageId, NewMessage, TenantId,
@@ -11,6 +12,7 @@ use outboxkit_core::{
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::error::{Result, SqliteError};
+use crate::routes::{read_consumers, read_endpoints, Routes};
 use crate::rows::{self, ms};
 use crate::store::SqliteStore;
 use async_trait::async_trait;
@@ -48,10 +50,11 @@ pub(crate) fn write(
     valid: &[ValidMessage],
     now: Timestamp,
     entropy: &dyn Entropy,
+    routes: Option<&Routes>,
 ) -> Result<Vec<Enqueued>> {
     let mut out = Vec::with_capacity(valid.len());
-    let mut consumers: Option<Vec<Consumer>> = None;
-    let mut endpoints: HashMap<TenantId, Vec<Endpoint>> = HashMap::new();
+    let mut consumers: Option<Arc<[Consumer]>> = None;
+    let mut endpoints: HashMap<TenantId, Arc<[Endpoint]>> = HashMap::new();
     let mut insert_message = conn.prepare_cached(INSERT_MESSAGE)?;
     let mut insert_delivery = conn.prepare_cached(INSERT_DELIVERY)?;
     for v in valid {
@@ -72,23 +75,21 @@ pub(crate) fn write(
             out.push(duplicate(conn, v)?);
             continue;
         }
-        if consumers.is_none() {
-            let mut stmt = conn.prepare_cached(crate::endpoints::SELECT_CONSUMERS)?;
-            consumers = Some(rows::collect(
-                &mut stmt,
-                rusqlite::params![],
-                rows::consumer,
-            )?);
+        if consumers.is_none() || !endpoints.contains_key(&m.tenant) {
+            let (c, e) = match routes {
+                Some(r) => r.lookup(conn, &m.tenant)?,
+                None => (
+                    match &consumers {
+                        Some(c) => c.clone(),
+                        None => read_consumers(conn)?.into(),
+                    },
+                    read_endpoints(conn, &m.tenant)?.into(),
+                ),
+            };
+            consumers.get_or_insert(c);
+            endpoints.insert(m.tenant.clone(), e);
         }
-        if !endpoints.contains_key(&m.tenant) {
-            let mut stmt = conn.prepare_cached(crate::endpoints::SELECT_TENANT_ENDPOINTS)?;
-            let list = rows::collect(&mut stmt, [m.tenant.as_str()], rows::endpoint)?;
-            endpoints.insert(m.tenant.clone(), list);
-        }
-        let tenant_endpoints = endpoints
-            .get(&m.tenant)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        let tenant_endpoints = endpoints.get(&m.tenant).map(|e| &e[..]).unwrap_or_default();
         let destinations = fanout::destinations(
             &m,
             v,
@@ -180,7 +181,7 @@ impl SqliteStore {
         let valid = self::validate_all(messages, limits, now)?;
         let run = || -> crate::error::Result<Vec<Enqueued>> {
             tx.execute_batch("SAVEPOINT outbox_enqueue")?;
-            match self::write(tx, &valid, now, self.entropy()) {
+            match self::write(tx, &valid, now, self.entropy(), None) {
                 Ok(out) => {
                     tx.execute_batch("RELEASE outbox_enqueue")?;
                     Ok(out)
@@ -204,11 +205,14 @@ impl MessageStore for SqliteStore {
         // The result is taken inside the transaction: once it commits, nothing can fail. A
         // lone enqueue on an idle writer runs here, without the two thread hand-offs (a
         // single insert costs less than them).
+        let routes = self.routes().clone();
         let out = self
             .write_here(move |tx, _, entropy| {
-                self::write(tx, &valid, now, entropy)?.pop().ok_or(
-                    crate::error::SqliteError::Corrupt("enqueue without a result"),
-                )
+                self::write(tx, &valid, now, entropy, Some(&routes))?
+                    .pop()
+                    .ok_or(crate::error::SqliteError::Corrupt(
+                        "enqueue without a result",
+                    ))
             })
             .await?;
         self.wake_if(!out.duplicate);
@@ -225,8 +229,9 @@ impl MessageStore for SqliteStore {
         if valid.is_empty() {
             return Ok(Vec::new());
         }
+        let routes = self.routes().clone();
         let out = self
-            .write(move |tx, _, entropy| self::write(tx, &valid, now, entropy))
+            .write(move |tx, _, entropy| self::write(tx, &valid, now, entropy, Some(&routes)))
             .await?;
         self.wake_if(out.iter().any(|e| !e.duplicate));
         Ok(out)

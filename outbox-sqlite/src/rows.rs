@@ -144,6 +144,78 @@ pub(crate) fn delivery(row: &Row<'_>) -> Result<Delivery> {
     })
 }
 
+/// What the claim's lease statement returns of a row (`claim::LEASE`'s columns 1–12).
+pub(crate) struct Leased {
+    id: DeliveryId,
+    pub(crate) message_id: MessageId,
+    attempts: u32,
+    snoozes: u32,
+    run: u32,
+    last_outcome: Option<LastOutcome>,
+    dead_reason: Option<DeadReason>,
+    completed_at: Option<Timestamp>,
+    pub(crate) claimed_from: DeliveryStatus,
+}
+
+/// A leased row from the columns of `claim::LEASE`.
+pub(crate) fn leased(row: &Row<'_>) -> Result<Leased> {
+    const W: &str = "delivery";
+    let last_outcome = match get::<Option<String>>(row, 6)? {
+        Some(o) => Some(LastOutcome {
+            outcome: parsed(W, AttemptOutcome::parse(&o))?,
+            status_code: opt_status_code(row, 7, W)?,
+            excerpt: get(row, 8)?,
+            at: time(row, 9, W)?,
+        }),
+        None => None,
+    };
+    Ok(Leased {
+        id: parsed(W, DeliveryId::parse(&get::<String>(row, 1)?))?,
+        message_id: parsed(W, MessageId::parse(&get::<String>(row, 2)?))?,
+        attempts: count(row, 3, W)?,
+        snoozes: count(row, 4, W)?,
+        run: count(row, 5, W)?,
+        last_outcome,
+        dead_reason: get::<Option<String>>(row, 10)?
+            .map(|r| parsed(W, DeadReason::parse(&r)))
+            .transpose()?,
+        completed_at: opt_time(row, 11, W)?,
+        claimed_from: claimed_from(row, 12)?,
+    })
+}
+
+impl Leased {
+    /// The claimed delivery: the rest from its message, its group's destination and the
+    /// claim (processing, leased until `until`, changed at `now`).
+    pub(crate) fn delivery(
+        self,
+        message: &Message,
+        destination: Destination,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Delivery {
+        Delivery {
+            id: self.id,
+            message_id: self.message_id,
+            tenant: message.tenant.clone(),
+            topic: message.topic.clone(),
+            ordering_key: message.ordering_key.clone(),
+            destination,
+            status: DeliveryStatus::Processing,
+            attempts: self.attempts,
+            snoozes: self.snoozes,
+            next_attempt_at: until,
+            lease_until: Some(until),
+            last_outcome: self.last_outcome,
+            dead_reason: self.dead_reason,
+            created_at: message.created_at,
+            updated_at: now,
+            completed_at: self.completed_at,
+            run: self.run,
+        }
+    }
+}
+
 /// The status a claimed delivery was claimed from, in column `i`.
 pub(crate) fn claimed_from(row: &Row<'_>, i: usize) -> Result<DeliveryStatus> {
     parsed("delivery", DeliveryStatus::parse(&get::<String>(row, i)?))

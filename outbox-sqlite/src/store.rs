@@ -10,13 +10,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Entropy, Error, ErrorKind, Lease,
-    Limits, OsEntropy, ReleaseReport, Result, SystemClock, Timestamp, WakeListener, Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeadReason, DeliveryStore, Entropy, Error, ErrorKind,
+    Lease, Limits, OsEntropy, ReleaseReport, Result, SystemClock, Timestamp, Verdict, WakeListener,
+    Wakeups,
 };
 use rusqlite::Transaction;
 
 use crate::config::SqliteConfig;
 use crate::conn::{snapshot, Pool};
+use crate::routes::Routes;
 use crate::{claim, wake};
 
 /// The outbox on SQLite. `Clone` is cheap and shares the connections.
@@ -41,6 +43,8 @@ struct Inner {
     busy_timeout: Duration,
     wakeups: Arc<Wakeups>,
     path: PathBuf,
+    /// The writer's copy of consumers and endpoints (`routes.rs`).
+    routes: Arc<Routes>,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -60,6 +64,11 @@ impl SqliteStore {
     /// The store's clock and message limits (for `enqueue.rs`).
     pub(crate) fn entropy(&self) -> &dyn Entropy {
         &*self.inner.entropy
+    }
+
+    /// The writer's routing copy (for `enqueue.rs`, and the writes that change routes).
+    pub(crate) fn routes(&self) -> &Arc<Routes> {
+        &self.inner.routes
     }
 
     pub(crate) fn clock_and_limits(&self) -> (&dyn Clock, &Limits) {
@@ -102,6 +111,7 @@ impl SqliteStore {
                 busy_timeout: config.busy_timeout,
                 wakeups,
                 path: config.path,
+                routes: Arc::new(Routes::default()),
             }),
         })
     }
@@ -204,9 +214,24 @@ impl DeliveryStore for SqliteStore {
         if items.is_empty() {
             return Ok(Vec::new());
         }
+        // A `gone` verdict disables its endpoint: a change of routes.
+        let change = items
+            .iter()
+            .any(|(_, c)| {
+                matches!(
+                    c.verdict,
+                    Verdict::Dead {
+                        reason: DeadReason::Gone
+                    }
+                )
+            })
+            .then(|| self.routes().change());
         let items = items.to_vec();
-        self.write(move |tx, now, _| claim::complete_many(tx, &items, now))
-            .await
+        self.write(move |tx, now, _| {
+            let _routes = &change;
+            claim::complete_many(tx, &items, now)
+        })
+        .await
     }
 
     async fn release(&self, leases: &[Lease], delay: Duration) -> Result<ReleaseReport> {

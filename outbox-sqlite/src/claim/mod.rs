@@ -20,18 +20,20 @@ use std::time::Duration;
 
 use outboxkit_core::claim_rules::{fair_order, EXHAUSTED_PER_CLAIM};
 use outboxkit_core::{
-    AttemptRecord, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryUpdate, Entropy, Error,
-    Lease, Message, MessageId, ReleaseReport, Timestamp,
+    AttemptRecord, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryUpdate, Destination,
+    Entropy, Error, Lease, Message, MessageId, ReleaseReport, Timestamp,
 };
 use rusqlite::{named_params, params, Connection, OptionalExtension};
 
 use crate::error::{Result, SqliteError};
 use crate::rows::{self, ms, opt_ms};
 
-/// The unfinished statuses (the rows of the claim index).
+/// The unfinished statuses (the rows of the claim index), as its predicate spells them: a
+/// list of two, which SQLite tests by comparisons (a constant list of three or more is
+/// built into an ephemeral table on every run of the statement).
 macro_rules! unfinished {
     () => {
-        "('pending', 'held', 'processing', 'sending')"
+        "NOT IN ('succeeded', 'dead')"
     };
 }
 
@@ -163,7 +165,7 @@ const DISCARD_EXHAUSTED: &str = "UPDATE outbox_deliveries \
      SET status = 'dead', dead_reason = 'max_attempts', completed_at = :now, updated_at = :now, \
          claim_token = NULL, lease_until = NULL, claimed_from = NULL \
      WHERE seq IN (SELECT seq FROM outbox_deliveries \
-     WHERE attempts > 0 AND status IN ('pending', 'processing', 'sending') \
+     WHERE attempts > 0 AND status <> 'held' AND status NOT IN ('succeeded', 'dead') \
        AND attempts >= :min_budget \
        AND +next_attempt_at <= :now \
        AND ((kind = 'webhook' AND attempts >= :webhooks \
@@ -205,7 +207,7 @@ fn discard_exhausted(conn: &Connection, served: &Served<'_>, now: Timestamp) -> 
 /// its earliest row (a seek on the claim index).
 const NEXT_GROUP: &str = concat!(
     "SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
-     WHERE status IN ",
+     WHERE status ",
     unfinished!(),
     " AND (tenant, kind, target) > (?1, ?2, ?3) \
      ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1"
@@ -250,7 +252,7 @@ struct Candidate {
 const CANDIDATES: &str = concat!(
     "SELECT c.seq, c.next_attempt_at FROM outbox_deliveries AS c \
      WHERE c.tenant = :tenant AND c.kind = :kind AND c.target = :target \
-       AND c.status IN ",
+       AND c.status ",
     unfinished!(),
     " AND c.next_attempt_at <= :now \
        AND (c.status = 'held' OR c.attempts < :budget) \
@@ -307,19 +309,19 @@ fn rounds(groups: &[Vec<Candidate>], batch: usize) -> Vec<i64> {
 }
 
 /// Lease the picked rows: token `n` (36 bytes each in `:tokens`, bound as a BLOB so
-/// `substr` indexes bytes) goes to the `n`-th sequence of `:seqs`.
-const LEASE: &str = concat!(
-    "UPDATE outbox_deliveries AS d \
+/// `substr` indexes bytes) goes to the `n`-th sequence of `:seqs`. It returns only what the
+/// claim does not know already: a claimed delivery's tenant, topic, ordering key and
+/// created_at are its message's, its destination its group's, its status, lease and
+/// updated_at the claim's own.
+const LEASE: &str = "UPDATE outbox_deliveries AS d \
      SET claimed_from = d.status, due_at = d.next_attempt_at, \
          attempts = d.attempts + (d.status <> 'held'), \
          status = 'processing', \
          claim_token = CAST(substr(:tokens, j.key * 36 + 1, 36) AS TEXT), \
          lease_until = :until, next_attempt_at = :until, updated_at = :now \
      FROM json_each(:seqs) AS j WHERE d.seq = j.value \
-     RETURNING ",
-    delivery_cols!(),
-    ", claimed_from, seq"
-);
+     RETURNING seq, id, message_id, attempts, snoozes, run, last_outcome, last_status_code, \
+               last_excerpt, last_at, dead_reason, completed_at, claimed_from";
 
 const MESSAGES_BY_IDS: &str = concat!(
     "SELECT ",
@@ -361,13 +363,34 @@ pub(crate) fn claim(
     if picked.is_empty() {
         return Ok(Vec::new());
     }
+    let group_of: HashMap<i64, usize> = heads
+        .iter()
+        .enumerate()
+        .flat_map(|(g, h)| h.iter().map(move |c| (c.seq, g)))
+        .collect();
+    let destinations = groups
+        .iter()
+        .map(|g| {
+            Destination::from_parts(&g.kind, &g.target)
+                .map_err(|_| SqliteError::Corrupt("delivery"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let picked: Vec<(i64, &Destination)> = picked
+        .iter()
+        .map(|seq| {
+            let g = *group_of
+                .get(seq)
+                .ok_or(SqliteError::Corrupt("claim of an unpicked row"))?;
+            Ok((*seq, &destinations[g]))
+        })
+        .collect::<Result<_>>()?;
     lease(conn, request, &picked, now, entropy)
 }
 
 fn lease(
     conn: &Connection,
     request: &ClaimRequest,
-    picked: &[i64],
+    picked: &[(i64, &Destination)],
     now: Timestamp,
     entropy: &dyn Entropy,
 ) -> Result<Vec<Claimed>> {
@@ -376,39 +399,42 @@ fn lease(
     let tokens: Vec<ClaimToken> = picked
         .iter()
         .zip(random.chunks_exact(16))
-        .map(|(&seq, r)| token_for(seq, r))
+        .map(|(&(seq, _), r)| token_for(seq, r))
         .collect();
     let mut token_bytes = Vec::with_capacity(picked.len() * 36);
     for t in &tokens {
         token_bytes.extend_from_slice(t.as_uuid().hyphenated().to_string().as_bytes());
     }
-    let position: HashMap<i64, usize> = picked.iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    let position: HashMap<i64, usize> = picked
+        .iter()
+        .enumerate()
+        .map(|(i, &(s, _))| (s, i))
+        .collect();
+    let seqs: Vec<i64> = picked.iter().map(|&(s, _)| s).collect();
     let until = now.saturating_add(request.lease());
     let mut stmt = conn.prepare_cached(LEASE)?;
     let mut rows = stmt.query(named_params! {
         ":now": ms(now),
         ":until": ms(until),
         ":tokens": token_bytes,
-        ":seqs": json(picked)?,
+        ":seqs": json(&seqs)?,
     })?;
-    let mut claimed = Vec::with_capacity(picked.len());
+    let mut leased = Vec::with_capacity(picked.len());
     while let Some(row) = rows.next()? {
-        let delivery = rows::delivery(row)?;
-        let claimed_from = rows::claimed_from(row, 21)?;
-        let seq: i64 = row.get(22)?;
+        let seq: i64 = row.get(0)?;
         let at = *position
             .get(&seq)
             .ok_or(SqliteError::Corrupt("claim of an unpicked row"))?;
-        claimed.push((at, delivery, claimed_from));
+        leased.push((at, rows::leased(row)?));
     }
     drop(rows);
     drop(stmt);
     // RETURNING order is unspecified: back to claim order.
-    claimed.sort_by_key(|(at, _, _)| *at);
+    leased.sort_by_key(|(at, _)| *at);
 
-    let mut ids: Vec<String> = claimed
+    let mut ids: Vec<String> = leased
         .iter()
-        .map(|(_, d, _)| d.message_id.to_string())
+        .map(|(_, l)| l.message_id.to_string())
         .collect();
     ids.sort_unstable();
     ids.dedup();
@@ -419,13 +445,15 @@ fn lease(
             .map(|m| (m.id, m))
             .collect();
 
-    claimed
+    leased
         .into_iter()
-        .map(|(at, delivery, claimed_from)| {
+        .map(|(at, l)| {
             let message = messages
-                .get(&delivery.message_id)
+                .get(&l.message_id)
                 .cloned()
                 .ok_or(SqliteError::Corrupt("delivery without its message"))?;
+            let claimed_from = l.claimed_from;
+            let delivery = l.delivery(&message, picked[at].1.clone(), until, now);
             let lease = Lease {
                 delivery_id: delivery.id,
                 tenant: delivery.tenant.clone(),

@@ -12,4 +12,5 @@ mod script;
 mod transactions;
 mod upgrade;
 mod upgrade_claim;
+mod upgrade_lean;
 mod upgrade_ledger;
