@@ -164,7 +164,7 @@ mod tests {
         }
         let raw = signed_request(
             &fixture(BodyFormat::Raw).0,
-            &[cur.clone()],
+            std::slice::from_ref(&cur),
             &m,
             d,
             t(),
