@@ -20,8 +20,8 @@ Ir                  file:function
 --------------------------------------------------------------------------------
 9,000,000 (100.0%)  PROGRAM TOTALS
 1,200,000 (13.3%)  ???:outboxkit_core::webhook_request::signed_request [/x/outbox-bench]
-  300,000 ( 3.3%)  ???:outboxkit_dispatch::settle::settle::{{closure}} [/x/outbox-bench]
-  100,000 ( 1.1%)  ???:outboxkit_dispatch::settle::settle::{{closure}} [/x/outbox-bench]
+  300,000 ( 3.3%)  /x/settle.rs:outboxkit_dispatch::settle::settle::{{closure}} [/x/outbox-bench]
+  100,000 ( 1.1%)  /x/alloc.rs:outboxkit_dispatch::settle::settle::{{closure}}
       500           ???:unrelated [/x/outbox-bench]
 ";
     assert_eq!(
