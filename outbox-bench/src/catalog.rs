@@ -70,6 +70,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "webhook backlog to one endpoint with the relay's defaults: claims per delivery",
     ),
     (
+        "instructions",
+        "instructions per webhook delivery and per no-op delivery vs raw reqwest (callgrind)",
+    ),
+    (
         "mail-http",
         "e-mail through HttpMailer to a local mail-API stand-in, c = 16",
     ),

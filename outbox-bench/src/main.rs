@@ -21,6 +21,7 @@
 mod broker;
 mod catalog;
 mod common;
+mod counts;
 mod isolation;
 mod mail;
 mod memory;
@@ -83,6 +84,8 @@ struct Args {
     only: Vec<String>,
     list: bool,
     child: Option<(String, u64)>,
+    /// `--child-count SIDE N`: one side of the instruction counts (run under callgrind).
+    count_child: Option<(String, usize)>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -115,6 +118,14 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                     .and_then(|c| c.parse().ok())
                     .ok_or("--child-rss needs a count")?;
                 out.child = Some((schema, count));
+            }
+            "--child-count" => {
+                let side = it.next().ok_or("--child-count needs a side")?.clone();
+                let n = it
+                    .next()
+                    .and_then(|c| c.parse().ok())
+                    .ok_or("--child-count needs a count")?;
+                out.count_child = Some((side, n));
             }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
@@ -263,7 +274,12 @@ async fn run(args: Args) -> ExitCode {
         if !selected(&args.only, key) {
             continue;
         }
-        let load_before = quiet::settle(load_value, report::NOISY_LOAD).await;
+        // Instruction counts do not move with the load: no wait for it to settle.
+        let load_before = if *key == "instructions" {
+            load_value()
+        } else {
+            quiet::settle(load_value, report::NOISY_LOAD).await
+        };
         eprintln!("== {key} (load {})", loadavg());
         let cpu = quiet::Sample::now();
         let sw = Stopwatch::start();
@@ -297,6 +313,7 @@ async fn run(args: Args) -> ExitCode {
             ("webhook", _) => webhook::run(&ctx).await,
             ("relay-defaults", _) => vec![webhook::relay_defaults(&ctx).await],
             ("mail-http", _) => mail::run(&ctx).await,
+            ("instructions", _) => counts::run(&ctx).await,
             ("broker-nats", _) => broker::run(&ctx).await,
             ("isolation-hang", _) => vec![isolation::hang(&ctx).await],
             ("isolation-tenants", _) => isolation::tenants(&ctx).await,
@@ -304,7 +321,9 @@ async fn run(args: Args) -> ExitCode {
         };
         let others = cpu.others_since();
         let load_after = load_value();
-        mark_noisy(&mut new, load_before, others);
+        if *key != "instructions" {
+            mark_noisy(&mut new, load_before, others);
+        }
         eprint!("{}", text_table(&new));
         eprintln!(
             "   ({:.1} s; load {} before, {} after; other processes {others:.2} cores)",
@@ -437,6 +456,9 @@ fn main() -> ExitCode {
     };
     if let Some((schema, count)) = &args.child {
         return child(schema, *count);
+    }
+    if let Some((side, n)) = &args.count_child {
+        return counts::child(side, *n);
     }
     if args.list {
         for (key, what) in SCENARIOS {

@@ -17,6 +17,9 @@ fn arguments_parse() {
     );
     let c = parse_args(&strings(&["--child-rss", "s1", "10000"])).unwrap();
     assert_eq!(c.child, Some(("s1".to_owned(), 10_000)));
+    let n = parse_args(&strings(&["--child-count", "ours", "1200"])).unwrap();
+    assert_eq!(n.count_child, Some(("ours".to_owned(), 1200)));
+    assert!(parse_args(&strings(&["--child-count", "ours"])).is_err());
     assert!(parse_args(&strings(&["--only"])).is_err());
     assert!(parse_args(&strings(&["--fast"])).is_err());
     assert_eq!(parse_args(&strings(&["--help"])).unwrap_err(), "");

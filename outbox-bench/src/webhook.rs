@@ -106,7 +106,7 @@ impl Receiver {
 /// A transport that answers 200 at once: the dispatcher and the store without HTTP, to see
 /// how much of our time is not the network path.
 #[derive(Debug)]
-struct NullTransport;
+pub(crate) struct NullTransport;
 
 #[async_trait::async_trait]
 impl WebhookTransport for NullTransport {
@@ -117,34 +117,54 @@ impl WebhookTransport for NullTransport {
 }
 
 /// The real transport with the loopback-allowing egress policy.
-fn http() -> BenchResult<Arc<DynWebhookTransport>> {
+pub(crate) fn http() -> BenchResult<Arc<DynWebhookTransport>> {
     let policy = EgressPolicy::default().allow_http(true).allow_private(true);
     Ok(Arc::new(
         HttpTransport::new(policy).map_err(err("transport"))?,
     ))
 }
 
-/// The dispatcher's side: a backlog of `n` webhook deliveries to `url` over the in-memory
-/// store, burned down at concurrency `c` through `transport`.
+/// Endpoints the webhook rows spread their deliveries over (every message goes to each):
+/// with the relay's default per-endpoint cap (a quarter of the concurrency) they admit
+/// twice the concurrency together, so the dispatcher's concurrency, as raw's, is the limit.
+pub(crate) const ENDPOINTS: usize = 8;
+
+/// The dispatcher's side: `n` webhook deliveries (`n / ENDPOINTS` messages, each to every
+/// endpoint) to `url`, burned down at concurrency `c` through `transport`, with the relay's
+/// defaults otherwise (the per-endpoint cap and the circuit breaker on).
 async fn ours(
     url: &str,
     n: usize,
     c: usize,
     transport: Arc<DynWebhookTransport>,
 ) -> BenchResult<crate::common::BurnDown> {
-    // One receiver: its throughput, not the per-endpoint cap, is measured.
-    ours_with(url, n, c, Some(c), transport).await
+    let (d, progress, n) = prepare(url, n, c, ENDPOINTS, transport).await?;
+    burn_down(&d, &progress, n, None).await
 }
 
-/// [`ours`] with the per-endpoint cap `endpoint_concurrency` (`None`: the default, a
-/// quarter of `c`).
-async fn ours_with(
+/// One endpoint with the relay's defaults: the per-endpoint cap is a quarter of `c`.
+async fn ours_one_endpoint(
     url: &str,
     n: usize,
     c: usize,
-    endpoint_concurrency: Option<usize>,
     transport: Arc<DynWebhookTransport>,
 ) -> BenchResult<crate::common::BurnDown> {
+    let (d, progress, n) = prepare(url, n, c, 1, transport).await?;
+    burn_down(&d, &progress, n, None).await
+}
+
+/// The in-memory store with `endpoints` endpoints at `url` and a backlog of about `n`
+/// deliveries (`n / endpoints` messages, at least one), and the dispatcher that burns it
+/// down at concurrency `c` through `transport` with `DispatcherConfig`'s defaults
+/// otherwise (batch 100, the per-endpoint cap, the circuit breaker). Returns the number of
+/// deliveries.
+pub(crate) async fn prepare(
+    url: &str,
+    n: usize,
+    c: usize,
+    endpoints: usize,
+    transport: Arc<DynWebhookTransport>,
+) -> BenchResult<(Dispatcher, Arc<Progress>, u64)> {
     let store: Arc<DynStore> = Arc::new(InMemoryStore::new(Arc::new(SystemClock)));
     // The receiver is on loopback over http.
     let admin = EndpointAdmin::new(
@@ -154,27 +174,29 @@ async fn ours_with(
         Arc::new(OsEntropy),
     )
     .with_url_policy(Arc::new(outboxkit_core::AnyUrl));
-    admin
-        .create(
-            &TenantId::default(),
-            NewEndpoint {
-                url: url.to_owned(),
-                ..NewEndpoint::default()
-            },
-        )
-        .await
-        .map_err(err("endpoint"))?;
-    for ch in chunks(n, 1000) {
+    for _ in 0..endpoints.max(1) {
+        admin
+            .create(
+                &TenantId::default(),
+                NewEndpoint {
+                    url: url.to_owned(),
+                    ..NewEndpoint::default()
+                },
+            )
+            .await
+            .map_err(err("endpoint"))?;
+    }
+    let messages = (n / endpoints.max(1)).max(1);
+    for ch in chunks(messages, 1000) {
         store
             .enqueue_batch(ch.map(message).collect())
             .await
             .map_err(err("load"))?;
     }
-    let progress = Progress::new(n as u64);
+    let deliveries = (messages * endpoints.max(1)) as u64;
+    let progress = Progress::new(deliveries);
     let config = DispatcherConfig {
-        batch_size: 100,
         concurrency: c,
-        endpoint_concurrency,
         ..DispatcherConfig::default()
     };
     let d = Dispatcher::builder(store)
@@ -183,19 +205,23 @@ async fn ours_with(
         .observer(progress.clone())
         .build()
         .map_err(err("dispatcher"))?;
-    burn_down(&d, &progress, n as u64, None).await
+    Ok((d, progress, deliveries))
 }
 
 /// The raw side: `c` tasks POSTing the prepared bodies with one reqwest client.
 async fn raw(url: &str, bodies: Arc<Vec<Bytes>>, c: usize) -> BenchResult<f64> {
-    let client = reqwest::Client::builder()
+    post_all(raw_client()?, url, bodies, c, Arc::new(|_, r| r)).await
+}
+
+/// The raw side's client: reqwest with rustls, no redirects, no proxy, `TCP_NODELAY`.
+pub(crate) fn raw_client() -> BenchResult<reqwest::Client> {
+    reqwest::Client::builder()
         .use_rustls_tls()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .tcp_nodelay(true)
         .build()
-        .map_err(|e| format!("reqwest: {e}"))?;
-    post_all(client, url, bodies, c, Arc::new(|_, r| r)).await
+        .map_err(|e| format!("reqwest: {e}"))
 }
 
 /// Adds a raw request's own headers (beyond `content-type`) for body number `i`.
@@ -248,7 +274,7 @@ pub(crate) async fn post_all(
 }
 
 /// The envelope bodies the dispatcher sends for messages `0..n`.
-fn bodies(n: usize) -> Vec<Bytes> {
+pub(crate) fn bodies(n: usize) -> Vec<Bytes> {
     let now = SystemClock.now().to_rfc3339();
     (0..n)
         .map(|i| {
@@ -286,7 +312,8 @@ fn target(c: usize) -> Target {
 
 /// Webhook delivery at concurrency 1, 16 and 64.
 pub async fn run(ctx: &Ctx) -> Vec<Row> {
-    let n = ctx.scale.n(20_000);
+    // Every message goes to each endpoint: a whole number of messages.
+    let n = (ctx.scale.n(20_000) / ENDPOINTS).max(1) * ENDPOINTS;
     let reps = ctx.reps();
     let mut rows = Vec::new();
     if let Some((side, cs)) = side() {
@@ -333,10 +360,12 @@ pub async fn run(ctx: &Ctx) -> Vec<Row> {
                     target(c),
                     format!(
                         "ours: Dispatcher + HttpTransport (signed, loopback allowed) burning \
-                         down a backlog in InMemoryStore, batch 100, concurrency {c} (mean \
-                         claim {:.1}, {:.2} claims per delivery); the same with a no-op \
-                         transport: {}; raw: reqwest POSTs of the same bodies; receiver: lean \
-                         hyper server; best of {reps}",
+                         down a backlog in InMemoryStore with the relay's defaults (batch 100, \
+                         per-endpoint cap a quarter of the concurrency, circuit breaker on), \
+                         concurrency {c}, {ENDPOINTS} endpoints on the receiver (mean claim \
+                         {:.1}, {:.2} claims per delivery); the same with a no-op transport: \
+                         {}; raw: reqwest POSTs of the same bodies; receiver: lean hyper \
+                         server; best of {reps}",
                         b.mean_batch,
                         b.claims_per_delivery,
                         Figure::requests(null).human(),
@@ -412,7 +441,7 @@ pub async fn relay_defaults(ctx: &Ctx) -> Row {
         let receiver = Receiver::start()
             .await
             .map_err(|e| format!("receiver: {e}"))?;
-        ours_with(&receiver.url(), n, 64, None, http()?).await
+        ours_one_endpoint(&receiver.url(), n, 64, http()?).await
     }
     .await;
     match r {

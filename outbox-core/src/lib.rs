@@ -57,7 +57,9 @@ pub use model::{
 };
 pub use retention::{RetentionCutoffs, RetentionPolicy};
 pub use retry::{Jitter, PolicyOverride, RetryPolicy, TenantOverrides, TenantPolicy};
-pub use signing::{sign, sign_with, verify, HeaderNames, VerifyError, WebhookSecret};
+pub use signing::{
+    sign, sign_keyed, sign_with, verify, HeaderNames, SigningKey, VerifyError, WebhookSecret,
+};
 pub use store::{
     Cursor, DeliveryFilter, DeliveryStore, DeliveryStoreExt, DynDeliveryStore, DynEndpointStore,
     DynLedger, DynMessageStore, DynOperatorStore, DynStore, EndpointStore, Enqueued, Ledger,
@@ -81,4 +83,4 @@ pub use wake::{WakeListener, Wakeups};
 pub mod ops;
 pub mod webhook_request;
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
-pub use webhook_request::{open_secrets, signed_request, webhook_body};
+pub use webhook_request::{open_secrets, signed_request, signed_request_keyed, webhook_body};

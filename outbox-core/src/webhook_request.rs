@@ -11,7 +11,7 @@ use crate::endpoint::{BodyFormat, Endpoint};
 use crate::error::Result;
 use crate::ids::DeliveryId;
 use crate::model::{Envelope, Message};
-use crate::signing::{sign_with, HeaderNames, WebhookSecret};
+use crate::signing::{sign_keyed, HeaderNames, SigningKey, WebhookSecret};
 use crate::time::Timestamp;
 use crate::transport::SignedRequest;
 use crate::vault::{DynSecretVault, SecretContext};
@@ -36,14 +36,26 @@ pub fn signed_request(
     names: &HeaderNames,
     timeout: Duration,
 ) -> SignedRequest {
+    let keys: Vec<SigningKey> = secrets.iter().map(SigningKey::new).collect();
+    signed_request_keyed(endpoint, &keys, message, delivery, now, names, timeout)
+}
+
+/// [`signed_request`] with the secrets keyed beforehand (current first): the dispatcher
+/// keys an endpoint's secrets once per claim batch, not once per request.
+pub fn signed_request_keyed(
+    endpoint: &Endpoint,
+    keys: &[SigningKey],
+    message: &Message,
+    delivery: DeliveryId,
+    now: Timestamp,
+    names: &HeaderNames,
+    timeout: Duration,
+) -> SignedRequest {
     let body = webhook_body(message, endpoint.body_format);
     let id = delivery.to_string();
     // Written once: the header and the signed text are the same digits.
     let ts = now.as_unix_seconds().to_string();
-    let signature = match secrets {
-        [current] => sign_with(&[current], &id, &ts, &body),
-        _ => sign_with(&secrets.iter().collect::<Vec<_>>(), &id, &ts, &body),
-    };
+    let signature = sign_keyed(keys, &id, &ts, &body);
     SignedRequest {
         url: endpoint.url.clone(),
         headers: vec![
@@ -152,7 +164,7 @@ mod tests {
         }
         let raw = signed_request(
             &fixture(BodyFormat::Raw).0,
-            &[cur],
+            std::slice::from_ref(&cur),
             &m,
             d,
             t(),
@@ -160,5 +172,15 @@ mod tests {
             Duration::from_secs(10),
         );
         assert_eq!(raw.body, m.payload);
+        let keyed = signed_request_keyed(
+            &e,
+            &[SigningKey::new(&cur), SigningKey::new(&prev)],
+            &m,
+            d,
+            t(),
+            &names,
+            Duration::from_secs(10),
+        );
+        assert_eq!(keyed, r, "keyed beforehand: the same request");
     }
 }

@@ -12,7 +12,7 @@ use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
 use super::lease::{keep_alive, LiveLease};
 use super::limits::Admit;
-use super::webhook::{endpoint_gate, signed_request, EndpointCache};
+use super::webhook::{endpoint_gate, signed_request_keyed, EndpointCache};
 
 use super::attempt::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
 use super::Shared;
@@ -279,7 +279,7 @@ async fn webhook_path(
         }
     };
     let started = shared.clock.now();
-    let request = signed_request(
+    let request = signed_request_keyed(
         &endpoint,
         &secrets,
         message,

@@ -43,7 +43,10 @@ pub use report::{
     TopicReport, DEAD_IDS_LIMIT,
 };
 pub use timer::{DynTimer, Timer, TimerExt};
-pub use webhook::{endpoint_gate, forward_traceparent, open_secrets, signed_request, webhook_body};
+pub use webhook::{
+    endpoint_gate, forward_traceparent, open_secrets, signed_request, signed_request_keyed,
+    webhook_body,
+};
 
 use self::attempt::RunState;
 use self::dedup::DedupCache;

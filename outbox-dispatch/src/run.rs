@@ -31,6 +31,7 @@ use super::settle::settle;
 use super::{Dispatcher, Shared};
 use crate::report::Report;
 use crate::timer::TimerExt;
+use crate::webhook::EndpointCache;
 use outboxkit_core::claim::{Claimed, Lease};
 use outboxkit_core::error::{ErrorKind, Result};
 use outboxkit_core::time::Timestamp;
@@ -72,9 +73,9 @@ pub(crate) struct RunLoop<S> {
     /// How many deliveries that settle holds: they still hold their leases, so they count
     /// against `concurrency` like running ones (memory and completion size stay bounded).
     settling_len: usize,
-    /// Claimed ahead of free slots, waiting to start (their leases run meanwhile).
-    /// Claimed deliveries waiting for a slot, with the time their claim returned.
-    ready: VecDeque<(Claimed, Timestamp)>,
+    /// Claimed ahead of free slots, waiting to start (their leases run meanwhile): each
+    /// with the time its claim returned and its claim batch's endpoint cache.
+    ready: VecDeque<(Claimed, Timestamp, Arc<EndpointCache>)>,
     /// The most deliveries held at once: running, finished, settling and ready.
     capacity: usize,
     /// Refill in batches, not one free slot at a time.
@@ -327,7 +328,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let s = self.shared.clone();
         self.run.stopping.cancel();
         // Claimed ahead, never started: back at once, attempts refunded.
-        for (claimed, _) in std::mem::take(&mut self.ready) {
+        for (claimed, _, _) in std::mem::take(&mut self.ready) {
             self.finished.push(Done::release_now(claimed.lease));
         }
         let grace_end = match self.run.deadline {

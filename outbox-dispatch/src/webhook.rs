@@ -11,12 +11,14 @@ use outboxkit_core::endpoint::{Endpoint, EndpointStatus};
 use outboxkit_core::error::Result;
 use outboxkit_core::ids::{EndpointId, TenantId};
 use outboxkit_core::model::Message;
-use outboxkit_core::signing::WebhookSecret;
+use outboxkit_core::signing::SigningKey;
 use outboxkit_core::store::DynStore;
 use outboxkit_core::transport::SignedRequest;
 use outboxkit_core::vault::DynSecretVault;
 use outboxkit_core::verdict::Outcome;
-pub use outboxkit_core::webhook_request::{open_secrets, signed_request, webhook_body};
+pub use outboxkit_core::webhook_request::{
+    open_secrets, signed_request, signed_request_keyed, webhook_body,
+};
 
 use crate::DispatcherConfig;
 
@@ -52,7 +54,8 @@ pub fn endpoint_gate(endpoint: Option<&Endpoint>) -> Option<Outcome> {
 /// secret rotation or URL change always reads the endpoint afresh. Single-flight: the
 /// deliveries of one batch to one endpoint wait for one read rather than each reading it
 /// (a failed read is not kept: the next delivery tries again). The endpoint's secrets are
-/// opened once per batch the same way, from the endpoint read for that batch.
+/// opened and keyed for HMAC once per batch the same way, from the endpoint read for that
+/// batch.
 #[derive(Debug, Default)]
 pub(crate) struct EndpointCache {
     entries: Mutex<HashMap<(TenantId, EndpointId), Arc<EndpointRead>>>,
@@ -62,8 +65,8 @@ pub(crate) struct EndpointCache {
 /// One endpoint read of a batch (`None`: the endpoint does not exist).
 type EndpointRead = OnceCell<Option<Endpoint>>;
 
-/// The secrets of one endpoint, opened once for a batch.
-type SecretsOpened = OnceCell<Arc<Vec<WebhookSecret>>>;
+/// The secrets of one endpoint, opened and keyed once for a batch.
+type SecretsOpened = OnceCell<Arc<Vec<SigningKey>>>;
 
 impl EndpointCache {
     pub(crate) async fn get(
@@ -91,13 +94,14 @@ impl EndpointCache {
         Ok(read.clone())
     }
 
-    /// `endpoint`'s secrets (current, then previous), opened through `vault` once for the
-    /// deliveries started together; a failure is not kept (the next delivery tries again).
+    /// `endpoint`'s secrets (current, then previous), opened through `vault` and keyed once
+    /// for the deliveries started together; a failure is not kept (the next delivery tries
+    /// again).
     pub(crate) async fn secrets(
         &self,
         vault: &DynSecretVault,
         endpoint: &Endpoint,
-    ) -> Result<Arc<Vec<WebhookSecret>>> {
+    ) -> Result<Arc<Vec<SigningKey>>> {
         let cell = self
             .secrets
             .lock()
@@ -106,7 +110,12 @@ impl EndpointCache {
             .or_default()
             .clone();
         let opened = cell
-            .get_or_try_init(|| async { open_secrets(vault, endpoint).await.map(Arc::new) })
+            .get_or_try_init(|| async {
+                let secrets = open_secrets(vault, endpoint).await?;
+                Ok::<_, outboxkit_core::Error>(Arc::new(
+                    secrets.iter().map(SigningKey::new).collect(),
+                ))
+            })
             .await?;
         Ok(opened.clone())
     }

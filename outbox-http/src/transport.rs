@@ -88,7 +88,7 @@ impl HttpTransport {
         } = request;
         let mut map = HeaderMap::with_capacity(headers.len() + 2);
         for (name, value) in headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
+            let name = header_name(&name)?;
             if name == HOST || name == CONTENT_LENGTH {
                 continue; // set by the client from the URL and the body
             }
@@ -144,6 +144,26 @@ impl HttpTransport {
     }
 }
 
+/// The header names every signed request carries, as constants: a name among them costs
+/// no parse and no allocation.
+const KNOWN: [&str; 4] = [
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "traceparent",
+];
+
+/// `name` as a header name: a constant for the names every request carries, else parsed.
+fn header_name(name: &str) -> Option<HeaderName> {
+    if name == "content-type" {
+        return Some(CONTENT_TYPE);
+    }
+    match KNOWN.iter().find(|k| **k == name) {
+        Some(k) => Some(HeaderName::from_static(k)),
+        None => HeaderName::from_bytes(name.as_bytes()).ok(),
+    }
+}
+
 fn failed_with(e: &reqwest::Error) -> WebhookResponse {
     let (class, detail) = webhook_failure(e);
     failed(class, detail)
@@ -175,5 +195,23 @@ impl WebhookTransport for HttpTransport {
         // One deadline: reqwest's request timeout runs from connect to the end of the body
         // (a body read past it fails with a timeout, which `exchange` reports as one).
         self.exchange(http).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_names_are_constants_when_known_and_parsed_otherwise() {
+        for n in KNOWN.iter().chain(&["content-type", "x-custom", "svix-id"]) {
+            assert_eq!(
+                header_name(n),
+                Some(HeaderName::from_bytes(n.as_bytes()).unwrap()),
+                "{n}"
+            );
+        }
+        assert_eq!(header_name("bad name"), None);
+        assert_eq!(header_name(""), None);
     }
 }

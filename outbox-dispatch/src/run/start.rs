@@ -80,7 +80,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let now = self.shared.clock.now();
         let mut batch = Vec::new();
         while self.running() + batch.len() < self.shared.config.concurrency {
-            let Some((claimed, claimed_at)) = self.ready.pop_front() else {
+            let Some((claimed, claimed_at, endpoints)) = self.ready.pop_front() else {
                 break;
             };
             // The configured lease covers the deadline plus the margin (checked at build);
@@ -94,7 +94,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                 self.finished.push(Done::release_now(claimed.lease));
                 continue;
             }
-            batch.push(claimed);
+            batch.push((claimed, endpoints));
         }
         if !batch.is_empty() {
             self.spawn_batch(batch);
@@ -150,8 +150,14 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                     self.report.record_claim(&claimed.delivery.topic);
                 }
                 let claimed_at = s.clock.now();
-                self.ready
-                    .extend(batch.into_iter().map(|c| (c, claimed_at)));
+                // One endpoint cache per claim batch: its deliveries read each endpoint and
+                // open (and key) its secrets once, however many start rounds they take.
+                let endpoints = Arc::new(EndpointCache::default());
+                self.ready.extend(
+                    batch
+                        .into_iter()
+                        .map(|c| (c, claimed_at, endpoints.clone())),
+                );
                 self.start_ready();
                 Ok(Claim::Spawned)
             }
@@ -179,7 +185,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let waiting = self
             .ready
             .iter()
-            .map(|(c, _)| c.delivery.destination.endpoint());
+            .map(|(c, _, _)| c.delivery.destination.endpoint());
         let running = self.inline.iter().map(|i| i.endpoint);
         for e in waiting.chain(running).flatten() {
             *held.entry(e).or_default() += 1;
@@ -188,11 +194,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     }
 
     /// One task per handler delivery, webhooks and e-mail on the loop's task; the
-    /// deliveries started together share one endpoint cache.
-    fn spawn_batch(&mut self, batch: Vec<Claimed>) {
+    /// deliveries of one claim batch share its endpoint cache.
+    fn spawn_batch(&mut self, batch: Vec<(Claimed, Arc<EndpointCache>)>) {
         let s = &self.shared;
-        let endpoints = Arc::new(EndpointCache::default());
-        for claimed in batch {
+        for (claimed, endpoints) in batch {
             let span = tracing::info_span!(
                 "outbox.delivery",
                 delivery_id = %claimed.delivery.id,
@@ -208,8 +213,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             let lease = claimed.lease.clone();
             let endpoint = claimed.delivery.destination.endpoint();
             let inline = runs_inline(&claimed.delivery.destination);
-            let run =
-                deliver(s.clone(), self.run.clone(), endpoints.clone(), claimed).instrument(span);
+            let run = deliver(s.clone(), self.run.clone(), endpoints, claimed).instrument(span);
             if inline {
                 self.inline.push(Inline {
                     lease,
