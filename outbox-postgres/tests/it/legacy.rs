@@ -18,6 +18,19 @@ use outboxkit_testing::ManualClock;
 
 use crate::support::{success, worker, TestDb, LEASE};
 
+/// Every attempt of the version-7 schema `s` (quoted) as rows of `attempts`: the table's, and
+/// the final attempts folded into history rows.
+fn every_attempt(s: &str) -> String {
+    format!(
+        "(SELECT delivery_id, number, tenant, probe, started_at, finished_at, outcome, \
+                 status_code, excerpt, run, scheduled_at FROM {s}.attempts \
+          UNION ALL \
+          SELECT id, ledger_len, tenant, a_probe, a_started, last_at, last_outcome, \
+                 last_status_code, last_excerpt, run, a_scheduled \
+            FROM {s}.history WHERE a_started IS NOT NULL)"
+    )
+}
+
 /// Every row of the outbox's tables, as JSON text in a stable order. A delivery is listed
 /// once whichever table holds it (the hot table, from version 6 the history, from version 7
 /// the view of both with version 6's columns), an attempt once wherever it is (from version
@@ -31,17 +44,7 @@ pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
         }
     };
     let (attempts, deliveries) = if layout("delivery_rows").await {
-        (
-            format!(
-                "(SELECT delivery_id, number, tenant, probe, started_at, finished_at, outcome, \
-                         status_code, excerpt, run, scheduled_at FROM {s}.attempts \
-                  UNION ALL \
-                  SELECT id, ledger_len, tenant, a_probe, a_started, last_at, last_outcome, \
-                         last_status_code, last_excerpt, run, a_scheduled \
-                    FROM {s}.history WHERE a_started IS NOT NULL)"
-            ),
-            format!("{s}.delivery_rows"),
-        )
+        (every_attempt(s), format!("{s}.delivery_rows"))
     } else if layout("deliveries_done").await {
         (
             format!("{s}.attempts"),
@@ -260,14 +263,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
 /// Drops `src`.
 pub async fn copy_rows(admin: &sqlx::PgPool, src: &str, dst: &str) {
     let (src, s) = (format!("\"{src}\""), format!("\"{dst}\""));
-    let folded = format!(
-        "(SELECT delivery_id, number, tenant, probe, started_at, finished_at, outcome, \
-                 status_code, excerpt, run, scheduled_at FROM {src}.attempts \
-          UNION ALL \
-          SELECT id, ledger_len, tenant, a_probe, a_started, last_at, last_outcome, \
-                 last_status_code, last_excerpt, run, a_scheduled \
-            FROM {src}.history WHERE a_started IS NOT NULL)"
-    );
+    let folded = every_attempt(&src);
     let history: Option<String> =
         sqlx::query_scalar(&format!("SELECT to_regclass('{s}.deliveries_done')::text"))
             .fetch_one(admin)
