@@ -26,6 +26,9 @@ struct Prepared {
     valid: ValidMessage,
     id: MessageId,
     base: Uuid,
+    /// The time it was validated at: its `created_at`, and its `available_at` when it has no
+    /// delay.
+    now: outboxkit_core::Timestamp,
 }
 
 /// What the statement of one message reports.
@@ -45,6 +48,7 @@ impl PostgresStore {
             valid,
             id: row.id,
             base,
+            now,
         })
     }
 
@@ -71,7 +75,7 @@ impl PostgresStore {
             .set("available_at", ms(v.available_at))
             .set("headers", rows::headers_to(&v.headers))
             .set("cause", rows::cause_to(v.cause.as_ref()))
-            .set("now", ms(self.inner.clock.now()))
+            .set("now", ms(p.now))
             .set("did_hi", hi)
             .set("did_lo", lo)
             .set("recipients", emails)

@@ -17,7 +17,7 @@ mod tokens;
 mod wake;
 
 pub use config::PostgresConfig;
-pub use schema::{migration_script, migrations, Migration};
+pub use schema::{enqueue_function_sql, migration_script, migrations, Migration};
 pub use store::PostgresStore;
 
 /// The `sqlx` this crate is built on, for the pool and transaction types in its API.

@@ -9,6 +9,9 @@ use crate::config::PostgresConfig;
 use crate::error::DbResult;
 use crate::rows::ms;
 
+mod enqueue_function;
+pub(crate) use enqueue_function::Function;
+
 /// The migrations shipped with this crate, applied in order by
 /// [`crate::PostgresStore::migrate`]. `{schema}` in the text is replaced by the quoted schema
 /// name.
@@ -146,6 +149,17 @@ pub(crate) async fn migrate(pool: &PgPool, config: &PostgresConfig, now: Timesta
         .db()?;
         applied += 1;
     }
+    // The SQL enqueue function, when its text (statement, limits, channel) changed.
+    let function = Function::new(config)?;
+    let comment: Option<String> =
+        sqlx::query_scalar("SELECT obj_description(to_regprocedure($1), 'pg_proc')")
+            .bind(format!("{s}.{}", enqueue_function::SIGNATURE))
+            .fetch_one(&mut *tx)
+            .await
+            .db()?;
+    if !function.is_installed(comment.as_deref()) {
+        sqlx::raw_sql(&function.text).execute(&mut *tx).await.db()?;
+    }
     tx.commit().await.db()?;
     Ok(applied)
 }
@@ -189,7 +203,8 @@ pub fn migrations() -> Vec<Migration> {
 /// [`crate::PostgresStore::migrate`] does — so the two can be mixed, and `migrate()`
 /// afterwards finds nothing to do. Run it in one transaction. `applied_at` comes from the
 /// database's clock here (it is bookkeeping only; the outbox's own times come from its
-/// `Clock`).
+/// `Clock`). The script ends with the SQL enqueue function `<schema>.enqueue(…)` for the
+/// default limits and channel ([`enqueue_function_sql`] of `PostgresConfig::new(schema)`).
 pub fn migration_script(schema: &str) -> Result<String> {
     PostgresConfig::new(schema).validate()?;
     let s = format!("\"{schema}\"");
@@ -215,5 +230,16 @@ pub fn migration_script(schema: &str) -> Result<String> {
             name = m.name,
         ));
     }
+    out.push_str("\n-- the SQL enqueue function (default limits and channel)\n");
+    out.push_str(&Function::new(&PostgresConfig::new(schema))?.text);
     Ok(out)
+}
+
+/// The SQL enqueue function `<schema>.enqueue(tenant, topic, payload, ordering_key,
+/// idempotency_key, available_at, headers, recipients)` for `config` (its schema, limits and
+/// wake-up channel), for applications that install the schema with their own tooling:
+/// [`crate::PostgresStore::migrate`] installs the same text, and replaces the function
+/// whenever it changed. The README's "Enqueue from any language" shows how it is called.
+pub fn enqueue_function_sql(config: &PostgresConfig) -> Result<String> {
+    Ok(Function::new(config)?.text)
 }

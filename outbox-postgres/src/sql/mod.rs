@@ -171,6 +171,11 @@ impl Statement {
         &self.text
     }
 
+    /// The parameter names, in `$n` order (`$1` is the first).
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
     /// The query with every parameter bound by name; an unbound name, a parameter the
     /// statement does not name, or one set twice is an error and nothing is sent.
     pub(crate) fn bind<'q>(

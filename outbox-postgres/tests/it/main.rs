@@ -9,6 +9,7 @@ mod legacy;
 mod notify;
 mod retention;
 mod script;
+mod sql_enqueue;
 mod stats;
 mod support;
 mod tls;
