@@ -21,6 +21,7 @@ mod promises;
 mod relay;
 mod serve;
 mod smtp;
+mod sql_enqueue;
 mod tenancy;
 
 use std::path::Path;
@@ -43,6 +44,12 @@ impl Run {
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
         }
+    }
+
+    /// What a program other than `outbox` printed; panics naming `what` when it could not
+    /// start.
+    pub fn from_output(o: std::io::Result<Output>, what: &str) -> Self {
+        Run::from(o.unwrap_or_else(|e| panic!("{what} could not start: {e}")))
     }
 
     /// Assert success and return stdout.
