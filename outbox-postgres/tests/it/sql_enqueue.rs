@@ -617,3 +617,49 @@ async fn the_migration_script_installs_the_function() {
     })
     .await;
 }
+
+/// The grants DEPLOYMENT.md names are enough for a role that only enqueues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_the_documented_grants_can_enqueue() {
+    with_db(|db| async move {
+        let store = db
+            .ready_store(db.pool(&db.app("sqlrole"), 2).await, Arc::new(SystemClock))
+            .await;
+        routes(&store).await;
+        let s = format!("\"{}\"", db.schema);
+        let role = format!("\"{}_app\"", db.schema);
+        let grants = format!(
+            "CREATE ROLE {role} NOLOGIN; \
+             GRANT USAGE ON SCHEMA {s} TO {role}; \
+             GRANT SELECT, INSERT ON {s}.messages, {s}.queue TO {role}; \
+             GRANT SELECT, INSERT, UPDATE ON {s}.groups TO {role}; \
+             GRANT SELECT ON {s}.consumers, {s}.endpoints TO {role}; \
+             GRANT USAGE ON SEQUENCE {s}.queue_seq TO {role};"
+        );
+        sqlx::raw_sql(&grants).execute(&db.admin).await.unwrap();
+        let mut tx = db.admin.begin().await.unwrap();
+        sqlx::raw_sql(&format!("SET LOCAL ROLE {role}"))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let got = sqlx::query(&format!(
+            "SELECT deliveries FROM {s}.enqueue('acme', 'order.created', '{{}}', \
+             recipients => ARRAY['a@example.com'])"
+        ))
+        .fetch_one(&mut *tx)
+        .await;
+        let denied = sqlx::query(&format!("DELETE FROM {s}.queue"))
+            .execute(&mut *tx)
+            .await;
+        drop(tx);
+        sqlx::raw_sql(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+            .execute(&db.admin)
+            .await
+            .unwrap();
+        // worker, all, orders, created; acme's `*`, paused `order.*`, disabled `order.created`;
+        // the recipient.
+        assert_eq!(got.unwrap().get::<i32, _>("deliveries"), 8);
+        assert!(denied.is_err(), "the role may only enqueue");
+    })
+    .await;
+}
