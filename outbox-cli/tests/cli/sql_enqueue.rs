@@ -43,7 +43,17 @@ with psycopg.connect(url) as conn:
 fn psql(url: &str, sql: &str) -> Run {
     Run::from_output(
         std::process::Command::new("psql")
-            .args([url, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .args([
+                url,
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ])
             .output(),
         "psql",
     )
@@ -203,10 +213,15 @@ async fn psql_and_python_enqueue_in_their_transactions_and_the_relay_delivers_si
         assert_eq!(bodies.len(), 2, "{bodies:?}");
         assert!(requests.iter().all(|r| r.verified()), "signed: {bodies:?}");
         for want in ["psql-committed", "python-committed"] {
-            assert!(bodies.iter().any(|b| b.contains(want)), "{want}: {bodies:?}");
+            assert!(
+                bodies.iter().any(|b| b.contains(want)),
+                "{want}: {bodies:?}"
+            );
         }
         assert!(
-            !bodies.iter().any(|b| b.contains("rolled-back") || b.contains("again")),
+            !bodies
+                .iter()
+                .any(|b| b.contains("rolled-back") || b.contains("again")),
             "{bodies:?}"
         );
         assert_eq!((stats.succeeded, stats.total()), (2, 2), "{stats:?}");
