@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use outboxkit_core::tokens::{ApiToken, DynTokenStore, TokenScope};
+use outboxkit_core::tokens::{ApiToken, DynTokenStore, TokenAccess, TokenScope};
 use outboxkit_core::{TenantId, TokenId};
 use serde_json::json;
 
@@ -25,7 +25,7 @@ pub enum TokensCmd {
 /// `tokens create`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  outbox tokens create --store sqlite:./outbox.sqlite --tenant acme --read-only --label support\n  outbox tokens create --store postgres://postgres@127.0.0.1/app --admin --label ops"
+    after_help = "Examples:\n  outbox tokens create --store sqlite:./outbox.sqlite --tenant acme --read-only --label support\n  outbox tokens create --store sqlite:./outbox.sqlite --tenant acme --enqueue-only --label orders-service\n  outbox tokens create --store postgres://postgres@127.0.0.1/app --admin --label ops"
 )]
 pub struct CreateArgs {
     #[command(flatten)]
@@ -36,9 +36,13 @@ pub struct CreateArgs {
     /// Reach every tenant (an administrator's token).
     #[arg(long)]
     admin: bool,
-    /// Only read: every call that changes something answers 403.
-    #[arg(long)]
+    /// Only read: every call that changes something (enqueueing included) answers 403.
+    #[arg(long, conflicts_with = "enqueue_only")]
     read_only: bool,
+    /// Only enqueue messages (`POST /v1/tenants/{tenant}/messages`): every other call
+    /// answers 403 and the console refuses it. For a service that produces events over HTTP.
+    #[arg(long)]
+    enqueue_only: bool,
     /// Who holds it (free text, at most 200 bytes).
     #[arg(long, default_value = "")]
     label: String,
@@ -85,7 +89,8 @@ fn view(t: &ApiToken) -> serde_json::Value {
         "id": t.id.to_string(),
         "scope": match &t.scope { TokenScope::Admin => "admin".to_owned(), TokenScope::Tenant(x) => format!("tenant:{x}") },
         "tenant": t.scope.tenant().map(TenantId::to_string),
-        "read_only": t.read_only,
+        "read_only": t.access == TokenAccess::ReadOnly,
+        "access": t.access.as_str(),
         "label": t.label,
         "created_at": t.created_at.to_rfc3339(),
         "revoked_at": t.revoked_at.map(|r| r.to_rfc3339()),
@@ -101,9 +106,19 @@ pub async fn run(cmd: TokensCmd) -> CliResult<()> {
                 (None, true) => TokenScope::Admin,
                 _ => return Err(CliError::usage("give --tenant T or --admin")),
             };
+            let access = match (a.read_only, a.enqueue_only) {
+                (false, false) => TokenAccess::Full,
+                (true, false) => TokenAccess::ReadOnly,
+                (false, true) => TokenAccess::EnqueueOnly,
+                (true, true) => {
+                    return Err(CliError::usage(
+                        "give at most one of --read-only and --enqueue-only",
+                    ))
+                }
+            };
             let env = a.location.open().await?;
             let (token, text) =
-                ApiToken::issue(scope, a.read_only, &a.label, env.clock.now(), &*env.entropy)?;
+                ApiToken::issue(scope, access, &a.label, env.clock.now(), &*env.entropy)?;
             token_store(&env).create_token(&token).await?;
             if a.json {
                 let mut v = view(&token);
@@ -114,7 +129,11 @@ pub async fn run(cmd: TokensCmd) -> CliResult<()> {
                     "{text}\n\ntoken {} ({}{}) created; it is shown only this once\n",
                     token.id,
                     token.scope,
-                    if token.read_only { ", read-only" } else { "" }
+                    match token.access {
+                        TokenAccess::Full => "",
+                        TokenAccess::ReadOnly => ", read-only",
+                        TokenAccess::EnqueueOnly => ", enqueue-only",
+                    }
                 ))
             }
         }
@@ -130,12 +149,7 @@ pub async fn run(cmd: TokensCmd) -> CliResult<()> {
                     vec![
                         t.id.to_string(),
                         t.scope.to_string(),
-                        if t.read_only {
-                            "read-only"
-                        } else {
-                            "read-write"
-                        }
-                        .to_owned(),
+                        t.access.as_str().to_owned(),
                         t.label.clone(),
                         t.created_at.to_rfc3339(),
                         t.revoked_at

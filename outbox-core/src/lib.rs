@@ -68,7 +68,9 @@ pub use store::{
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};
-pub use tokens::{ApiToken, DynTokenStore, PresentedToken, TokenHash, TokenScope, TokenStore};
+pub use tokens::{
+    ApiToken, DynTokenStore, PresentedToken, TokenAccess, TokenHash, TokenScope, TokenStore,
+};
 pub use trace::{current_traceparent, set_trace_source, TraceSource, Traceparent, TRACEPARENT};
 pub use transport::{DynWebhookTransport, SignedRequest, WebhookResponse, WebhookTransport};
 pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, SecretVault};

@@ -7,12 +7,13 @@
 //! the token is issued, and cannot be recovered from the store.
 //!
 //! ```
-//! use outboxkit_core::tokens::{ApiToken, PresentedToken, TokenScope};
+//! use outboxkit_core::tokens::{ApiToken, PresentedToken, TokenAccess, TokenScope};
 //! use outboxkit_core::{OsEntropy, TenantId, Timestamp};
 //!
 //! let now = Timestamp::from_unix_millis(1_700_000_000_000)?;
 //! let scope = TokenScope::Tenant(TenantId::new("acme")?);
-//! let (token, text) = ApiToken::issue(scope, true, "support desk", now, &OsEntropy)?;
+//! let (token, text) =
+//!     ApiToken::issue(scope, TokenAccess::ReadOnly, "support desk", now, &OsEntropy)?;
 //! let presented = PresentedToken::parse(&text)?;
 //! assert_eq!(presented.id(), token.id);
 //! assert!(token.verify(&presented));
@@ -72,6 +73,81 @@ impl fmt::Display for TokenScope {
     }
 }
 
+/// What a token may do within its scope.
+///
+/// | access | reads | changes (endpoints, replay, …) | enqueues (`POST …/messages`) | console |
+/// | --- | --- | --- | --- | --- |
+/// | `Full` | yes | yes | yes | yes |
+/// | `ReadOnly` | yes | no (403) | no (403) | read-only |
+/// | `EnqueueOnly` | no (403) | no (403) | yes | refused |
+///
+/// Stores keep it as two flags, `read_only` and `enqueue_only`, never both set
+/// ([`TokenAccess::from_flags`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TokenAccess {
+    /// Read, change and enqueue.
+    #[default]
+    Full,
+    /// Only read.
+    ReadOnly,
+    /// Only enqueue messages: for a service that produces events over HTTP and must not see
+    /// or change anything else.
+    EnqueueOnly,
+}
+
+impl TokenAccess {
+    /// Whether it may read (lists, details, stats, the console).
+    pub fn may_read(self) -> bool {
+        !matches!(self, TokenAccess::EnqueueOnly)
+    }
+
+    /// Whether it may change endpoints and deliveries.
+    pub fn may_change(self) -> bool {
+        matches!(self, TokenAccess::Full)
+    }
+
+    /// Whether it may enqueue messages.
+    pub fn may_enqueue(self) -> bool {
+        !matches!(self, TokenAccess::ReadOnly)
+    }
+
+    /// The stored flags `(read_only, enqueue_only)`.
+    pub fn flags(self) -> (bool, bool) {
+        (
+            matches!(self, TokenAccess::ReadOnly),
+            matches!(self, TokenAccess::EnqueueOnly),
+        )
+    }
+
+    /// Rebuild from the stored flags; both set is not a valid token.
+    pub fn from_flags(read_only: bool, enqueue_only: bool) -> Result<Self> {
+        match (read_only, enqueue_only) {
+            (false, false) => Ok(TokenAccess::Full),
+            (true, false) => Ok(TokenAccess::ReadOnly),
+            (false, true) => Ok(TokenAccess::EnqueueOnly),
+            (true, true) => Err(Error::invalid_input(
+                "access",
+                "a token cannot be both read-only and enqueue-only",
+            )),
+        }
+    }
+
+    /// `read-write`, `read-only` or `enqueue-only` (as `outbox tokens` prints it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenAccess::Full => "read-write",
+            TokenAccess::ReadOnly => "read-only",
+            TokenAccess::EnqueueOnly => "enqueue-only",
+        }
+    }
+}
+
+impl fmt::Display for TokenAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The SHA-256 digest of a token's text: what stores keep instead of the token.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TokenHash([u8; 32]);
@@ -121,8 +197,8 @@ pub struct ApiToken {
     pub label: String,
     /// What it reaches.
     pub scope: TokenScope,
-    /// Whether it may only read.
-    pub read_only: bool,
+    /// What it may do there.
+    pub access: TokenAccess,
     /// The SHA-256 digest of the token's text.
     pub hash: TokenHash,
     /// When it was issued.
@@ -136,7 +212,7 @@ impl ApiToken {
     /// at most 200 bytes without control characters.
     pub fn issue(
         scope: TokenScope,
-        read_only: bool,
+        access: TokenAccess,
         label: &str,
         now: Timestamp,
         entropy: &dyn Entropy,
@@ -154,7 +230,7 @@ impl ApiToken {
             id,
             label: label.to_owned(),
             scope,
-            read_only,
+            access,
             hash: TokenHash::of(&text),
             created_at: now,
             revoked_at: None,
@@ -311,7 +387,7 @@ mod tests {
 
     fn issue(scope: TokenScope) -> (ApiToken, String) {
         let now = Timestamp::from_unix_millis(1_700_000_000_000).unwrap();
-        ApiToken::issue(scope, false, "ops", now, &Counter(0.into())).unwrap()
+        ApiToken::issue(scope, TokenAccess::Full, "ops", now, &Counter(0.into())).unwrap()
     }
 
     #[test]
@@ -360,6 +436,25 @@ mod tests {
         assert!(TokenScope::Admin.allows(&other));
         assert!(TokenScope::Tenant(acme.clone()).allows(&acme));
         assert!(!TokenScope::Tenant(acme).allows(&other));
+    }
+
+    #[test]
+    fn access_allows_row_by_row_and_round_trips_its_flags() {
+        // (access, reads, changes, enqueues, stored flags)
+        let rows = [
+            (TokenAccess::Full, true, true, true, (false, false)),
+            (TokenAccess::ReadOnly, true, false, false, (true, false)),
+            (TokenAccess::EnqueueOnly, false, false, true, (false, true)),
+        ];
+        for (access, read, change, enqueue, flags) in rows {
+            assert_eq!(access.may_read(), read, "{access}");
+            assert_eq!(access.may_change(), change, "{access}");
+            assert_eq!(access.may_enqueue(), enqueue, "{access}");
+            assert_eq!(access.flags(), flags, "{access}");
+            assert_eq!(TokenAccess::from_flags(flags.0, flags.1).unwrap(), access);
+        }
+        let e = TokenAccess::from_flags(true, true).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidInput, "{e}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! [`TokenStore`] on PostgreSQL: the `api_tokens` table of migration 5.
+//! [`TokenStore`] on PostgreSQL: the `api_tokens` table of migrations 5 and 8.
 
 use async_trait::async_trait;
-use outboxkit_core::tokens::{ApiToken, TokenHash, TokenScope, TokenStore};
+use outboxkit_core::tokens::{ApiToken, TokenAccess, TokenHash, TokenScope, TokenStore};
 use outboxkit_core::{Error, ErrorKind, Result, TenantId, Timestamp, TokenId};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -42,7 +42,11 @@ fn token(row: &PgRow) -> Result<ApiToken> {
             Some(t) => TokenScope::Tenant(TenantId::new(t).map_err(corrupt("tenant"))?),
             None => TokenScope::Admin,
         },
-        read_only: row.try_get("read_only").map_err(map_err)?,
+        access: TokenAccess::from_flags(
+            row.try_get("read_only").map_err(map_err)?,
+            row.try_get("enqueue_only").map_err(map_err)?,
+        )
+        .map_err(corrupt("enqueue_only"))?,
         hash: TokenHash::from_bytes(&hash).map_err(corrupt("hash"))?,
         created_at: Timestamp::from_unix_millis(created).map_err(corrupt("created_at"))?,
         revoked_at: revoked
@@ -57,11 +61,13 @@ impl TokenStore for PostgresStore {
     async fn create_token(&self, t: &ApiToken) -> Result<()> {
         t.validate()?;
         let statement = self.token_statement("create_token")?;
+        let (read_only, enqueue_only) = t.access.flags();
         let params = Params::new()
             .set("id", t.id.as_uuid())
             .set("label", t.label.as_str())
             .set("tenant", t.scope.tenant().map(TenantId::as_str))
-            .set("read_only", t.read_only)
+            .set("read_only", read_only)
+            .set("enqueue_only", enqueue_only)
             .set("hash", t.hash.as_bytes().as_slice())
             .set("created_at", t.created_at.as_unix_millis())
             .set("revoked_at", t.revoked_at.map(Timestamp::as_unix_millis));

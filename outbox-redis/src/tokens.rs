@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use outboxkit_core::tokens::{ApiToken, TokenHash, TokenScope, TokenStore};
+use outboxkit_core::tokens::{ApiToken, TokenAccess, TokenHash, TokenScope, TokenStore};
 use outboxkit_core::{Error, ErrorKind, Result, TenantId, Timestamp, TokenId};
 use redis::Script;
 
@@ -37,6 +37,11 @@ impl RedisStore {
     }
 }
 
+/// The field that holds an enqueue-only token's digest, in place of `hash`: a version from
+/// before enqueue-only tokens finds no `hash` and refuses the token, rather than reading it
+/// as one with full access.
+const ENQUEUE_ONLY_HASH: &str = "enqueue_only_hash";
+
 fn decode(id: TokenId, f: &HashMap<String, Vec<u8>>) -> Result<ApiToken> {
     let text = |k: &str| -> Result<String> {
         let v = f.get(k).ok_or_else(|| corrupt("token"))?;
@@ -47,6 +52,12 @@ fn decode(id: TokenId, f: &HashMap<String, Vec<u8>>) -> Result<ApiToken> {
         Timestamp::from_unix_millis(ms).map_err(|_| corrupt("token"))
     };
     let tenant = text("tenant")?;
+    let enqueue_only = f.contains_key(ENQUEUE_ONLY_HASH);
+    let hash_field = if enqueue_only {
+        ENQUEUE_ONLY_HASH
+    } else {
+        "hash"
+    };
     Ok(ApiToken {
         id,
         label: text("label")?,
@@ -55,8 +66,9 @@ fn decode(id: TokenId, f: &HashMap<String, Vec<u8>>) -> Result<ApiToken> {
         } else {
             TokenScope::Tenant(TenantId::new(tenant).map_err(|_| corrupt("token"))?)
         },
-        read_only: text("read_only")? == "1",
-        hash: TokenHash::from_bytes(f.get("hash").ok_or_else(|| corrupt("token"))?)
+        access: TokenAccess::from_flags(text("read_only")? == "1", enqueue_only)
+            .map_err(|_| corrupt("token"))?,
+        hash: TokenHash::from_bytes(f.get(hash_field).ok_or_else(|| corrupt("token"))?)
             .map_err(|_| corrupt("token"))?,
         created_at: millis("created_at")?,
         revoked_at: if f.contains_key("revoked_at") {
@@ -83,8 +95,16 @@ impl TokenStore for RedisStore {
             .arg("tenant")
             .arg(t.scope.tenant().map_or("", TenantId::as_str))
             .arg("read_only")
-            .arg(if t.read_only { "1" } else { "0" })
-            .arg("hash")
+            .arg(if t.access == TokenAccess::ReadOnly {
+                "1"
+            } else {
+                "0"
+            })
+            .arg(if t.access == TokenAccess::EnqueueOnly {
+                ENQUEUE_ONLY_HASH
+            } else {
+                "hash"
+            })
             .arg(t.hash.as_bytes().as_slice())
             .arg("created_at")
             .arg(t.created_at.as_unix_millis());

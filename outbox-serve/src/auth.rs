@@ -8,7 +8,8 @@
 //! | a valid token from such an address | accepted: the limiter slows guesses, never a valid token |
 //! | no token at all from such an address | 429 (not counted) |
 //! | a tenant token on another tenant's path (or a tenant name that is not valid) | 404, as for a tenant with nothing |
-//! | a read-only token on a call that changes something | 403 |
+//! | a read-only token on a call that changes something (enqueueing included) | 403 |
+//! | an enqueue-only token on any call but `POST …/messages` (and at the console's login) | 403 |
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -67,8 +68,32 @@ pub(crate) async fn authenticate(
     Ok(stored)
 }
 
+/// The token and the `{tenant}` of the path, when the token reaches that tenant.
+async fn token_for_path(parts: &mut Parts, state: &Serve) -> Result<(ApiToken, TenantId), Problem> {
+    let inner = &state.inner;
+    let ip = client_ip(parts);
+    let Some(text) = bearer(&parts.headers) else {
+        return Err(match inner.blocked(ip) {
+            Some(wait) => Problem::too_many(wait),
+            None => Problem::unauthorized(),
+        });
+    };
+    let token = authenticate(inner, ip, text).await?;
+    let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+        .await
+        .map_err(|_| Problem::not_found())?;
+    let tenant = params
+        .get("tenant")
+        .and_then(|t| TenantId::new(t.as_str()).ok())
+        .ok_or_else(Problem::not_found)?;
+    if !token.scope.allows(&tenant) {
+        return Err(Problem::not_found());
+    }
+    Ok((token, tenant))
+}
+
 /// A caller allowed on the `{tenant}` of the path, for the request's method: reads with any
-/// token of the tenant (or an admin token), writes only with one that is not read-only.
+/// token of the tenant (or an admin token) that may read, writes only with a full one.
 #[derive(Clone, Debug)]
 pub(crate) struct Scoped {
     /// The tenant of the path.
@@ -79,29 +104,34 @@ impl FromRequestParts<Serve> for Scoped {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
-        let inner = &state.inner;
-        let ip = client_ip(parts);
-        let Some(text) = bearer(&parts.headers) else {
-            return Err(match inner.blocked(ip) {
-                Some(wait) => Problem::too_many(wait),
-                None => Problem::unauthorized(),
-            });
-        };
-        let token = authenticate(inner, ip, text).await?;
-        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| Problem::not_found())?;
-        let tenant = params
-            .get("tenant")
-            .and_then(|t| TenantId::new(t.as_str()).ok())
-            .ok_or_else(Problem::not_found)?;
-        if !token.scope.allows(&tenant) {
-            return Err(Problem::not_found());
+        let (token, tenant) = token_for_path(parts, state).await?;
+        if !token.access.may_read() {
+            return Err(Problem::forbidden("this token may only enqueue messages"));
         }
         let write = !matches!(parts.method, Method::GET | Method::HEAD);
-        if write && token.read_only {
+        if write && !token.access.may_change() {
             return Err(Problem::forbidden("this token is read-only"));
         }
         Ok(Scoped { tenant })
+    }
+}
+
+/// A caller allowed to enqueue into the `{tenant}` of the path: a full or an enqueue-only
+/// token of the tenant (or an admin token), never a read-only one.
+#[derive(Clone, Debug)]
+pub(crate) struct Enqueuer {
+    /// The tenant of the path.
+    pub tenant: TenantId,
+}
+
+impl FromRequestParts<Serve> for Enqueuer {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
+        let (token, tenant) = token_for_path(parts, state).await?;
+        if !token.access.may_enqueue() {
+            return Err(Problem::forbidden("this token is read-only"));
+        }
+        Ok(Enqueuer { tenant })
     }
 }

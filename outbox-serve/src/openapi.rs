@@ -29,6 +29,7 @@ impl Modify for Bearer {
         api::health,
         openapi_json,
         api::stats,
+        api::messages::enqueue,
         api::endpoints::list,
         api::endpoints::create,
         api::endpoints::show,
@@ -69,6 +70,8 @@ impl Modify for Bearer {
         views::BulkResult,
         views::Skipped,
         views::StatsView,
+        views::NewMessageBody,
+        views::EnqueuedView,
         views::Health,
     )),
     modifiers(&Bearer)

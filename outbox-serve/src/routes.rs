@@ -7,7 +7,7 @@ use axum::response::{Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use crate::api::{self, deliveries, endpoints};
+use crate::api::{self, deliveries, endpoints, messages};
 use crate::problem::Problem;
 use crate::state::Serve;
 
@@ -17,6 +17,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/health"),
     ("get", "/v1/openapi.json"),
     ("get", "/v1/tenants/{tenant}/stats"),
+    ("post", "/v1/tenants/{tenant}/messages"),
     ("get", "/v1/tenants/{tenant}/endpoints"),
     ("post", "/v1/tenants/{tenant}/endpoints"),
     ("get", "/v1/tenants/{tenant}/endpoints/{id}"),
@@ -90,10 +91,15 @@ impl Serve {
 fn router(state: Serve) -> Router {
     let t = "/v1/tenants/{tenant}";
     let limit = state.inner.config.body_limit;
+    let enqueue_limit = state.inner.config.enqueue_body_limit;
     let api = Router::new()
         .route("/v1/health", get(api::health))
         .route("/v1/openapi.json", get(openapi))
         .route(&format!("{t}/stats"), get(api::stats))
+        .route(
+            &format!("{t}/messages"),
+            post(messages::enqueue).layer(DefaultBodyLimit::max(enqueue_limit)),
+        )
         .route(
             &format!("{t}/endpoints"),
             get(endpoints::list).post(endpoints::create),

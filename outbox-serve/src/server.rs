@@ -106,20 +106,24 @@ pub(crate) async fn read_body(
     next: axum::middleware::Next,
 ) -> Response {
     let c = &s.inner.config;
+    let limit = if is_enqueue(&req) {
+        c.enqueue_body_limit
+    } else {
+        c.body_limit
+    };
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > c.body_limit as u64) {
+    if declared.is_some_and(|n| n > limit as u64) {
         return too_large().into_response();
     }
     if axum::body::HttpBody::size_hint(req.body()).exact() == Some(0) {
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let bytes = match tokio::time::timeout(c.body_timeout, axum::body::to_bytes(body, c.body_limit))
-        .await
+    let bytes = match tokio::time::timeout(c.body_timeout, axum::body::to_bytes(body, limit)).await
     {
         Ok(Ok(b)) => b,
         Ok(Err(e)) if over_limit(&e) => return too_large().into_response(),
@@ -137,6 +141,17 @@ pub(crate) async fn read_body(
     };
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+/// `POST /v1/tenants/{tenant}/messages`, whose body may be as large as a payload.
+fn is_enqueue(req: &Request<Body>) -> bool {
+    req.method() == axum::http::Method::POST
+        && req
+            .uri()
+            .path()
+            .strip_prefix("/v1/tenants/")
+            .and_then(|rest| rest.split_once('/'))
+            .is_some_and(|(tenant, rest)| !tenant.is_empty() && rest == "messages")
 }
 
 fn over_limit(e: &axum::Error) -> bool {

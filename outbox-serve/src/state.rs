@@ -32,6 +32,10 @@ pub struct ServeConfig {
     /// The largest request body accepted, in bytes (default 64 KiB). A larger
     /// `Content-Length` gets 413 before the body is read.
     pub body_limit: usize,
+    /// The largest body of an enqueue (`POST …/messages`), in bytes: the store's payload
+    /// limit and room for the rest (default 320 KiB, the default 256 KiB payload limit plus
+    /// 64 KiB). The store still refuses a payload over its own limit (400).
+    pub enqueue_body_limit: usize,
     /// How long a console session lasts (default 8 h).
     pub session_ttl: Duration,
     /// The most console sessions kept; a new login past it ends the oldest (default
@@ -60,6 +64,7 @@ impl Default for ServeConfig {
             failed_auth_window: Duration::from_secs(60),
             failed_auth_tracked: 10_000,
             body_limit: 64 * 1024,
+            enqueue_body_limit: outboxkit_core::Limits::default().max_payload_bytes + 64 * 1024,
             session_ttl: Duration::from_secs(8 * 3600),
             max_sessions: 10_000,
             header_read_timeout: Duration::from_secs(10),

@@ -129,6 +129,47 @@ pub struct NewEndpointBody {
     pub secret: Option<String>,
 }
 
+/// A message to enqueue (`POST /v1/tenants/{tenant}/messages`). The idempotency key is the
+/// `Idempotency-Key` header, the tenant the path's.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewMessageBody {
+    /// The topic (lowercase dotted, e.g. `order.created`).
+    pub topic: String,
+    /// The payload: any JSON value, stored and delivered byte for byte as sent (whitespace,
+    /// key order, large numbers and all), at most the store's payload limit (256 KiB by
+    /// default).
+    #[schema(value_type = Object)]
+    pub payload: Box<serde_json::value::RawValue>,
+    /// Deliveries with the same ordering key to the same destination go in order.
+    pub ordering_key: Option<String>,
+    /// Deliver no earlier than this: RFC 3339 (`2026-12-03T10:00:00Z`) or Unix
+    /// milliseconds, at most the store's delay limit (365 days) ahead; a past time means now.
+    #[schema(value_type = Option<String>)]
+    pub available_at: Option<serde_json::Value>,
+    /// Headers carried to handlers (never sent to webhooks), by name; at most 64. A W3C
+    /// `traceparent` here, or else on the request, joins the deliveries to the caller's
+    /// trace.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Also deliver by e-mail to these recipients (at most 100).
+    #[serde(default)]
+    pub email: Vec<String>,
+}
+
+/// What an enqueue wrote: 201 for a new message, 200 for a duplicate of an earlier one with
+/// the same `Idempotency-Key` (nothing written; its id).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EnqueuedView {
+    /// The message's id (the earlier message's, for a duplicate).
+    pub message_id: String,
+    /// The deliveries written: one per matching consumer, endpoint and e-mail recipient
+    /// (0 for a duplicate).
+    pub deliveries: u32,
+    /// Whether an earlier message had this tenant, topic and idempotency key.
+    pub duplicate: bool,
+}
+
 /// A change to an endpoint; absent fields stay as they are.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

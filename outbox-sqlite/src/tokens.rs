@@ -1,31 +1,40 @@
-//! [`TokenStore`] on SQLite: the `outbox_api_tokens` table of migration 5.
+//! [`TokenStore`] on SQLite: the `outbox_api_tokens` table of migrations 5 and 7.
 
 use async_trait::async_trait;
-use outboxkit_core::tokens::{ApiToken, TokenHash, TokenScope, TokenStore};
+use outboxkit_core::tokens::{ApiToken, TokenAccess, TokenHash, TokenScope, TokenStore};
 use outboxkit_core::{Error, Result, TenantId, Timestamp, TokenId};
 use rusqlite::{OptionalExtension, Row};
 
 use crate::error::SqliteError;
 use crate::store::SqliteStore;
 
-const COLUMNS: &str = "id, label, tenant, read_only, hash, created_at, revoked_at";
+const COLUMNS: &str = "id, label, tenant, read_only, enqueue_only, hash, created_at, revoked_at";
 
 fn token(row: &Row<'_>) -> rusqlite::Result<Result<ApiToken, SqliteError>> {
     let id: String = row.get("id")?;
     let label: String = row.get("label")?;
     let tenant: Option<String> = row.get("tenant")?;
     let read_only: bool = row.get("read_only")?;
+    let enqueue_only: bool = row.get("enqueue_only")?;
     let hash: Vec<u8> = row.get("hash")?;
     let created: i64 = row.get("created_at")?;
     let revoked: Option<i64> = row.get("revoked_at")?;
-    Ok(decode(id, label, tenant, read_only, hash, created, revoked))
+    Ok(decode(
+        id,
+        label,
+        tenant,
+        (read_only, enqueue_only),
+        hash,
+        created,
+        revoked,
+    ))
 }
 
 fn decode(
     id: String,
     label: String,
     tenant: Option<String>,
-    read_only: bool,
+    (read_only, enqueue_only): (bool, bool),
     hash: Vec<u8>,
     created: i64,
     revoked: Option<i64>,
@@ -38,7 +47,7 @@ fn decode(
             Some(t) => TokenScope::Tenant(TenantId::new(t).map_err(bad("token tenant"))?),
             None => TokenScope::Admin,
         },
-        read_only,
+        access: TokenAccess::from_flags(read_only, enqueue_only).map_err(bad("token access"))?,
         hash: TokenHash::from_bytes(&hash).map_err(bad("token hash"))?,
         created_at: Timestamp::from_unix_millis(created).map_err(bad("token time"))?,
         revoked_at: revoked
@@ -58,13 +67,14 @@ impl TokenStore for SqliteStore {
                 conn.execute(
                     &format!(
                         "INSERT INTO outbox_api_tokens ({COLUMNS}) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
                     ),
                     rusqlite::params![
                         t.id.to_string(),
                         t.label,
                         t.scope.tenant().map(TenantId::as_str),
-                        t.read_only,
+                        t.access.flags().0,
+                        t.access.flags().1,
                         t.hash.as_bytes().as_slice(),
                         t.created_at.as_unix_millis(),
                         t.revoked_at.map(Timestamp::as_unix_millis),

@@ -163,11 +163,21 @@ pub(super) async fn login(
             return (p.status_code(), page(None, "Log in", &body)).into_response();
         }
     };
+    if !token.access.may_read() {
+        let body = "<div class=\"login\"><div class=\"error\">This token may only enqueue \
+                    messages; the console needs a token that can read</div><a class=\"button\" \
+                    href=\"/console/login\">Try again</a></div>";
+        return (
+            axum::http::StatusCode::FORBIDDEN,
+            page(None, "Log in", body),
+        )
+            .into_response();
+    }
     let id = inner.random_hex();
     let session = Session {
         token: token.id,
         scope: token.scope.clone(),
-        read_only: token.read_only,
+        read_only: !token.access.may_change(),
         csrf: inner.random_hex(),
         expires: inner.now().saturating_add(inner.config.session_ttl),
         created: inner

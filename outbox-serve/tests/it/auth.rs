@@ -30,6 +30,12 @@ fn routes(ep: &str, d: &str) -> Vec<(Method, String, Option<&'static str>, bool)
     let t = "/v1/tenants/acme";
     vec![
         (Method::GET, format!("{t}/stats"), None, false),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{"n":1}}"#),
+            true,
+        ),
         (Method::GET, format!("{t}/endpoints"), None, false),
         (
             Method::POST,
@@ -145,6 +151,14 @@ async fn matrix(app: &App) {
             v,
             serde_json::to_value(outboxkit_serve::problem::Problem::not_found()).unwrap()
         );
+        // An enqueue-only token may only enqueue (`messages.rs` tries that route with it).
+        if !path.ends_with("/messages") {
+            let (s, _, v) = app
+                .call(method.clone(), &path, Some(&app.enqueuer), body)
+                .await;
+            assert_eq!(s, StatusCode::FORBIDDEN, "{method} {path}: {v}");
+            assert_eq!(v["detail"], "this token may only enqueue messages", "{v}");
+        }
         if write {
             let (s, _, v) = app
                 .call(method.clone(), &path, Some(&app.reader), body)
@@ -309,6 +323,87 @@ async fn bad_input(app: &App) {
             StatusCode::PAYLOAD_TOO_LARGE,
             None,
         ),
+        // Enqueue: the store's validation and limits, through the API; nothing is written.
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"Bad Topic","payload":{}}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("topic"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"tenant":"other"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{"n":1"#.into()),
+            StatusCode::BAD_REQUEST,
+            None,
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"available_at":"yesterday"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("available_at"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(
+                r#"{"topic":"order.created","payload":{},"available_at":"2999-01-01T00:00:00Z"}"#
+                    .into(),
+            ),
+            StatusCode::BAD_REQUEST,
+            Some("available_at"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"headers":{"bad name!":"x"}}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("headers"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"ordering_key":""}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("ordering_key"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            // Over the store's 256 KiB payload limit, under the 320 KiB enqueue body limit.
+            Some(format!(
+                r#"{{"topic":"order.created","payload":"{}"}}"#,
+                "x".repeat(256 * 1024)
+            )),
+            StatusCode::BAD_REQUEST,
+            Some("payload"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(format!(
+                r#"{{"topic":"order.created","payload":"{}"}}"#,
+                "x".repeat(330 * 1024)
+            )),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+        ),
         (
             Method::PATCH,
             format!("{t}/endpoints/{ep}"),
@@ -399,6 +494,17 @@ async fn bad_input(app: &App) {
         .header("authorization", format!("Bearer {w}"))
         .header("content-type", "text/plain")
         .body(Body::from("url=https://example.com"))
+        .unwrap();
+    let res = tower::ServiceExt::oneshot(app.router.clone(), req)
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(format!("{t}/messages"))
+        .header("authorization", format!("Bearer {w}"))
+        .header("content-type", "text/plain")
+        .body(Body::from(r#"{"topic":"order.created","payload":{}}"#))
         .unwrap();
     let res = tower::ServiceExt::oneshot(app.router.clone(), req)
         .await

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use outboxkit_core::endpoint::AnyUrl;
-use outboxkit_core::tokens::{ApiToken, TokenScope, TokenStore};
+use outboxkit_core::tokens::{ApiToken, TokenAccess, TokenScope, TokenStore};
 use outboxkit_core::{
     Clock, DeliveryStatus, EndpointId, EntropyExt, Ledger, MessageStore, NewMessage, OsEntropy,
     PlaintextVault, RetryPolicy, Store, SystemClock, TenantId, TenantPolicy,
@@ -38,6 +38,8 @@ pub struct App {
     pub writer: String,
     /// `acme`, read-only.
     pub reader: String,
+    /// `acme`, enqueue-only.
+    pub enqueuer: String,
     /// `other`, read and write.
     pub other: String,
     /// A revoked `acme` token.
@@ -71,8 +73,20 @@ pub async fn issue(
     scope: TokenScope,
     read_only: bool,
 ) -> (ApiToken, String) {
-    let (t, text) =
-        ApiToken::issue(scope, read_only, "test", SystemClock.now(), &OsEntropy).unwrap();
+    let access = if read_only {
+        TokenAccess::ReadOnly
+    } else {
+        TokenAccess::Full
+    };
+    issue_with(tokens, scope, access).await
+}
+
+pub async fn issue_with(
+    tokens: &dyn TokenStore,
+    scope: TokenScope,
+    access: TokenAccess,
+) -> (ApiToken, String) {
+    let (t, text) = ApiToken::issue(scope, access, "test", SystemClock.now(), &OsEntropy).unwrap();
     tokens.create_token(&t).await.unwrap();
     (t, text)
 }
@@ -97,6 +111,12 @@ impl App {
         let (_, admin) = issue(t, TokenScope::Admin, false).await;
         let (_, writer) = issue(t, TokenScope::Tenant(acme.clone()), false).await;
         let (_, reader) = issue(t, TokenScope::Tenant(acme.clone()), true).await;
+        let (_, enqueuer) = issue_with(
+            t,
+            TokenScope::Tenant(acme.clone()),
+            TokenAccess::EnqueueOnly,
+        )
+        .await;
         let (_, other_t) = issue(t, TokenScope::Tenant(other), false).await;
         let (r, revoked) = issue(t, TokenScope::Tenant(acme.clone()), false).await;
         t.revoke_token(r.id, SystemClock.now()).await.unwrap();
@@ -108,6 +128,7 @@ impl App {
             admin,
             writer,
             reader,
+            enqueuer,
             other: other_t,
             revoked,
             cleanup: None,

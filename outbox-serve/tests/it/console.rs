@@ -245,3 +245,18 @@ pub(crate) fn from(ip: [u8; 4], mut r: Request<Body>) -> Request<Body> {
         .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
     r
 }
+
+#[tokio::test]
+async fn an_enqueue_only_token_cannot_log_in() {
+    let app = App::sqlite().await;
+    let (s, h, body) = raw(
+        &app,
+        form("/console/login", None, format!("token={}", app.enqueuer)),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{body}");
+    assert!(h.get(header::SET_COOKIE).is_none(), "no session");
+    assert!(body.contains("may only enqueue"), "{body}");
+    // A read-only token still logs in (read-only in the console).
+    login(&app, &app.reader).await;
+}

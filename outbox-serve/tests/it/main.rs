@@ -1,5 +1,5 @@
 //! The admin API and console, end to end: every route on SQLite and PostgreSQL, the
-//! authentication and tenant matrix, bad input, the OpenAPI document, and a real headless
+//! authentication and tenant matrix, enqueue over HTTP, bad input, the OpenAPI document, and a real headless
 //! Chromium session.
 
 mod api;
@@ -9,5 +9,6 @@ mod common;
 mod connections;
 mod console;
 mod limiter;
+mod messages;
 mod openapi;
 mod rotation;

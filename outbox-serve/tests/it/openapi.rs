@@ -100,6 +100,8 @@ struct Case<'a> {
     token: Option<&'a str>,
     body: Option<(&'static str, String)>,
     ip: Option<[u8; 4]>,
+    /// An `Idempotency-Key` header.
+    key: Option<&'static str>,
 }
 
 /// The fixtures the cases act on.
@@ -110,6 +112,9 @@ struct Fixtures {
     dead_kept: String,
     pending: String,
 }
+
+/// A message to enqueue.
+const MESSAGE: &str = r#"{"topic":"order.created","payload":{"n":1}}"#;
 
 fn json_body(s: &str) -> Option<(&'static str, String)> {
     Some(("application/json", s.to_owned()))
@@ -145,8 +150,10 @@ async fn case<'a>(
         ("patch", _) => json_body(r#"{"description":"changed"}"#),
         ("post", p) if p.ends_with("/bulk") => json_body(r#"{"action":"replay","dry_run":true}"#),
         ("post", p) if p.ends_with("/rotate-secret") => json_body("null"),
+        ("post", p) if p.ends_with("/messages") => json_body(MESSAGE),
         _ => None,
     };
+    let enqueue = path.ends_with("/messages");
     let uri = |id: &str| path.replace("{tenant}", "acme").replace("{id}", id);
     let write = !matches!(method, "get" | "head");
     let token = if write { &app.writer } else { &app.reader };
@@ -155,8 +162,19 @@ async fn case<'a>(
         token: Some(token),
         body: body.clone(),
         ip: None,
+        key: None,
     };
     Some(match status {
+        // A repeat of an earlier enqueue's key.
+        200 if enqueue => {
+            let first = Case {
+                key: Some("openapi-repeat"),
+                ..ok
+            };
+            let (s, _, _) = send_as(&app.router, &first, method).await;
+            assert_eq!(s, StatusCode::CREATED);
+            first
+        }
         200..=299 => ok,
         400 if has_id => Case {
             uri: uri("not-an-id"),
@@ -173,6 +191,10 @@ async fn case<'a>(
             },
             ("get", p) if p.ends_with("/deliveries") => Case {
                 uri: format!("{}?limit=0", uri("")),
+                ..ok
+            },
+            ("post", _) if enqueue => Case {
+                body: json_body(r#"{"topic":"Bad Topic","payload":{}}"#),
                 ..ok
             },
             _ => return None,
@@ -200,6 +222,14 @@ async fn case<'a>(
                 ..ok
             },
             _ => return None,
+        },
+        // Over the enqueue body limit (320 KiB), not only the other calls' (64 KiB).
+        413 if enqueue => Case {
+            body: Some((
+                "application/json",
+                format!("\"{}\"", "x".repeat(400 * 1024)),
+            )),
+            ..ok
         },
         413 if body.is_some() => Case {
             body: Some(("application/json", format!("\"{}\"", "x".repeat(70 * 1024)))),
@@ -371,6 +401,7 @@ async fn every_documented_answer_is_served_as_documented() {
                                 None
                             },
                             ip: None,
+                            key: None,
                         };
                         let mut c = c;
                         if path.ends_with("/bulk") {
@@ -379,6 +410,8 @@ async fn every_documented_answer_is_served_as_documented() {
                             c.body = json_body(r#"{"url":"https://example.com/down"}"#);
                         } else if method == "patch" {
                             c.body = json_body(r#"{"description":"changed"}"#);
+                        } else if path.ends_with("/messages") {
+                            c.body = json_body(MESSAGE);
                         } else if path.ends_with("/rotate-secret") {
                             c.body = None;
                         }
@@ -433,6 +466,9 @@ async fn send_as(
     let mut r = Request::builder().uri(&c.uri).method(m);
     if let Some(t) = c.token {
         r = r.header("authorization", format!("Bearer {t}"));
+    }
+    if let Some(k) = c.key {
+        r = r.header("idempotency-key", k);
     }
     let mut req = match &c.body {
         Some((ct, b)) => r

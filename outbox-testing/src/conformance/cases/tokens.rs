@@ -2,58 +2,85 @@
 
 use std::time::Duration;
 
-use outboxkit_core::tokens::{ApiToken, PresentedToken, TokenScope};
+use outboxkit_core::tokens::{ApiToken, PresentedToken, TokenAccess, TokenScope};
 use outboxkit_core::{Clock, ErrorKind, OsEntropy, TenantId, TokenId};
 
 use super::Fixture;
 
-fn issue(fx: &Fixture, scope: TokenScope, read_only: bool, label: &str) -> (ApiToken, String) {
-    ApiToken::issue(scope, read_only, label, fx.clock().now(), &OsEntropy).expect("issue")
+fn issue(fx: &Fixture, scope: TokenScope, access: TokenAccess, label: &str) -> (ApiToken, String) {
+    ApiToken::issue(scope, access, label, fx.clock().now(), &OsEntropy).expect("issue")
 }
 
-/// Tokens read back equal what was written and list oldest first, revoked ones included.
+/// Tokens read back equal what was written, each access kind (full, read-only, enqueue-only)
+/// included, and list oldest first, revoked ones included.
 pub async fn tokens_round_trip(fx: Fixture) {
     let t = fx.tokens();
     assert!(t.list_tokens().await.expect("list").is_empty());
     let acme = TenantId::new("acme").unwrap();
-    let (admin, admin_text) = issue(&fx, TokenScope::Admin, false, "");
+    let (admin, admin_text) = issue(&fx, TokenScope::Admin, TokenAccess::Full, "");
     fx.clock().advance(Duration::from_millis(5));
     let (reader, _) = issue(
         &fx,
         TokenScope::Tenant(acme.clone()),
-        true,
+        TokenAccess::ReadOnly,
         "support desk ✓",
     );
     fx.clock().advance(Duration::from_millis(5));
     let long = "é".repeat(100);
-    let (writer, _) = issue(&fx, TokenScope::Tenant(acme), false, &long);
+    let (writer, _) = issue(
+        &fx,
+        TokenScope::Tenant(acme.clone()),
+        TokenAccess::Full,
+        &long,
+    );
+    fx.clock().advance(Duration::from_millis(5));
+    let (enqueuer, enqueuer_text) = issue(
+        &fx,
+        TokenScope::Tenant(acme),
+        TokenAccess::EnqueueOnly,
+        "orders service",
+    );
     // Written out of order: the listing still goes by creation.
-    for tok in [&writer, &admin, &reader] {
+    for tok in [&writer, &enqueuer, &admin, &reader] {
         t.create_token(tok).await.expect("create");
     }
-    for tok in [&admin, &reader, &writer] {
+    for tok in [&admin, &reader, &writer, &enqueuer] {
         assert_eq!(&t.get_token(tok.id).await.expect("get"), tok);
     }
     let listed = t.list_tokens().await.expect("list");
-    assert_eq!(listed, vec![admin.clone(), reader, writer]);
-    // The stored digest still verifies the text handed out.
-    let back = t.get_token(admin.id).await.expect("get");
-    assert!(back.verify(&PresentedToken::parse(&admin_text).expect("parse")));
+    assert_eq!(
+        listed,
+        vec![admin.clone(), reader, writer, enqueuer.clone()]
+    );
+    // The stored digests still verify the texts handed out.
+    for (tok, text) in [(&admin, &admin_text), (&enqueuer, &enqueuer_text)] {
+        let back = t.get_token(tok.id).await.expect("get");
+        assert!(back.verify(&PresentedToken::parse(text).expect("parse")));
+    }
+    let revoked = t
+        .revoke_token(enqueuer.id, fx.clock().now())
+        .await
+        .expect("revoke");
+    assert_eq!(
+        revoked.access,
+        TokenAccess::EnqueueOnly,
+        "kept when revoked"
+    );
 }
 
 /// A duplicate id is a `Conflict`, a bad label `InvalidInput`; neither writes anything.
 pub async fn token_create_refuses_duplicates_and_bad_labels(fx: Fixture) {
     let t = fx.tokens();
-    let (tok, _) = issue(&fx, TokenScope::Admin, false, "first");
+    let (tok, _) = issue(&fx, TokenScope::Admin, TokenAccess::Full, "first");
     t.create_token(&tok).await.expect("create");
     let mut again = tok.clone();
     again.label = "second".into();
-    again.read_only = true;
+    again.access = TokenAccess::EnqueueOnly;
     let e = t.create_token(&again).await.expect_err("duplicate id");
     assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
     assert_eq!(t.get_token(tok.id).await.expect("get"), tok);
 
-    let (mut bad, _) = issue(&fx, TokenScope::Admin, false, "ok");
+    let (mut bad, _) = issue(&fx, TokenScope::Admin, TokenAccess::Full, "ok");
     bad.label = "x".repeat(201);
     let e = t.create_token(&bad).await.expect_err("long label");
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
@@ -82,8 +109,13 @@ pub async fn unknown_token_is_not_found(fx: Fixture) {
 pub async fn revoked_token_stays_revoked(fx: Fixture) {
     let t = fx.tokens();
     let acme = TenantId::new("acme").unwrap();
-    let (tok, text) = issue(&fx, TokenScope::Tenant(acme.clone()), false, "ci");
-    let (other, other_text) = issue(&fx, TokenScope::Tenant(acme), false, "other");
+    let (tok, text) = issue(
+        &fx,
+        TokenScope::Tenant(acme.clone()),
+        TokenAccess::Full,
+        "ci",
+    );
+    let (other, other_text) = issue(&fx, TokenScope::Tenant(acme), TokenAccess::Full, "other");
     t.create_token(&tok).await.expect("create");
     t.create_token(&other).await.expect("create");
     fx.clock().advance(Duration::from_secs(1));

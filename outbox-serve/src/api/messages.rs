@@ -1,0 +1,109 @@
+//! `POST /v1/tenants/{tenant}/messages`: enqueue over HTTP, for a service that is not written
+//! in Rust and does not share the outbox's database (one that does calls the SQL function
+//! `<schema>.enqueue(...)` in its own transaction instead).
+//!
+//! The message goes through the store's `enqueue`, so it is checked and fanned out exactly as
+//! `enqueue` from Rust does: the same validation and limits (a refusal is 400 naming the
+//! field, and nothing is written), the same idempotency by `(tenant, topic, key)` — a repeat
+//! with the same `Idempotency-Key` answers 200 with the first message's id — and the same
+//! wake-up of the relays.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use outboxkit_core::{NewMessage, Timestamp, Traceparent, TRACEPARENT};
+
+use super::Body;
+use crate::auth::Enqueuer;
+use crate::problem::{ApiResult, Problem};
+use crate::state::Serve;
+use crate::views::{EnqueuedView, NewMessageBody};
+
+/// The header that carries the idempotency key.
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// Enqueue one message for the tenant: written with one delivery per matching consumer,
+/// endpoint and e-mail recipient, in one transaction.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/messages", tag = "messages",
+    params(("tenant" = String, Path, description = "The tenant"),
+        ("Idempotency-Key" = Option<String>, Header, description = "A second request with the tenant, topic and key of an earlier one writes nothing and answers 200 with the earlier message's id"),
+        ("traceparent" = Option<String>, Header, description = "A W3C trace context stored with the message, unless its headers carry one")),
+    request_body = NewMessageBody,
+    responses((status = 201, description = "Written", body = EnqueuedView),
+        (status = 200, description = "A duplicate of an earlier message: nothing written", body = EnqueuedView),
+        (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, description = "A read-only token", body = Problem), (status = 404, body = Problem),
+        (status = 413, body = Problem), (status = 503, body = Problem)),
+    security(("bearer" = [])))]
+pub(crate) async fn enqueue(
+    State(s): State<Serve>,
+    who: Enqueuer,
+    headers: HeaderMap,
+    Body(b): Body<NewMessageBody>,
+) -> ApiResult<(StatusCode, Json<EnqueuedView>)> {
+    let message = message(&who, &headers, b)?;
+    let r = s.inner.store.enqueue(message).await?;
+    let status = if r.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(EnqueuedView {
+            message_id: r.message_id.to_string(),
+            deliveries: r.deliveries,
+            duplicate: r.duplicate,
+        }),
+    ))
+}
+
+/// The message a request asks for; the store validates every field again before writing.
+fn message(who: &Enqueuer, headers: &HeaderMap, b: NewMessageBody) -> ApiResult<NewMessage> {
+    let payload = b.payload.get().as_bytes().to_vec();
+    let mut m = NewMessage::raw(b.topic, payload).tenant(who.tenant.as_str());
+    if let Some(v) = headers.get(IDEMPOTENCY_KEY) {
+        let key = v.to_str().map_err(|_| {
+            Problem::bad_request("the Idempotency-Key header must be visible ASCII")
+                .field("idempotency_key")
+        })?;
+        m = m.idempotency_key(key);
+    }
+    if let Some(k) = b.ordering_key {
+        m = m.ordering_key(k);
+    }
+    if let Some(at) = b.available_at {
+        m = m.available_at(available_at(&at)?);
+    }
+    let own_trace = b.headers.contains_key(TRACEPARENT);
+    for (name, value) in b.headers {
+        m = m.header(name, value);
+    }
+    // The caller's trace context (W3C: one that does not parse is ignored, not refused).
+    let request_trace = headers
+        .get(TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| Traceparent::parse(v).ok());
+    if let (false, Some(tp)) = (own_trace, request_trace) {
+        m = m.traceparent(&tp);
+    }
+    for e in b.email {
+        m = m.email(e);
+    }
+    Ok(m)
+}
+
+/// `available_at`: RFC 3339 text or Unix milliseconds (a number or its digits).
+fn available_at(v: &serde_json::Value) -> ApiResult<Timestamp> {
+    let bad = || {
+        Problem::bad_request("must be an RFC 3339 time or Unix milliseconds").field("available_at")
+    };
+    match v {
+        serde_json::Value::String(s) => super::millis("available_at", s),
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .and_then(|ms| Timestamp::from_unix_millis(ms).ok())
+            .ok_or_else(bad),
+        _ => Err(bad()),
+    }
+}
