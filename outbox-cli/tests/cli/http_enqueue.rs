@@ -59,7 +59,7 @@ fn free_port() -> u16 {
 
 /// Start `outbox serve` and wait until it listens.
 fn serve(store: &str, ns: &str, port: u16) -> Child {
-    let child = outbox_cmd()
+    let mut child = outbox_cmd()
         .args(["serve", "--store", store, "--namespace", ns, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .stdout(Stdio::null())
@@ -72,6 +72,8 @@ fn serve(store: &str, ns: &str, port: u16) -> Child {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("outbox serve did not listen");
 }
 
@@ -86,6 +88,7 @@ fn stop(mut child: Child) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The whole path against `store` (the URL the binaries get) and `shared` (the same store,
