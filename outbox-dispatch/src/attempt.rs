@@ -100,7 +100,7 @@ pub(crate) enum Done {
     Completed {
         lease: Lease,
         completion: Completion,
-        meta: Meta,
+        meta: Box<Meta>,
     },
     /// Put back unstarted, attempt refunded.
     Release {
@@ -254,7 +254,7 @@ pub(crate) fn completed(
     Done::Completed {
         lease,
         completion: Completion { verdict, attempt },
-        meta,
+        meta: Box::new(meta),
     }
 }
 

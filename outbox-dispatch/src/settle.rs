@@ -36,7 +36,7 @@ pub(crate) async fn settle(shared: Arc<Shared>, run: Arc<RunState>, finished: Ve
                 meta,
             } => {
                 items.push((lease, completion));
-                metas.push(meta);
+                metas.push(*meta);
             }
             Done::Release {
                 lease,
