@@ -122,10 +122,9 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// Export to `endpoint` (see [`traces_url`]) as `service_name`, in batches. Must be
-    /// called on the relay's runtime.
-    pub fn start(endpoint: &str, service_name: &str) -> CliResult<Telemetry> {
-        let url = traces_url(endpoint)?;
+    /// Export to `url` (from [`traces_url`]) as `service_name`, in batches. Must be called
+    /// on the relay's runtime.
+    pub fn start(url: String, service_name: &str) -> CliResult<Telemetry> {
         let failed = |e: &dyn std::fmt::Display| {
             CliError::failed(format!("cannot set up --otlp-endpoint: {e}"))
         };

@@ -349,6 +349,11 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .map(outboxkit_core::EndpointUrl::parse)
         .transpose()?;
     let alert_secret = alert_secret(alert_url.is_some(), a.alert_secret.as_deref())?;
+    let otlp_url = a
+        .otlp_endpoint
+        .as_deref()
+        .map(crate::otel::traces_url)
+        .transpose()?;
     let postgres =
         a.store.store.starts_with("postgres://") || a.store.store.starts_with("postgresql://");
     if a.max_connections.is_some() && !postgres {
@@ -375,9 +380,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         crate::metrics::serve(addr, handle, env.store.clone(), sink).await?;
     }
     let vault = crate::vault_check::relay_vault(&env).await?;
-    let telemetry = a
-        .otlp_endpoint
-        .as_deref()
+    let telemetry = otlp_url
         .map(|url| crate::otel::Telemetry::start(url, &a.otlp_service_name))
         .transpose()?;
     let transport = Arc::new(HintingTransport {

@@ -16,6 +16,7 @@ mod features;
 mod listen;
 mod observability;
 mod operator;
+mod otel;
 mod print_sql;
 mod promises;
 mod relay;
