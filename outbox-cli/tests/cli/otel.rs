@@ -393,7 +393,36 @@ fn a_bad_otlp_endpoint_is_refused_before_the_relay_starts() {
         "collector:4318",
     ]);
     assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.stderr.contains("--otlp-endpoint"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("invalid input: --otlp-endpoint"),
+        "{}",
+        r.stderr
+    );
+    // The same from the environment and from a --config file.
+    let from_env = outbox_cmd()
+        .args(["relay", "--store", &url])
+        .env("OUTBOX_OTLP_ENDPOINT", "ftp://collector/")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&from_env.stderr);
+    assert_eq!(from_env.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid input: --otlp-endpoint"),
+        "{stderr}"
+    );
+    let file = dir.path().join("relay.toml");
+    std::fs::write(
+        &file,
+        "[relay]\notlp-endpoint = \"http://collector:4318/?x=1\"\notlp-service-name = \"orders\"\n",
+    )
+    .unwrap();
+    let r = outbox(&["relay", "--store", &url, "--config", file.to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("invalid input: --otlp-endpoint"),
+        "{}",
+        r.stderr
+    );
     let help = outbox(&["relay", "--help"]).ok();
     assert!(help.contains("--otlp-endpoint"), "{help}");
     assert!(help.contains("OUTBOX_OTLP_ENDPOINT"), "{help}");
