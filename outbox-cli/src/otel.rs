@@ -52,6 +52,12 @@ pub fn traces_url(endpoint: &str) -> CliResult<String> {
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(bad("a query or fragment is not allowed"));
     }
+    // The URL is logged: credentials go in OTEL_EXPORTER_OTLP_HEADERS.
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad(
+            "no user or password in the URL (set OTEL_EXPORTER_OTLP_HEADERS)",
+        ));
+    }
     let text = parsed.as_str().trim_end_matches('/');
     if text.ends_with(TRACES_PATH) {
         Ok(text.to_owned())
@@ -275,7 +281,13 @@ mod tests {
         ] {
             assert_eq!(traces_url(given).unwrap(), url, "{given}");
         }
-        for bad in ["collector:4318", "ftp://x/", "http://x/?a=1", "nope"] {
+        for bad in [
+            "collector:4318",
+            "ftp://x/",
+            "http://x/?a=1",
+            "nope",
+            "https://user:key@otel.example.com",
+        ] {
             assert!(traces_url(bad).is_err(), "{bad}");
         }
     }
