@@ -18,6 +18,7 @@ mod listen;
 mod logging;
 mod metrics;
 mod ops;
+mod otel;
 mod relay;
 mod serve;
 mod store;

@@ -58,6 +58,15 @@ pub struct RelayArgs {
     /// requests. Off by default: it tells receivers the producer's trace id.
     #[arg(long)]
     forward_traceparent: bool,
+    /// Export a span per delivery attempt (its outcome, a child of the producer's stored
+    /// traceparent) over OTLP/HTTP protobuf to this collector: its base URL, e.g.
+    /// http://127.0.0.1:4318, to which /v1/traces is appended (a URL ending in /v1/traces is
+    /// used as it is). Off when not given.
+    #[arg(long, env = "OUTBOX_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// The service.name of the exported spans (with --otlp-endpoint).
+    #[arg(long, env = "OUTBOX_OTLP_SERVICE_NAME", default_value = "outbox-relay")]
+    otlp_service_name: String,
     /// How often to poll when no wake-up arrives.
     #[arg(long, default_value = "1s")]
     poll_interval: String,
@@ -206,10 +215,12 @@ impl outboxkit_core::WebhookTransport for HintingTransport {
     }
 }
 
-/// Per-batch log lines at DEBUG, and the metrics when `--metrics-addr` is given.
+/// Per-batch log lines at DEBUG, the metrics when `--metrics-addr` is given and a span per
+/// attempt when `--otlp-endpoint` is.
 #[derive(Debug)]
 struct RelayObserver {
     metrics: Option<MetricsObserver>,
+    spans: Option<crate::otel::SpanObserver>,
 }
 
 impl Observer for RelayObserver {
@@ -219,6 +230,9 @@ impl Observer for RelayObserver {
     fn on_delivery(&self, event: &outboxkit_dispatch::DeliveryEvent<'_>) {
         if let Some(m) = &self.metrics {
             m.on_delivery(event);
+        }
+        if let Some(s) = &self.spans {
+            s.record(event);
         }
     }
     fn on_dead(&self, event: &outboxkit_dispatch::DeadLetterEvent<'_>) {
@@ -335,6 +349,11 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .map(outboxkit_core::EndpointUrl::parse)
         .transpose()?;
     let alert_secret = alert_secret(alert_url.is_some(), a.alert_secret.as_deref())?;
+    let otlp_url = a
+        .otlp_endpoint
+        .as_deref()
+        .map(crate::otel::traces_url)
+        .transpose()?;
     let postgres =
         a.store.store.starts_with("postgres://") || a.store.store.starts_with("postgresql://");
     if a.max_connections.is_some() && !postgres {
@@ -361,6 +380,9 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         crate::metrics::serve(addr, handle, env.store.clone(), sink).await?;
     }
     let vault = crate::vault_check::relay_vault(&env).await?;
+    let telemetry = otlp_url
+        .map(|url| crate::otel::Telemetry::start(url, &a.otlp_service_name))
+        .transpose()?;
     let transport = Arc::new(HintingTransport {
         inner: outboxkit_http::HttpTransport::new(egress_policy(a.egress))?,
         egress: a.egress,
@@ -375,6 +397,7 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .webhook_policy(TenantPolicy::uniform(policy.clone()))
         .observer(Arc::new(RelayObserver {
             metrics: a.metrics_addr.is_some().then_some(MetricsObserver),
+            spans: telemetry.as_ref().map(crate::otel::Telemetry::observer),
         }));
     let mut builder = a.broker.add_to(builder, broker.as_ref(), policy)?;
     if let Some(url) = a.mail_url {
@@ -411,17 +434,26 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
     }
     let dispatcher = builder.build()?;
     tracing::info!(until_idle = a.until_idle, "outbox relay started");
-    let report = if a.until_idle {
-        tokio::select! {
-            r = dispatcher.run_once(MAX_DURATION) => r?,
-            () = shutdown_signal() => {
-                // Unfinished claims expire with their leases and are delivered again.
-                return Err(CliError::failed("stopped before the relay was idle"));
+    let report = async {
+        if a.until_idle {
+            tokio::select! {
+                r = dispatcher.run_once(MAX_DURATION) => Ok(r?),
+                () = shutdown_signal() => {
+                    // Unfinished claims expire with their leases and are delivered again.
+                    Err(CliError::failed("stopped before the relay was idle"))
+                }
             }
+        } else {
+            Ok(dispatcher.run(shutdown_signal()).await?)
         }
-    } else {
-        dispatcher.run(shutdown_signal()).await?
-    };
+    }
+    .await;
+    // The spans of the last attempts are sent before the relay exits, however it stops.
+    drop(dispatcher);
+    if let Some(t) = telemetry {
+        t.shutdown().await;
+    }
+    let report = report?;
     if a.json {
         return emit_json(&report_json(&report));
     }

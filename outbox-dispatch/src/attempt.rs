@@ -14,7 +14,7 @@ use super::breaker::Transition;
 use super::Shared;
 use outboxkit_core::claim::{Completion, Lease};
 use outboxkit_core::ids::ConsumerName;
-use outboxkit_core::model::{excerpt, AttemptRecord, Delivery, DestinationKind};
+use outboxkit_core::model::{excerpt, AttemptRecord, Delivery, Destination, DestinationKind};
 use outboxkit_core::time::{EntropyExt, Timestamp};
 use outboxkit_core::verdict::{AttemptContext, Outcome, Verdict, VerdictPolicy};
 
@@ -100,7 +100,7 @@ pub(crate) enum Done {
     Completed {
         lease: Lease,
         completion: Completion,
-        meta: Meta,
+        meta: Box<Meta>,
     },
     /// Put back unstarted, attempt refunded.
     Release {
@@ -161,6 +161,14 @@ pub(crate) struct Meta {
     pub(crate) duration: Duration,
     /// The change of the endpoint's circuit this attempt caused.
     pub(crate) circuit: Option<Transition>,
+    /// The message delivered.
+    pub(crate) message_id: outboxkit_core::ids::MessageId,
+    /// The webhook endpoint, for a webhook delivery.
+    pub(crate) endpoint: Option<outboxkit_core::ids::EndpointId>,
+    /// When the attempt started (the decision's time when nothing was sent).
+    pub(crate) started: Timestamp,
+    /// The producer's trace context stored with the message (set by `deliver`).
+    pub(crate) traceparent: Option<outboxkit_core::Traceparent>,
 }
 
 pub(crate) enum Gate {
@@ -235,11 +243,18 @@ pub(crate) fn completed(
         attempt: lease.attempts,
         duration: finished.duration_since(started),
         circuit: None,
+        message_id: delivery.message_id,
+        endpoint: match &delivery.destination {
+            Destination::Webhook(e) => Some(*e),
+            _ => None,
+        },
+        started,
+        traceparent: None,
     };
     Done::Completed {
         lease,
         completion: Completion { verdict, attempt },
-        meta,
+        meta: Box::new(meta),
     }
 }
 

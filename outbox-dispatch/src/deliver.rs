@@ -50,7 +50,10 @@ pub(crate) async fn deliver(
         };
         return Done::duplicate(lease, delay);
     }
-    let done = match &delivery.destination {
+    // The producer's trace context, for the observer (read before the handler takes the
+    // message).
+    let traceparent = outboxkit_core::Traceparent::from_headers(&message.headers);
+    let mut done = match &delivery.destination {
         Destination::Handler(c) if shared.brokers.contains_key(c) => {
             super::broker::broker_path(&shared, &run, lease, &delivery, &message, c).await
         }
@@ -62,6 +65,9 @@ pub(crate) async fn deliver(
             super::email::email_path(&shared, &run, lease, &delivery, &message, r).await
         }
     };
+    if let Done::Completed { meta, .. } = &mut done {
+        meta.traceparent = traceparent;
+    }
     if !run.whole_run() || matches!(done, Done::Release { .. }) {
         run.started
             .lock()

@@ -13,16 +13,18 @@
 //! | `outbox_claim_duration_seconds` | histogram | | the store's claim |
 //! | `outbox_completion_duration_seconds` | histogram | | the store's write-back of a group of finished deliveries |
 //! | `outbox_endpoint_circuit_opened_total` | counter | `endpoint` (id, capped) | times an endpoint's circuit opened after consecutive retryable failures (a failed probe opens it again) |
+//! | `outbox_endpoint_failed_attempts_total` | counter | `endpoint` (id, capped) | webhook attempts that failed (a retry, a hold or dead after a request was tried: refused, timed out, 4xx, 5xx, ...) |
 //! | `outbox_unfinished_deliveries` | gauge | `status` (`pending`, `processing`, `sending`, `held`) | unfinished deliveries by status, from [`record_stats`]; finished attempts are counted by `outbox_attempts_total` |
 //! | `outbox_oldest_due_age_seconds` | gauge | | how long the oldest due delivery has waited, from [`record_stats`] (0 when none is due) |
 //! | `outbox_build_info` | gauge | `version` | always 1, from [`MetricsObserver::build_info`] |
 //!
 //! Every family has HELP text naming its unit once [`MetricsObserver::describe`] has run
 //! (after the recorder is installed). No label carries a tenant, a topic, an address or a
-//! payload. The one per-endpoint family labels by the endpoint's opaque id (never its URL),
+//! payload. The two per-endpoint families label by the endpoint's opaque id (never its URL),
 //! and only the first [`MetricsObserver::ENDPOINT_LABEL_CAP`] distinct endpoints of the
-//! process get a label value of their own; the rest are counted under `endpoint="other"`, so
-//! the label set stays bounded however many endpoints a deployment has.
+//! process get a label value of their own (the same ones in both families); the rest are
+//! counted under `endpoint="other"`, so the label set stays bounded however many endpoints a
+//! deployment has.
 
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock};
@@ -64,8 +66,15 @@ fn endpoint_label(seen: &Mutex<HashSet<String>>, id: &str, cap: usize) -> String
 
 impl MetricsObserver {
     /// How many distinct endpoint ids get a label value of their own in
-    /// `outbox_endpoint_circuit_opened_total`; later ones are counted as `endpoint="other"`.
+    /// `outbox_endpoint_circuit_opened_total` and `outbox_endpoint_failed_attempts_total`;
+    /// later ones are counted as `endpoint="other"`.
     pub const ENDPOINT_LABEL_CAP: usize = 100;
+
+    /// The `endpoint` label value of endpoint `id` in the per-endpoint families (capped at
+    /// [`Self::ENDPOINT_LABEL_CAP`] distinct ids per process, then `other`).
+    fn endpoint_label(id: &str) -> String {
+        endpoint_label(labelled_endpoints(), id, Self::ENDPOINT_LABEL_CAP)
+    }
 
     /// Give every family in the table its HELP text and unit. Call it once, after the
     /// recorder is installed (a recorder installed later never sees the descriptions).
@@ -115,6 +124,11 @@ impl MetricsObserver {
             Unit::Count,
             "Times an endpoint's circuit opened after consecutive retryable failures, by endpoint id (the first 100 endpoints; the rest as endpoint=\"other\")."
         );
+        metrics::describe_counter!(
+            "outbox_endpoint_failed_attempts_total",
+            Unit::Count,
+            "Webhook attempts that failed (retry, held or dead after a request was tried), by endpoint id (the first 100 endpoints; the rest as endpoint=\"other\")."
+        );
         metrics::describe_gauge!(
             "outbox_unfinished_deliveries",
             Unit::Count,
@@ -144,6 +158,11 @@ impl Observer for MetricsObserver {
             .increment(1);
         metrics::histogram!("outbox_attempt_duration_seconds", "channel" => channel)
             .record(event.duration.as_secs_f64());
+        if let Some(id) = event.endpoint.filter(|_| event.failed()) {
+            let endpoint = Self::endpoint_label(&id.to_string());
+            metrics::counter!("outbox_endpoint_failed_attempts_total", "endpoint" => endpoint)
+                .increment(1);
+        }
     }
 
     fn on_dead(&self, event: &DeadLetterEvent<'_>) {
@@ -173,11 +192,7 @@ impl Observer for MetricsObserver {
 
     fn on_circuit(&self, event: &CircuitEvent<'_>) {
         if matches!(event.state, CircuitState::Open { .. }) {
-            let endpoint = endpoint_label(
-                labelled_endpoints(),
-                &event.endpoint.to_string(),
-                Self::ENDPOINT_LABEL_CAP,
-            );
+            let endpoint = Self::endpoint_label(&event.endpoint.to_string());
             metrics::counter!("outbox_endpoint_circuit_opened_total", "endpoint" => endpoint)
                 .increment(1);
         }

@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use outboxkit_core::ids::{DeliveryId, EndpointId, TenantId, Topic};
+use outboxkit_core::ids::{DeliveryId, EndpointId, MessageId, TenantId, Topic};
 
 use crate::breaker::CircuitState;
-use outboxkit_core::model::{DeadReason, DestinationKind};
+use outboxkit_core::model::{AttemptOutcome, DeadReason, DestinationKind};
 use outboxkit_core::store::Stats;
+use outboxkit_core::time::Timestamp;
 use outboxkit_core::verdict::Verdict;
+use outboxkit_core::Traceparent;
 
 /// The most dead delivery ids a report lists.
 pub const DEAD_IDS_LIMIT: usize = 25;
@@ -171,7 +173,9 @@ impl fmt::Display for Report {
 }
 
 /// One finished delivery, as the observer sees it (no payload, no address, no secret).
+/// New fields may be added in minor releases (`#[non_exhaustive]`).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct DeliveryEvent<'a> {
     /// The delivery.
     pub delivery_id: DeliveryId,
@@ -185,6 +189,33 @@ pub struct DeliveryEvent<'a> {
     pub verdict: &'a Verdict,
     /// How long the attempt took.
     pub duration: Duration,
+    /// When the attempt started (by the dispatcher's clock; when nothing was sent, the time
+    /// of the decision).
+    pub started_at: Timestamp,
+    /// The message delivered.
+    pub message_id: MessageId,
+    /// The webhook endpoint, for a webhook delivery (an opaque id, never its URL).
+    pub endpoint: Option<EndpointId>,
+    /// The attempt's result as the ledger records it; `None` when nothing was tried (a
+    /// paused, disabled or missing endpoint).
+    pub outcome: Option<AttemptOutcome>,
+    /// The HTTP status of the answer, when there was one.
+    pub status_code: Option<u16>,
+    /// The producer's W3C trace context stored with the message, if any.
+    pub traceparent: Option<Traceparent>,
+}
+
+impl DeliveryEvent<'_> {
+    /// Whether an attempt was made and failed: the ledger recorded a failure and the verdict
+    /// is a retry, a hold or dead (a snooze, a parked delivery or one awaiting its endpoint
+    /// is not a failed attempt).
+    pub fn failed(&self) -> bool {
+        matches!(self.outcome, Some(AttemptOutcome::Failed(_)))
+            && matches!(
+                self.verdict,
+                Verdict::Retry { .. } | Verdict::Held { .. } | Verdict::Dead { .. }
+            )
+    }
 }
 
 /// A metrics hook. Its failures (panics) are caught and logged; they never change an
@@ -294,6 +325,45 @@ mod tests {
             0x0190_0000_0000_7000_8000_0000_0000_0000 | n,
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn a_failed_attempt_is_a_recorded_failure_that_retries_holds_or_dies() {
+        use outboxkit_core::model::ErrorClass;
+        let topic = Topic::new("a.b").unwrap();
+        let at = Timestamp::EPOCH;
+        let event = |verdict: &Verdict, outcome: Option<AttemptOutcome>| {
+            let e = DeliveryEvent {
+                delivery_id: id(1),
+                topic: &topic,
+                kind: DestinationKind::Webhook,
+                attempt: 1,
+                verdict,
+                duration: Duration::ZERO,
+                started_at: at,
+                message_id: MessageId::from_uuid(uuid::Uuid::from_u128(
+                    0x0190_0000_0000_7000_8000_0000_0000_0001,
+                ))
+                .unwrap(),
+                endpoint: None,
+                outcome,
+                status_code: None,
+                traceparent: None,
+            };
+            e.failed()
+        };
+        let failed = Some(AttemptOutcome::Failed(ErrorClass::Network));
+        assert!(event(&Verdict::Retry { at }, failed));
+        assert!(event(&Verdict::Held { probe_at: at }, failed));
+        let dead = Verdict::Dead {
+            reason: DeadReason::Permanent,
+        };
+        assert!(event(&dead, failed));
+        // Nothing tried (a missing endpoint), a success, a snooze, a parked delivery.
+        assert!(!event(&dead, None));
+        assert!(!event(&Verdict::Succeeded, Some(AttemptOutcome::Succeeded)));
+        assert!(!event(&Verdict::Snoozed { until: at }, failed));
+        assert!(!event(&Verdict::Parked { until: at }, failed));
     }
 
     #[test]

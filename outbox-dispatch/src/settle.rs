@@ -36,7 +36,7 @@ pub(crate) async fn settle(shared: Arc<Shared>, run: Arc<RunState>, finished: Ve
                 meta,
             } => {
                 items.push((lease, completion));
-                metas.push(meta);
+                metas.push(*meta);
             }
             Done::Release {
                 lease,
@@ -117,6 +117,12 @@ fn completed(
             attempt: meta.attempt,
             verdict: &completion.verdict,
             duration: meta.duration,
+            started_at: meta.started,
+            message_id: meta.message_id,
+            endpoint: meta.endpoint,
+            outcome: completion.attempt.as_ref().map(|a| a.outcome),
+            status_code: completion.attempt.as_ref().and_then(|a| a.status_code),
+            traceparent: meta.traceparent,
         };
         observe(|| o.on_delivery(&event));
     }

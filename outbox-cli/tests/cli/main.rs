@@ -17,6 +17,7 @@ mod http_enqueue;
 mod listen;
 mod observability;
 mod operator;
+mod otel;
 mod print_sql;
 mod promises;
 mod relay;

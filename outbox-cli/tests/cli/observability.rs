@@ -31,7 +31,7 @@ fn namespace(prefix: &str) -> String {
 }
 
 /// `GET path` over HTTP/1.0: the status code and the body (`None` while nothing listens).
-async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+pub(crate) async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     stream
@@ -46,7 +46,7 @@ async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
 }
 
 /// The value of the sample `name` (with its labels, exactly as rendered), or 0.
-fn sample(metrics: &str, name: &str) -> f64 {
+pub(crate) fn sample(metrics: &str, name: &str) -> f64 {
     metrics
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -60,7 +60,7 @@ fn sample(metrics: &str, name: &str) -> f64 {
 /// The families of a Prometheus text exposition, each checked to have a non-empty `# HELP`
 /// and a `# TYPE` line before its samples, every sample to belong to a described family,
 /// and a counter's name to end in `_total` (so no counter reads like a gauge).
-fn described_families(text: &str) -> Vec<String> {
+pub(crate) fn described_families(text: &str) -> Vec<String> {
     use std::collections::BTreeMap;
     let mut help: BTreeMap<String, String> = BTreeMap::new();
     let mut kind: BTreeMap<String, String> = BTreeMap::new();
@@ -105,7 +105,7 @@ fn described_families(text: &str) -> Vec<String> {
 
 /// `promtool check metrics` on the exposition when promtool is installed (CI installs it
 /// with `apt-get install -y prometheus`); says so when it is not.
-fn promtool_check(text: &str) {
+pub(crate) fn promtool_check(text: &str) {
     use std::io::Write;
     let child = std::process::Command::new("promtool")
         .args(["check", "metrics"])
