@@ -34,7 +34,8 @@ pub(crate) struct RunState {
     pub(crate) started: Mutex<HashSet<outboxkit_core::ids::DeliveryId>>,
     /// The earliest time a delivery handed back over its endpoint's rate limit is due
     /// again (`run_once` waits for it rather than ending with it due).
-    rate_due: Mutex<Option<Timestamp>>,
+    /// The due times of the deliveries handed back over a rate limit, each waited for once.
+    rate_due: Mutex<std::collections::BTreeSet<Timestamp>>,
 }
 
 impl RunState {
@@ -45,7 +46,7 @@ impl RunState {
             shutdown: CancellationToken::new(),
             breakers: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
-            rate_due: Mutex::new(None),
+            rate_due: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -53,17 +54,26 @@ impl RunState {
     /// once the release is written, from the clock after the write, so the store's due time
     /// is never later than this one).
     pub(crate) fn rate_limited(&self, due: Timestamp) {
-        let mut d = self.rate_due.lock().unwrap_or_else(|p| p.into_inner());
-        *d = Some(d.map_or(due, |t| t.min(due)));
+        // Only `run_once` (the run with a deadline) waits for them; a run until shutdown
+        // polls, and must not collect due times for ever.
+        if self.deadline.is_none() {
+            return;
+        }
+        self.rate_due
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(due);
     }
 
-    /// The earliest due time of the deliveries handed back over a rate limit since the last
-    /// call, if any.
+    /// The earliest due time, not yet waited for, of the deliveries handed back over a rate
+    /// limit, if any; it is removed. Every due time recorded is returned once, so a run that
+    /// waits for each in turn and claims after it misses none of them (taking only the
+    /// earliest and forgetting the rest ended `run_once` with later ones still due).
     pub(crate) fn take_rate_due(&self) -> Option<Timestamp> {
         self.rate_due
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
+            .pop_first()
     }
 
     /// The shutdown signal arrived: start nothing new and cancel running handlers.
@@ -271,4 +281,35 @@ pub(crate) fn record(
         status_code: outcome.status_code(),
         excerpt: (!text.is_empty()).then(|| excerpt(text)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_unix_millis(ms).unwrap()
+    }
+
+    #[test]
+    fn run_once_waits_for_every_rate_limited_due_time_in_order() {
+        let run = RunState::new(Some(at(10_000)));
+        for ms in [1_400, 1_200, 1_600, 1_200] {
+            run.rate_limited(at(ms));
+        }
+        // Each once, earliest first: after waiting for 1,200 the run still knows of 1,400
+        // and 1,600 (it used to forget them and end with deliveries due).
+        let taken: Vec<_> = std::iter::from_fn(|| run.take_rate_due()).collect();
+        assert_eq!(taken, vec![at(1_200), at(1_400), at(1_600)]);
+        run.rate_limited(at(2_000));
+        assert_eq!(run.take_rate_due(), Some(at(2_000)));
+        assert_eq!(run.take_rate_due(), None);
+    }
+
+    #[test]
+    fn a_run_until_shutdown_keeps_no_due_times() {
+        let run = RunState::new(None);
+        run.rate_limited(at(1_000));
+        assert_eq!(run.take_rate_due(), None);
+    }
 }
