@@ -4,7 +4,7 @@
 #   docker run --rm outbox:0.1 --help
 # The build step is `cargo build --release --locked -p outboxkit-cli`.
 
-FROM rust:1.89-bookworm AS build
+FROM rust:1.94-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

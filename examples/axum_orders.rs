@@ -69,7 +69,7 @@ async fn create_order(
         "INSERT INTO \"{}\".orders (item) VALUES ($1) RETURNING id",
         app.schema
     );
-    let id: i64 = sqlx::query_scalar(&insert)
+    let id: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(insert))
         .bind(&order.item)
         .fetch_one(&mut *tx)
         .await
@@ -130,7 +130,9 @@ async fn main() -> Result<(), Error> {
     let create = format!(
         "CREATE TABLE IF NOT EXISTS \"{schema}\".orders (id bigserial PRIMARY KEY, item text NOT NULL)"
     );
-    sqlx::query(&create).execute(&pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(create))
+        .execute(&pool)
+        .await?;
     let dyn_store: Arc<DynStore> = Arc::new(store.clone());
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
@@ -219,7 +221,9 @@ async fn main() -> Result<(), Error> {
 
     if let Some(outcome) = outcome {
         let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-        sqlx::query(&drop).execute(&pool).await?;
+        sqlx::query(sqlx::AssertSqlSafe(drop))
+            .execute(&pool)
+            .await?;
         outcome.map_err(|_| "the self-test timed out")??;
         println!("self-test passed");
     }
@@ -230,7 +234,7 @@ async fn main() -> Result<(), Error> {
 /// the handler and the verified webhook receiver.
 async fn place_orders(addr: std::net::SocketAddr, seen: &Seen) -> Result<(), Error> {
     const ORDERS: usize = 3;
-    let client = reqwest::Client::new();
+    let client = outboxkit_http::client_builder().build()?;
     for item in ["tea", "bread", "jam"] {
         let reply = client
             .post(format!("http://{addr}/orders"))

@@ -118,7 +118,9 @@ async fn receive() -> Result<(), Error> {
     let create = format!(
         "CREATE TABLE IF NOT EXISTS \"{schema}\".effects (webhook_id text NOT NULL, n bigint NOT NULL)"
     );
-    sqlx::query(&create).execute(&pool).await?;
+    sqlx::query(sqlx::AssertSqlSafe(create))
+        .execute(&pool)
+        .await?;
     let secret = WebhookSecret::parse(&arg("--secret")?)?;
     let state = InboxState {
         inbox: Arc::new(Inbox::new(Verifier::new([secret])?)),
@@ -126,7 +128,7 @@ async fn receive() -> Result<(), Error> {
         pool,
         clock: Arc::new(SystemClock),
     };
-    let insert = Arc::new(format!("INSERT INTO \"{schema}\".effects VALUES ($1, $2)"));
+    let insert: Arc<str> = format!("INSERT INTO \"{schema}\".effects VALUES ($1, $2)").into();
     let app = Router::new()
         .route(
             "/hooks",
@@ -134,7 +136,7 @@ async fn receive() -> Result<(), Error> {
                 let insert = insert.clone();
                 async move {
                     let mut tx = d.tx;
-                    let applied = sqlx::query(insert.as_str())
+                    let applied = sqlx::query(sqlx::AssertSqlSafe(insert))
                         .bind(&d.id)
                         .bind(d.event.data.n)
                         .execute(&mut *tx)

@@ -72,9 +72,9 @@ impl Drop for Proc {
 }
 
 async fn effects(pool: &PgPool, schema: &str) -> (i64, i64) {
-    sqlx::query_as(&format!(
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT count(*), count(DISTINCT webhook_id) FROM \"{schema}\".effects"
-    ))
+    )))
     .fetch_one(pool)
     .await
     .unwrap_or((0, 0))
@@ -100,10 +100,12 @@ async fn killing_either_side_loses_nothing_and_applies_nothing_twice() {
         format!("pair_b_{}", std::process::id()),
     );
     for s in [&a, &b] {
-        sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{s}\" CASCADE"))
-            .execute(&pool)
-            .await
-            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{s}\" CASCADE"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
     }
     let config = PostgresConfig {
         schema: a.clone(),
@@ -194,8 +196,10 @@ async fn killing_either_side_loses_nothing_and_applies_nothing_twice() {
     assert_eq!(distinct, N, "nothing lost after {kills} kills");
     assert_eq!(applied, N, "nothing applied twice after {kills} kills");
     for s in [&a, &b] {
-        let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{s}\" CASCADE"))
-            .execute(&pool)
-            .await;
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{s}\" CASCADE"
+        )))
+        .execute(&pool)
+        .await;
     }
 }

@@ -88,8 +88,7 @@ async fn ours(url: &str, n: usize, c: usize) -> BenchResult<crate::common::BurnD
 
 /// The raw side: `c` tasks POSTing the prepared bodies with the mailer's headers.
 async fn raw(url: &str, bodies: Arc<Vec<Bytes>>, c: usize) -> BenchResult<f64> {
-    let client = reqwest::Client::builder()
-        .use_rustls_tls()
+    let client = outboxkit_http::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .build()

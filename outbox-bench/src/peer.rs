@@ -2,7 +2,8 @@
 //! and round, interleaved with ours (ours, pgmq, ours, pgmq…; the median of the reps).
 //!
 //! pgmq is installed from its published SQL-only install (the `pgmq` crate's embedded
-//! scripts, schema `pgmq`, no extension) and called through its SQL functions
+//! `pgmq.sql`, vendored as `src/pgmq.sql` with its source and license; schema `pgmq`, no
+//! extension) and called through its SQL functions
 //! (`pgmq.send`, `send_batch`, `read`, `archive`, `delete`) with sqlx, so both sides pay the
 //! same driver. Every scenario uses a fresh queue (and a fresh schema of ours) and drops it.
 //! The rows' ratio is ours ÷ pgmq for rates, pgmq ÷ ours for physical costs
@@ -50,14 +51,17 @@ impl Settle {
     }
 }
 
-/// Install pgmq's SQL once per process (idempotent across processes: the crate takes an
-/// advisory lock and skips applied scripts).
+/// pgmq's SQL-only install (pgmq 1.11.1, from the `pgmq` crate 0.33.7; PostgreSQL License).
+const PGMQ_SQL: &str = include_str!("pgmq.sql");
+
+/// Install pgmq's SQL once per process (idempotent across processes: an advisory lock, and
+/// skipped when `pgmq.meta` exists, as the crate's installer did for a current install).
 async fn install(url: &str) -> BenchResult<()> {
     static INSTALLED: OnceCell<()> = OnceCell::const_new();
     INSTALLED
         .get_or_try_init(|| async {
             let p = pool(url, 1).await?;
-            let r = pgmq::install::install_sql_from_embedded(&p)
+            let r = install_in(&p)
                 .await
                 .map_err(|e| format!("pgmq install: {e}"));
             p.close().await;
@@ -65,6 +69,21 @@ async fn install(url: &str) -> BenchResult<()> {
         })
         .await
         .map(|_| ())
+}
+
+async fn install_in(p: &PgPool) -> Result<(), sqlx::Error> {
+    let mut tx = p.begin().await?;
+    // The key the `pgmq` crate's installer locked on is its own; any constant will do here.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('outbox-bench pgmq install'))")
+        .execute(&mut *tx)
+        .await?;
+    let present: bool = sqlx::query_scalar("SELECT to_regclass('pgmq.meta') IS NOT NULL")
+        .fetch_one(&mut *tx)
+        .await?;
+    if !present {
+        sqlx::raw_sql(PGMQ_SQL).execute(&mut *tx).await?;
+    }
+    tx.commit().await
 }
 
 /// A fresh pgmq queue; dropped when the body returns, whatever happened.
@@ -194,7 +213,7 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
         for c in chunks(n, 1000) {
             send_batch(&setup, &queue, c).await?;
         }
-        sqlx::query(&format!("ANALYZE pgmq.q_{queue}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE pgmq.q_{queue}")))
             .execute(&setup)
             .await
             .map_err(|e| format!("analyze: {e}"))?;
@@ -229,7 +248,7 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
                 let raw = r.try_get_raw(1).map_err(|e| format!("message: {e}"))?;
                 std::hint::black_box(raw.is_null());
             }
-            let settled: i64 = sqlx::query_scalar(&settle_sql)
+            let settled: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(settle_sql.to_string()))
                 .bind(&queue)
                 .bind(&ids)
                 .fetch_one(&mut *conn)

@@ -79,7 +79,9 @@ async fn pool_with(
                         "LOAD 'auto_explain'; SET auto_explain.log_min_duration = {ms}; \
                          SET auto_explain.log_analyze = on; SET auto_explain.log_buffers = on"
                     );
-                    sqlx::Executor::execute(conn, setup.as_str()).await?;
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(setup))
+                        .execute(conn)
+                        .await?;
                 }
                 Ok(())
             })
@@ -145,7 +147,10 @@ where
     if let Ok(admin) = pool(&ctx.pg_url, 1).await {
         for s in [&ours, &raw] {
             let drop = format!("DROP SCHEMA IF EXISTS \"{s}\" CASCADE");
-            if let Err(e) = sqlx::query(&drop).execute(&admin).await {
+            if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(drop.to_string()))
+                .execute(&admin)
+                .await
+            {
                 eprintln!("could not drop schema {s}: {e}");
             }
         }
@@ -198,7 +203,7 @@ pub async fn create_raw(pool: &PgPool, schema: &str) -> BenchResult<()> {
          CREATE INDEX ON {s}.jobs (next_attempt_at, seq) \
              WHERE status IN ('pending', 'processing');"
     );
-    sqlx::raw_sql(&ddl)
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_string()))
         .execute(pool)
         .await
         .map_err(|e| format!("raw schema: {e}"))?;
@@ -235,7 +240,7 @@ pub async fn raw_bulk(
            FROM unnest($5::uuid[], $1::uuid[]) WITH ORDINALITY AS u(job, id, ord) \
           ORDER BY u.ord"
     );
-    sqlx::query(&sql)
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
         .bind(ids)
         .bind(payloads)
         .bind(TOPIC)
@@ -250,7 +255,7 @@ pub async fn raw_bulk(
 /// `ANALYZE` a schema's tables (after loading a backlog, as autovacuum would eventually).
 pub async fn analyze(pool: &PgPool, schema: &str, tables: &[&str]) -> BenchResult<()> {
     for t in tables {
-        sqlx::query(&format!("ANALYZE \"{schema}\".{t}"))
+        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE \"{schema}\".{t}")))
             .execute(pool)
             .await
             .map_err(|e| format!("analyze: {e}"))?;
@@ -347,7 +352,7 @@ pub async fn enqueue(ctx: &Ctx) -> Vec<Row> {
                     async move {
                         let now = SystemClock.now();
                         let mut tx = p.begin().await.map_err(|e| format!("begin: {e}"))?;
-                        sqlx::query(&sql)
+                        sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
                             .bind(MessageId::generate(now, &OsEntropy).as_uuid())
                             .bind(TOPIC)
                             .bind(payload(i))

@@ -98,7 +98,7 @@ async fn raw_burn(pool: &sqlx::PgPool, schema: &str) -> BenchResult<RawBurn> {
     loop {
         let now = SystemClock.now().as_unix_millis();
         let sw = Stopwatch::start();
-        let rows = sqlx::query(&claim)
+        let rows = sqlx::query(sqlx::AssertSqlSafe(claim.to_string()))
             .bind(now)
             .bind(i64::from(BATCH))
             .bind(now + 40_000)
@@ -118,7 +118,7 @@ async fn raw_burn(pool: &sqlx::PgPool, schema: &str) -> BenchResult<RawBurn> {
             std::hint::black_box(r.get::<&[u8], _>(2));
         }
         let sw = Stopwatch::start();
-        let n = sqlx::query(&complete)
+        let n = sqlx::query(sqlx::AssertSqlSafe(complete.to_string()))
             .bind(SystemClock.now().as_unix_millis())
             .bind(ids)
             .bind(tokens)
@@ -375,7 +375,7 @@ async fn raw_notify_latency(
         let sw = Stopwatch::start();
         let now = SystemClock.now();
         let mut tx = pool.begin().await.map_err(|e| format!("begin: {e}"))?;
-        sqlx::query(&insert)
+        sqlx::query(sqlx::AssertSqlSafe(insert.to_string()))
             .bind(outboxkit_core::MessageId::generate(now, &outboxkit_core::OsEntropy).as_uuid())
             .bind(TOPIC)
             .bind(crate::common::payload(i))

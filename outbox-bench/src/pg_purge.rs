@@ -44,7 +44,7 @@ async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
                             AND g.target = '{CONSUMER}' \
           WHERE m.created_at = {OLD_MS};"
     );
-    sqlx::raw_sql(&sql)
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
         .execute(&pool)
         .await
         .map_err(|e| format!("load finished rows: {e}"))?;

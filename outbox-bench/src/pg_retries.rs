@@ -78,11 +78,12 @@ async fn ours_once(ctx: &Ctx, n: usize) -> BenchResult<(f64, String)> {
             .build()
             .map_err(err("dispatcher"))?;
         let b = burn_down(&d, &progress, n as u64, None).await?;
-        let attempts: i64 =
-            sqlx::query_scalar(&format!("SELECT count(*) FROM \"{ours}\".attempts"))
-                .fetch_one(&pool)
-                .await
-                .map_err(|e| format!("count attempts: {e}"))?;
+        let attempts: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM \"{ours}\".attempts"
+        )))
+        .fetch_one(&pool)
+        .await
+        .map_err(|e| format!("count attempts: {e}"))?;
         let want = n as i64 + 2 * (0..n as u64).filter(|i| fails(*i)).count() as i64;
         if attempts != want {
             return Err(format!("the ledger holds {attempts} attempts, not {want}"));
@@ -142,7 +143,7 @@ async fn raw_once(ctx: &Ctx, n: usize) -> BenchResult<(f64, String)> {
         let sw = Stopwatch::start();
         loop {
             let now = SystemClock.now().as_unix_millis();
-            let rows = sqlx::query(&claim)
+            let rows = sqlx::query(sqlx::AssertSqlSafe(claim.to_string()))
                 .bind(now)
                 .bind(i64::from(BATCH))
                 .bind(now + 40_000)
@@ -176,7 +177,7 @@ async fn raw_once(ctx: &Ctx, n: usize) -> BenchResult<(f64, String)> {
                 if ids.is_empty() {
                     continue;
                 }
-                *count += sqlx::query(sql)
+                *count += sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
                     .bind(now)
                     .bind(ids)
                     .bind(tokens)

@@ -452,7 +452,7 @@ async fn walinspect(conn: &mut PgConnection) -> BenchResult<String> {
         "CREATE SCHEMA IF NOT EXISTS {WALINSPECT_SCHEMA}; \
          CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA {WALINSPECT_SCHEMA}"
     );
-    sqlx::raw_sql(&ddl)
+    sqlx::raw_sql(sqlx::AssertSqlSafe(ddl.to_string()))
         .execute(&mut *conn)
         .await
         .map_err(|e| format!("create extension pg_walinspect: {e}"))?;
@@ -510,7 +510,7 @@ async fn scope_wal(url: &str, scope: &Scope, start: &str) -> Result<WalCounts, S
                     FROM mine WHERE k = 'h' AND resource_manager = 'Heap2' \
                      AND record_type LIKE 'MULTI_INSERT%'), 0)::int8"
     );
-    let r = sqlx::query(&sql)
+    let r = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
         .bind(&scope.schema)
         .bind(scope.names())
         .bind(start)

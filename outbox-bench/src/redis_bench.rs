@@ -274,11 +274,11 @@ async fn raw_burn(conn: &mut MultiplexedConnection, prefix: &str) -> BenchResult
             .await
             .map_err(|e| format!("raw pipeline: {e}"))?;
         if !pending.is_empty() {
-            let n: i64 = redis::from_redis_value(&out[0]).map_err(|e| format!("ack: {e}"))?;
+            let n: i64 = redis::from_redis_value_ref(&out[0]).map_err(|e| format!("ack: {e}"))?;
             done += n as u64;
         }
         let claimed: Vec<Vec<u8>> =
-            redis::from_redis_value(&out[out.len() - 1]).map_err(|e| format!("claim: {e}"))?;
+            redis::from_redis_value_ref(&out[out.len() - 1]).map_err(|e| format!("claim: {e}"))?;
         if claimed.is_empty() {
             return Ok(done);
         }

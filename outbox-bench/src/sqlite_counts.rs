@@ -115,9 +115,10 @@ fn wal_frames(path: &Path) -> BenchResult<u64> {
     wal.push("-wal");
     let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     let conn = Connection::open(path).map_err(|e| format!("open: {e}"))?;
-    let page: u64 = conn
+    let page: i64 = conn
         .query_row("PRAGMA page_size", [], |r| r.get(0))
         .map_err(|e| format!("page_size: {e}"))?;
+    let page = u64::try_from(page).map_err(|e| format!("page_size: {e}"))?;
     let frames = size.saturating_sub(32) / (page + 24);
     if frames + 100 >= AUTOCHECKPOINT {
         return Err(format!(

@@ -215,8 +215,7 @@ async fn raw(url: &str, bodies: Arc<Vec<Bytes>>, c: usize) -> BenchResult<f64> {
 
 /// The raw side's client: reqwest with rustls, no redirects, no proxy, `TCP_NODELAY`.
 pub(crate) fn raw_client() -> BenchResult<reqwest::Client> {
-    reqwest::Client::builder()
-        .use_rustls_tls()
+    outboxkit_http::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .tcp_nodelay(true)

@@ -524,14 +524,14 @@ impl Env {
             }
             Backend::Postgres(s) => {
                 let table = format!("{}.demo_orders", s.config().schema);
-                sqlx::query(&format!("create table if not exists {table} (id text primary key, created_at bigint not null)"))
+                sqlx::query(sqlx::AssertSqlSafe(format!("create table if not exists {table} (id text primary key, created_at bigint not null)")))
                     .execute(s.pool())
                     .await
                     .map_err(pg_err)?;
                 for i in 0..n {
                     let (order, message) = crate::demo::events::demo_event(i);
                     let mut tx = s.pool().begin().await.map_err(pg_err)?;
-                    sqlx::query(&format!("insert into {table} (id, created_at) values ($1, $2) on conflict do nothing"))
+                    sqlx::query(sqlx::AssertSqlSafe(format!("insert into {table} (id, created_at) values ($1, $2) on conflict do nothing")))
                         .bind(order)
                         .bind(i64::from(i))
                         .execute(&mut *tx)

@@ -72,11 +72,10 @@ pub(crate) fn cause(err: &(dyn StdError + 'static)) -> Cause {
             return c;
         }
         if let Some(inner) = e.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
-            if let Some(c) = known(inner) {
-                return c;
-            }
-            // `io::Error::source` skips the wrapped error; continue from inside it.
-            next = inner.source();
+            // `io::Error::source` skips the wrapped error; continue from the wrapped error
+            // itself, which can be another `io::Error` (reqwest 0.13's connector wraps the
+            // TLS stream's `InvalidData` error in one of kind `Other`).
+            next = Some(inner);
             continue;
         }
         next = e.source();

@@ -6,6 +6,7 @@ pub mod config;
 pub mod egress;
 mod error;
 pub mod mailer;
+pub mod tls;
 pub mod transport;
 
 pub use config::{HttpMailerConfig, HttpTransportConfig};
@@ -13,4 +14,5 @@ pub use egress::{
     AddressKind, EgressError, EgressPolicy, EgressRefusal, PolicyResolver, METADATA_ADDRESSES,
 };
 pub use mailer::HttpMailer;
+pub use tls::{client_builder, tls_config};
 pub use transport::HttpTransport;

@@ -54,8 +54,7 @@ impl HttpMailer {
     /// A mailer with these settings (validated here: a bad one is `Misconfigured`).
     pub fn new(config: HttpMailerConfig) -> outboxkit_core::Result<Self> {
         let url = config.validate()?;
-        let client = reqwest::Client::builder()
-            .use_rustls_tls()
+        let client = crate::tls::client_builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .user_agent(DEFAULT_USER_AGENT)

@@ -53,8 +53,7 @@ impl HttpTransport {
     ) -> outboxkit_core::Result<Self> {
         config.validate()?;
         let policy = Arc::new(policy);
-        let client = reqwest::Client::builder()
-            .use_rustls_tls()
+        let client = crate::tls::client_builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .dns_resolver(Arc::new(PolicyResolver::new(policy.clone())))

@@ -28,19 +28,21 @@ async fn setup(name: &str) -> Option<(PgPool, InboxTable, String)> {
         Err(e) => return backend_unavailable("postgres", e),
     };
     let schema = format!("inbox_{name}_{}", std::process::id());
-    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
     let table = InboxTable::new(&schema, "inbox", "orders").unwrap();
     table.migrate(&pool).await.unwrap();
     table
         .migrate(&pool)
         .await
         .expect("migrating twice is a no-op");
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE \"{schema}\".effects (webhook_id text NOT NULL, body bytea NOT NULL)"
-    ))
+    )))
     .execute(&pool)
     .await
     .unwrap();
@@ -48,9 +50,9 @@ async fn setup(name: &str) -> Option<(PgPool, InboxTable, String)> {
 }
 
 async fn effects(pool: &PgPool, schema: &str, id: &str) -> i64 {
-    sqlx::query_scalar(&format!(
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{schema}\".effects WHERE webhook_id = $1"
-    ))
+    )))
     .bind(id)
     .fetch_one(pool)
     .await
@@ -74,12 +76,14 @@ async fn apply(
     let mut tx = pool.begin().await.unwrap();
     let r = table.record(&mut tx, e, NOW_S * 1000).await.unwrap();
     if r == Recorded::First {
-        sqlx::query(&format!("INSERT INTO \"{schema}\".effects VALUES ($1, $2)"))
-            .bind(&e.id)
-            .bind(&e.body)
-            .execute(&mut *tx)
-            .await
-            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO \"{schema}\".effects VALUES ($1, $2)"
+        )))
+        .bind(&e.id)
+        .bind(&e.body)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     }
     if commit {
         tx.commit().await.unwrap();
@@ -145,12 +149,14 @@ async fn concurrent_duplicates_run_the_handler_exactly_once() {
             "the second waits on the first's record"
         );
         if first_commits {
-            sqlx::query(&format!("INSERT INTO \"{schema}\".effects VALUES ($1, $2)"))
-                .bind(&e.id)
-                .bind(&e.body)
-                .execute(&mut *first)
-                .await
-                .unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO \"{schema}\".effects VALUES ($1, $2)"
+            )))
+            .bind(&e.id)
+            .bind(&e.body)
+            .execute(&mut *first)
+            .await
+            .unwrap();
             first.commit().await.unwrap();
             assert_eq!(second.await.unwrap(), Recorded::Duplicate);
         } else {

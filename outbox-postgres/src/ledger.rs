@@ -19,6 +19,7 @@ use crate::store::PostgresStore;
 use async_trait::async_trait;
 use outboxkit_core::Ledger;
 use outboxkit_core::TenantStats;
+use sqlx::AssertSqlSafe;
 
 impl PostgresStore {
     /// `Ledger::list_deliveries`: `sql/ledger.sql` `list_deliveries`.
@@ -200,12 +201,22 @@ impl PostgresStore {
                 .execute(&mut *tx)
                 .await
                 .db()?;
-            if sqlx::query(&lock).execute(&mut *tx).await.is_err() {
+            if sqlx::query(AssertSqlSafe(lock))
+                .execute(&mut *tx)
+                .await
+                .is_err()
+            {
                 continue; // busy: the next purge tries again
             }
-            let empty: bool = sqlx::query_scalar(&probe).fetch_one(&mut *tx).await.db()?;
+            let empty: bool = sqlx::query_scalar(AssertSqlSafe(probe))
+                .fetch_one(&mut *tx)
+                .await
+                .db()?;
             if empty {
-                sqlx::query(&drop).execute(&mut *tx).await.db()?;
+                sqlx::query(AssertSqlSafe(drop))
+                    .execute(&mut *tx)
+                    .await
+                    .db()?;
             }
             tx.commit().await.db()?;
         }

@@ -66,7 +66,10 @@ async fn fresh(clock: Arc<ManualClock>) -> Option<(Fixture, PostgresStore, Strin
     let name = schema.clone();
     let cleanup = async move {
         let drop = format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE");
-        if let Err(e) = sqlx::query(&drop).execute(&pool).await {
+        if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(drop.to_string()))
+            .execute(&pool)
+            .await
+        {
             eprintln!("could not drop test schema {name}: {e}");
         }
         pool.close().await;
@@ -107,10 +110,10 @@ impl TxnHarness for PgTxn {
         commit: bool,
     ) -> outboxkit_core::Result<()> {
         let mut tx = self.store.pool().begin().await.map_err(test_db)?;
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {} (marker) VALUES ($1)",
             self.markers
-        ))
+        )))
         .bind(marker)
         .execute(&mut *tx)
         .await
@@ -127,10 +130,10 @@ impl TxnHarness for PgTxn {
     }
 
     async fn marker_exists(&self, marker: &str) -> outboxkit_core::Result<bool> {
-        sqlx::query_scalar(&format!(
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT EXISTS (SELECT 1 FROM {} WHERE marker = $1)",
             self.markers
-        ))
+        )))
         .bind(marker)
         .fetch_one(self.store.pool())
         .await
@@ -141,10 +144,12 @@ impl TxnHarness for PgTxn {
 async fn txn_setup(clock: Arc<ManualClock>) -> Option<TxnFixture> {
     let (fx, store, schema) = fresh(clock).await?;
     let markers = format!("\"{schema}\".txn_markers");
-    sqlx::query(&format!("CREATE TABLE {markers} (marker text PRIMARY KEY)"))
-        .execute(store.pool())
-        .await
-        .expect("the marker table");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {markers} (marker text PRIMARY KEY)"
+    )))
+    .execute(store.pool())
+    .await
+    .expect("the marker table");
     Some(TxnFixture {
         fx,
         harness: Arc::new(PgTxn { store, markers }),

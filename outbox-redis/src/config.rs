@@ -130,8 +130,8 @@ impl RedisConfig {
     /// Cancelling it drops the connection being opened; nothing is written.
     pub async fn probe(&self, client: &redis::Client) -> Result<()> {
         let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(self.connection_timeout)
-            .set_response_timeout(self.response_timeout);
+            .set_connection_timeout(Some(self.connection_timeout))
+            .set_response_timeout(Some(self.response_timeout));
         let attempt = async {
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)

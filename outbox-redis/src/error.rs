@@ -10,7 +10,7 @@
 //! - Everything else (wrong types, unreadable replies, unknown codes) → `Unexpected`.
 
 use outboxkit_core::{Error, ErrorKind};
-use redis::{ErrorKind as RedisKind, RedisError};
+use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind as Server};
 
 /// What went wrong below the store's API, before it becomes an [`outboxkit_core::Error`].
 #[derive(Debug, thiserror::Error)]
@@ -51,16 +51,18 @@ pub(crate) fn kind_of(e: &RedisError) -> ErrorKind {
         return ErrorKind::Unavailable;
     }
     match e.kind() {
-        RedisKind::TryAgain
-        | RedisKind::ClusterDown
-        | RedisKind::BusyLoadingError
-        | RedisKind::MasterDown
-        | RedisKind::ReadOnly
+        RedisKind::Server(
+            Server::TryAgain
+            | Server::ClusterDown
+            | Server::BusyLoading
+            | Server::MasterDown
+            | Server::ReadOnly,
+        )
         | RedisKind::ClusterConnectionNotFound => ErrorKind::Unavailable,
-        RedisKind::AuthenticationFailed | RedisKind::InvalidClientConfig | RedisKind::CrossSlot => {
-            ErrorKind::Misconfigured
-        }
-        _ => match e.code() {
+        RedisKind::AuthenticationFailed
+        | RedisKind::InvalidClientConfig
+        | RedisKind::Server(Server::CrossSlot) => ErrorKind::Misconfigured,
+        _ => match code(e).as_deref() {
             Some("OUTBOX_NOT_FOUND") => ErrorKind::NotFound,
             Some("OUTBOX_CONFLICT") => ErrorKind::Conflict,
             Some("OUTBOX_LEASE_LOST") => ErrorKind::LeaseLost,
@@ -70,6 +72,23 @@ pub(crate) fn kind_of(e: &RedisError) -> ErrorKind {
             _ => ErrorKind::Unexpected,
         },
     }
+}
+
+/// The error's code: the server's, or (a failed pipeline, whose error carries each failed
+/// command's) the first failed command's.
+fn code(e: &RedisError) -> Option<String> {
+    e.code().map(str::to_owned).or_else(|| {
+        let errors = e.clone().into_server_errors()?;
+        errors.first().map(|(_, s)| s.code().to_owned())
+    })
+}
+
+/// The error's detail (the text after the code), as [`code`] finds it.
+fn detail(e: &RedisError) -> Option<String> {
+    e.detail().map(str::to_owned).or_else(|| {
+        let errors = e.clone().into_server_errors()?;
+        errors.first()?.1.details().map(str::to_owned)
+    })
 }
 
 /// Map a failure to open a connection ([`crate::RedisConfig::probe`]): say which of
@@ -126,7 +145,7 @@ fn map_redis(e: RedisError) -> Error {
             Error::new(ErrorKind::Unavailable, "redis is unavailable").with_source(e)
         }
         ErrorKind::NotFound => {
-            let what = match e.detail() {
+            let what = match detail(&e).as_deref() {
                 Some("endpoint") => "endpoint",
                 Some("message") => "message",
                 _ => "delivery",
@@ -135,9 +154,7 @@ fn map_redis(e: RedisError) -> Error {
         }
         ErrorKind::Conflict => {
             // The scripts' conflict details are fixed lowercase sentences of ours.
-            let message = e
-                .detail()
-                .map(str::to_owned)
+            let message = detail(&e)
                 .unwrap_or_else(|| "the request conflicts with the current state".to_owned());
             Error::new(ErrorKind::Conflict, message).with_source(e)
         }
@@ -171,19 +188,29 @@ mod tests {
             (io(Io::ConnectionReset), ErrorKind::Unavailable),
             (io(Io::UnexpectedEof), ErrorKind::Unavailable),
             (io(Io::TimedOut), ErrorKind::Unavailable),
-            ((RedisKind::TryAgain, "x").into(), ErrorKind::Unavailable),
-            ((RedisKind::ClusterDown, "x").into(), ErrorKind::Unavailable),
             (
-                (RedisKind::BusyLoadingError, "x").into(),
+                (RedisKind::Server(Server::TryAgain), "x").into(),
+                ErrorKind::Unavailable,
+            ),
+            (
+                (RedisKind::Server(Server::ClusterDown), "x").into(),
+                ErrorKind::Unavailable,
+            ),
+            (
+                (RedisKind::Server(Server::BusyLoading), "x").into(),
                 ErrorKind::Unavailable,
             ),
             (
                 (RedisKind::AuthenticationFailed, "x").into(),
                 ErrorKind::Misconfigured,
             ),
-            ((RedisKind::TypeError, "x").into(), ErrorKind::Unexpected),
+            ((RedisKind::Parse, "x").into(), ErrorKind::Unexpected),
             (
-                (RedisKind::ResponseError, "x").into(),
+                (RedisKind::UnexpectedReturnType, "x").into(),
+                ErrorKind::Unexpected,
+            ),
+            (
+                (RedisKind::Server(Server::ResponseError), "x").into(),
                 ErrorKind::Unexpected,
             ),
             (reply("OUTBOX_NOT_FOUND", "endpoint"), ErrorKind::NotFound),

@@ -11,7 +11,7 @@ use outboxkit_core::{
     EndpointUrl, Enqueued, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId,
     OrderingKey, PayloadFingerprint, Result, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
 };
-use redis::{FromRedisValue, RedisResult, Value};
+use redis::{FromRedisValue, ParsingError, Value};
 
 use crate::error::corrupt;
 
@@ -431,12 +431,12 @@ pub(crate) fn enqueued(v: &Value) -> Option<Enqueued> {
 }
 
 impl FromRedisValue for EnqueueReply {
-    fn from_redis_value(v: &Value) -> RedisResult<Self> {
-        let bad = || {
-            redis::RedisError::from((redis::ErrorKind::TypeError, "not an outbox enqueue reply"))
-        };
+    fn from_redis_value_ref(v: &Value) -> Result<Self, ParsingError> {
+        let bad = || ParsingError::from("not an outbox enqueue reply".to_owned());
+        // A pipeline's failed command is an error before any reply is decoded; only a
+        // pipeline with `ignore_errors` hands one over as a value.
         if let Value::ServerError(e) = v {
-            return Err(e.clone().into());
+            return Err(ParsingError::from(format!("the enqueue failed: {e}")));
         }
         let Value::Array(a) = v else {
             return Err(bad());
@@ -445,6 +445,10 @@ impl FromRedisValue for EnqueueReply {
             return Err(bad());
         };
         enqueued(one).map(EnqueueReply).ok_or_else(bad)
+    }
+
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        Self::from_redis_value_ref(&v)
     }
 }
 

@@ -152,9 +152,9 @@ impl RedisStore {
     ) -> Result<Self> {
         config.validate()?;
         let cm = ConnectionManagerConfig::new()
-            .set_response_timeout(config.response_timeout)
-            .set_connection_timeout(config.connection_timeout)
-            .set_max_delay(2_000);
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connection_timeout))
+            .set_max_delay(std::time::Duration::from_secs(2));
         let conn = bounded(&config, async {
             let conn = client
                 .get_connection_manager_with_config(cm)
@@ -365,7 +365,10 @@ impl RedisStore {
         let mut rounds = 0;
         loop {
             match cmd.query_async(&mut conn).await {
-                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && rounds < 3 => {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                        && rounds < 3 =>
+                {
                     rounds += 1;
                     script
                         .prepare_invoke()

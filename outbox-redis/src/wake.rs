@@ -55,8 +55,8 @@ impl RedisStore {
             name: client_name(&config.prefix),
             wakeups: self.inner.wakeups.clone(),
             connection: AsyncConnectionConfig::new()
-                .set_connection_timeout(config.connection_timeout)
-                .set_response_timeout(config.response_timeout),
+                .set_connection_timeout(Some(config.connection_timeout))
+                .set_response_timeout(Some(config.response_timeout)),
         };
         *slot = Some(rt.spawn(supervise(setup)));
     }
@@ -74,9 +74,12 @@ pub(crate) fn client_name(prefix: &str) -> String {
 
 /// The same server with the RESP3 protocol (pub/sub on an ordinary connection).
 fn resp3(client: &redis::Client) -> redis::Client {
-    let mut info = client.get_connection_info().clone();
-    info.redis.protocol = ProtocolVersion::RESP3;
-    redis::Client::open(info).unwrap_or_else(|_| client.clone())
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(settings)).unwrap_or_else(|_| client.clone())
 }
 
 /// What the listener needs to (re)start.

@@ -252,9 +252,11 @@ impl Drop for DropSchema {
                     .connect(&url)
                     .await
                 {
-                    let _ = sqlx::query(&format!("drop schema if exists {ns} cascade"))
-                        .execute(&pool)
-                        .await;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "drop schema if exists {ns} cascade"
+                    )))
+                    .execute(&pool)
+                    .await;
                 }
             });
         })

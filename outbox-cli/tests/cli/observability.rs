@@ -333,9 +333,11 @@ async fn relay_metrics_move_as_deliveries_complete_and_the_trace_reaches_the_rec
     })
     .await;
     let stderr = stop(child);
-    let _ = sqlx::query(&format!("drop schema if exists {ns} cascade"))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop schema if exists {ns} cascade"
+    )))
+    .execute(&pool)
+    .await;
     if let Err(e) = result {
         std::panic::resume_unwind(e.into_panic());
     }

@@ -111,9 +111,11 @@ async fn relay_on_postgres_delivers_and_stops_on_sigterm() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let cleanup = async {
-        let _ = sqlx::query(&format!("drop schema if exists {ns} cascade"))
-            .execute(&pool)
-            .await;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "drop schema if exists {ns} cascade"
+        )))
+        .execute(&pool)
+        .await;
     };
     let stats = shared.stats().await.unwrap();
     cleanup.await;

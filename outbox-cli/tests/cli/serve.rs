@@ -138,9 +138,11 @@ async fn tokens_and_serve_on_postgres() {
     let ns = format!("cli_serve_{:012x}", OsEntropy.next_u64() >> 16);
     let (u, n) = (url.clone(), ns.clone());
     let r = tokio::task::spawn_blocking(move || serve_against(&u, &n)).await;
-    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await;
     r.unwrap();
 }
 

@@ -225,16 +225,20 @@ async fn psql_and_python_enqueue_in_their_transactions_and_the_relay_delivers_si
             "{bodies:?}"
         );
         assert_eq!((stats.succeeded, stats.total()), (2, 2), "{stats:?}");
-        let orders: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{ns}\".orders"))
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let orders: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM \"{ns}\".orders"
+        )))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
         assert_eq!(orders, 1, "the rolled-back order is gone with its event");
     });
     let outcome = result.await;
-    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await;
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }

@@ -282,7 +282,7 @@ async fn drop_schema(schema: &str) {
         return;
     };
     let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-    if let Err(e) = outboxkit_postgres::sqlx::query(&sql)
+    if let Err(e) = outboxkit_postgres::sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
         .execute(&mut conn)
         .await
     {

@@ -198,3 +198,22 @@ fn bad_mailer_settings_are_misconfigured_and_the_key_never_prints() {
         assert!(!e.to_string().contains(KEY));
     }
 }
+
+#[tokio::test]
+async fn an_untrusted_certificate_fails_the_tls_handshake_unsent() {
+    // The SMTP stand-in speaking TLS from the first byte, with a self-signed certificate.
+    let tls = outboxkit_testing::SmtpStandIn::builder()
+        .implicit_tls()
+        .start()
+        .await;
+    let m = mailer(
+        format!("https://127.0.0.1:{}/send", tls.port()),
+        Duration::from_secs(5),
+    );
+    let e = m.send(&message(), &key()).await.unwrap_err();
+    assert_eq!((e.code, e.outcome), (C::Unavailable, O::NotSent), "{e}");
+    assert_eq!(
+        e.detail, "tls handshake with the mail service failed",
+        "{e}"
+    );
+}

@@ -265,3 +265,24 @@ async fn connections_are_reused() {
         "one keep-alive connection served every request"
     );
 }
+
+#[tokio::test]
+async fn https_runs_a_verified_tls_handshake() {
+    // A TLS server on loopback (the SMTP stand-in speaking TLS from the first byte) with a
+    // self-signed certificate for `localhost`: the transport's rustls (ring, webpki roots)
+    // runs the handshake and refuses the certificate, which no trusted root signed.
+    let tls = outboxkit_testing::SmtpStandIn::builder()
+        .implicit_tls()
+        .start()
+        .await;
+    let t = loopback_transport();
+    let url = format!("https://127.0.0.1:{}/hook", tls.port());
+    let resp = t.send(plain(&url, Duration::from_secs(5))).await;
+    match &resp {
+        WebhookResponse::Failed { class, detail } => {
+            assert_eq!(*class, ErrorClass::Network, "{resp:?}");
+            assert_eq!(detail, "tls handshake failed", "{resp:?}");
+        }
+        WebhookResponse::Answered { .. } => panic!("an untrusted certificate was accepted"),
+    }
+}

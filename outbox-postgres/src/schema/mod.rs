@@ -4,6 +4,7 @@
 
 use outboxkit_core::{Error, Result, Timestamp};
 use sqlx::postgres::PgPool;
+use sqlx::AssertSqlSafe;
 
 use crate::config::PostgresConfig;
 use crate::error::DbResult;
@@ -101,23 +102,24 @@ pub(crate) async fn migrate(pool: &PgPool, config: &PostgresConfig, now: Timesta
             .await
             .db()?;
     if !exists {
-        sqlx::raw_sql(&format!("CREATE SCHEMA {s}"))
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE SCHEMA {s}")))
             .execute(&mut *tx)
             .await
             .db()?;
     }
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(AssertSqlSafe(format!(
         "CREATE TABLE IF NOT EXISTS {s}.schema_migrations ( \
              version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)"
-    ))
+    )))
     .execute(&mut *tx)
     .await
     .db()?;
-    let current: Option<i32> =
-        sqlx::query_scalar(&format!("SELECT max(version) FROM {s}.schema_migrations"))
-            .fetch_one(&mut *tx)
-            .await
-            .db()?;
+    let current: Option<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT max(version) FROM {s}.schema_migrations"
+    )))
+    .fetch_one(&mut *tx)
+    .await
+    .db()?;
     let current = current.unwrap_or(0);
     let latest = MIGRATIONS.last().map_or(0, |m| m.0);
     if current > latest {
@@ -128,20 +130,22 @@ pub(crate) async fn migrate(pool: &PgPool, config: &PostgresConfig, now: Timesta
     }
     // Every known migration not recorded yet, in order (not only those above the newest
     // recorded one), so a migration numbered below one already applied still runs.
-    let done: Vec<i32> = sqlx::query_scalar(&format!("SELECT version FROM {s}.schema_migrations"))
-        .fetch_all(&mut *tx)
-        .await
-        .db()?;
+    let done: Vec<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT version FROM {s}.schema_migrations"
+    )))
+    .fetch_all(&mut *tx)
+    .await
+    .db()?;
     let mut applied = 0;
     for (version, name, text) in MIGRATIONS.iter().filter(|m| !done.contains(&m.0)) {
-        sqlx::raw_sql(&text.replace("{schema}", &s))
+        sqlx::raw_sql(AssertSqlSafe(text.replace("{schema}", &s)))
             .execute(&mut *tx)
             .await
             .db()?;
         // $1 version, $2 name, $3 applied at.
-        sqlx::query(&format!(
+        sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {s}.schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)"
-        ))
+        )))
         .bind(version)
         .bind(name)
         .bind(ms(now))
@@ -159,7 +163,10 @@ pub(crate) async fn migrate(pool: &PgPool, config: &PostgresConfig, now: Timesta
             .await
             .db()?;
     if !function.is_installed(comment.as_deref()) {
-        sqlx::raw_sql(&function.text).execute(&mut *tx).await.db()?;
+        sqlx::raw_sql(AssertSqlSafe(function.text.as_str()))
+            .execute(&mut *tx)
+            .await
+            .db()?;
     }
     tx.commit().await.db()?;
     Ok(applied)

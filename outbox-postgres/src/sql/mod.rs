@@ -14,12 +14,13 @@ pub(crate) mod enqueue;
 pub(crate) mod ledger;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use outboxkit_core::{Error, ErrorKind, Result};
 use sqlx::postgres::{PgArguments, PgRow, Postgres};
 use sqlx::query::Query;
 use sqlx::query::QueryScalar;
-use sqlx::{Arguments, Encode, FromRow, Type};
+use sqlx::{Arguments, AssertSqlSafe, Encode, FromRow, Type};
 
 /// The token statements.
 pub(crate) const TOKENS: &str = include_str!("tokens.sql");
@@ -42,7 +43,8 @@ type Bind<'q> = Box<
 /// of each `$n`, in order.
 #[derive(Debug, Clone)]
 pub(crate) struct Statement {
-    text: String,
+    /// Shared, so each execution hands sqlx the text without copying it.
+    text: Arc<str>,
     names: Vec<String>,
 }
 
@@ -163,7 +165,10 @@ impl Statement {
                 }
             }
         }
-        Ok(Statement { text, names })
+        Ok(Statement {
+            text: text.into(),
+            names,
+        })
     }
 
     /// The text sent to the server.
@@ -182,7 +187,11 @@ impl Statement {
         &'q self,
         params: Params<'q>,
     ) -> Result<Query<'q, Postgres, PgArguments>> {
-        Ok(sqlx::query_with(self.text(), self.arguments(params)?))
+        // The text is ours: a template rendered with the (validated) schema name.
+        Ok(sqlx::query_with(
+            AssertSqlSafe(Arc::clone(&self.text)),
+            self.arguments(params)?,
+        ))
     }
 
     /// [`Statement::bind`] for a statement that returns one column.
@@ -194,7 +203,7 @@ impl Statement {
         (O,): for<'r> FromRow<'r, PgRow>,
     {
         Ok(sqlx::query_scalar_with(
-            self.text(),
+            AssertSqlSafe(Arc::clone(&self.text)),
             self.arguments(params)?,
         ))
     }

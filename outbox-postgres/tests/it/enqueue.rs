@@ -18,16 +18,20 @@ async fn enqueue_in_commits_with_the_callers_transaction() {
             .ready_store(db.pool(&db.app("tx"), 2).await, Arc::new(SystemClock))
             .await;
         let orders = format!("\"{}\".orders", db.schema);
-        sqlx::query(&format!("CREATE TABLE {orders} (id bigint PRIMARY KEY)"))
-            .execute(store.pool())
-            .await
-            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE TABLE {orders} (id bigint PRIMARY KEY)"
+        )))
+        .execute(store.pool())
+        .await
+        .unwrap();
 
         let mut tx = store.pool().begin().await.unwrap();
-        sqlx::query(&format!("INSERT INTO {orders} (id) VALUES (1)"))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {orders} (id) VALUES (1)"
+        )))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
         let e = store.enqueue_in(&mut tx, order(1)).await.unwrap();
         assert_eq!((e.deliveries, e.duplicate), (1, false));
         // Not visible outside the transaction before it commits.

@@ -39,7 +39,10 @@ pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
     let layout = |table: &str| {
         let q = format!("SELECT to_regclass('{s}.{table}')::text");
         async move {
-            let found: Option<String> = sqlx::query_scalar(&q).fetch_one(admin).await.unwrap();
+            let found: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(q.to_string()))
+                .fetch_one(admin)
+                .await
+                .unwrap();
             found.is_some()
         }
     };
@@ -61,9 +64,9 @@ pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
         (format!("{s}.endpoints"), "endpoints", "id"),
         (format!("{s}.consumers"), "consumers", "name"),
     ] {
-        let rows: Vec<String> = sqlx::query_scalar(&format!(
+        let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT row_to_json(t)::text FROM {table} t ORDER BY {key}"
-        ))
+        )))
         .fetch_all(admin)
         .await
         .unwrap();
@@ -99,21 +102,23 @@ pub struct Legacy {
 /// pending with a due time, then the endpoint paused (its 7 deliveries held).
 pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualClock>) -> Legacy {
     let s = format!("\"{}\"", db.schema);
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE SCHEMA {s}; CREATE TABLE {s}.schema_migrations (version integer \
          PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)"
-    ))
+    )))
     .execute(&db.admin)
     .await
     .unwrap();
     for m in migrations().iter().filter(|m| m.version <= version) {
-        sqlx::raw_sql(&m.sql(&db.schema).unwrap())
-            .execute(&db.admin)
-            .await
-            .unwrap();
-        sqlx::query(&format!(
-            "INSERT INTO {s}.schema_migrations VALUES ($1, $2, 0)"
+        sqlx::raw_sql(sqlx::AssertSqlSafe(
+            (m.sql(&db.schema).unwrap()).to_string(),
         ))
+        .execute(&db.admin)
+        .await
+        .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {s}.schema_migrations VALUES ($1, $2, 0)"
+        )))
         .bind(m.version)
         .bind(m.name)
         .execute(&db.admin)
@@ -243,10 +248,12 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
     } else {
         format!("{s}.deliveries")
     };
-    let copied: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {rows} t"))
-        .fetch_one(&db.admin)
-        .await
-        .unwrap();
+    let copied: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {rows} t"
+    )))
+    .fetch_one(&db.admin)
+    .await
+    .unwrap();
     assert_eq!(copied, 14, "every delivery is in the older schema");
     Legacy {
         tenant: acme,
@@ -264,11 +271,12 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
 pub async fn copy_rows(admin: &sqlx::PgPool, src: &str, dst: &str) {
     let (src, s) = (format!("\"{src}\""), format!("\"{dst}\""));
     let folded = every_attempt(&src);
-    let history: Option<String> =
-        sqlx::query_scalar(&format!("SELECT to_regclass('{s}.deliveries_done')::text"))
-            .fetch_one(admin)
-            .await
-            .unwrap();
+    let history: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT to_regclass('{s}.deliveries_done')::text"
+    )))
+    .fetch_one(admin)
+    .await
+    .unwrap();
     // Version 6 keeps finished deliveries in `deliveries_done`, earlier ones in `deliveries`.
     let (open, done) = match history {
         Some(_) => (
@@ -301,19 +309,19 @@ pub async fn copy_rows(admin: &sqlx::PgPool, src: &str, dst: &str) {
         .await
         .unwrap();
         let Some(cols) = cols else { continue };
-        sqlx::raw_sql(&format!(
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {s}.{table} ({cols}) SELECT {cols} FROM {from} t"
-        ))
+        )))
         .execute(admin)
         .await
         .unwrap();
     }
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "SELECT setval(pg_get_serial_sequence('{s}.deliveries', 'seq'), \
                        (SELECT max(seq) FROM (SELECT seq FROM {s}.deliveries UNION ALL \
                           SELECT seq FROM {src}.delivery_rows) x)); \
          DROP SCHEMA {src} CASCADE;"
-    ))
+    )))
     .execute(admin)
     .await
     .unwrap();

@@ -16,15 +16,15 @@ async fn the_migration_script_builds_what_migrate_builds() {
         let script = migration_script(&db.schema).expect("a valid schema name");
         // Twice: the second run finds every version recorded and changes nothing.
         for _ in 0..2 {
-            sqlx::raw_sql(&format!("BEGIN;\n{script}\nCOMMIT;"))
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("BEGIN;\n{script}\nCOMMIT;")))
                 .execute(&db.admin)
                 .await
                 .expect("the script runs");
         }
-        let recorded: Vec<i32> = sqlx::query_scalar(&format!(
+        let recorded: Vec<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT version FROM \"{}\".schema_migrations ORDER BY version",
             db.schema
-        ))
+        )))
         .fetch_all(&db.admin)
         .await
         .unwrap();

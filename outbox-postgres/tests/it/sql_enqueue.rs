@@ -112,7 +112,7 @@ async fn enqueue(
                 "SELECT message_id, deliveries, duplicate FROM \"{schema}\".enqueue($1, $2, $3::json, \
                  $4, $5, timestamptz 'epoch' + $6::int8 * interval '1 millisecond', $7::jsonb, $8)"
             );
-            let row = sqlx::query(&q)
+            let row = sqlx::query(sqlx::AssertSqlSafe(q.to_string()))
                 .bind(case.tenant.as_deref())
                 .bind(&case.topic)
                 .bind(&case.payload)
@@ -138,11 +138,11 @@ async fn enqueue(
 
 async fn rows_of(db: &TestDb, conn: &mut PgConnection, id: Uuid, at: Option<i64>) -> Written {
     let s = format!("\"{}\"", db.schema);
-    let m = sqlx::query(&format!(
+    let m = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT tenant, topic, convert_from(payload, 'UTF8') AS payload, ordering_key, \
                 idempotency_key, available_at, headers, cause, \
                 created_at FROM {s}.messages WHERE id = $1"
-    ))
+    )))
     .bind(id)
     .fetch_one(&mut *conn)
     .await
@@ -165,10 +165,10 @@ async fn rows_of(db: &TestDb, conn: &mut PgConnection, id: Uuid, at: Option<i64>
     .map(|c| m.get::<Option<String>, _>(*c))
     .collect();
     message.push(Some(avail));
-    let d = sqlx::query(&format!(
+    let d = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT g.kind, g.target, q.state, q.due_at, q.key_hash, q.id FROM {s}.queue q \
            JOIN {s}.groups g ON g.id = q.group_id WHERE q.message_id = $1 ORDER BY q.seq"
-    ))
+    )))
     .bind(id)
     .fetch_all(&mut *conn)
     .await
@@ -495,7 +495,7 @@ async fn both_refuse_the_same_inputs_with_the_same_message() {
                 "invalid input syntax for type json",
             ),
         ] {
-            let err = sqlx::query(&format!("SELECT * FROM {call}"))
+            let err = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT * FROM {call}")))
                 .execute(&mut *conn)
                 .await
                 .unwrap_err();
@@ -522,10 +522,16 @@ async fn the_function_wakes_listeners_at_commit_and_follows_the_stores_limits() 
         let call = format!("SELECT * FROM {s}.enqueue('default', 'order.created', '{{\"n\": 1}}')");
 
         let mut tx = store.pool().begin().await.unwrap();
-        sqlx::query(&call).execute(&mut *tx).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(call.to_string()))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
         tx.rollback().await.unwrap();
         let mut tx = store.pool().begin().await.unwrap();
-        sqlx::query(&call).execute(&mut *tx).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(call.to_string()))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
         let held = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
         assert!(
             held.is_err(),
@@ -562,24 +568,30 @@ async fn the_function_wakes_listeners_at_commit_and_follows_the_stores_limits() 
             "SELECT obj_description(to_regprocedure('{s}.enqueue(text, text, json, text, text, \
              timestamptz, jsonb, text[])'), 'pg_proc')"
         );
-        let tag: String = sqlx::query_scalar(&comment)
+        let tag: String = sqlx::query_scalar(sqlx::AssertSqlSafe(comment.to_string()))
             .fetch_one(store.pool())
             .await
             .unwrap();
-        let err = sqlx::query(&call).execute(store.pool()).await.unwrap_err();
+        let err = sqlx::query(sqlx::AssertSqlSafe(call.to_string()))
+            .execute(store.pool())
+            .await
+            .unwrap_err();
         assert!(
             err.to_string()
                 .contains("is larger than the limit of 4 bytes"),
             "{err}"
         );
         small.migrate().await.unwrap();
-        let again: String = sqlx::query_scalar(&comment)
+        let again: String = sqlx::query_scalar(sqlx::AssertSqlSafe(comment.to_string()))
             .fetch_one(store.pool())
             .await
             .unwrap();
         assert_eq!(tag, again);
         store.migrate().await.unwrap();
-        sqlx::query(&call).execute(store.pool()).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(call.to_string()))
+            .execute(store.pool())
+            .await
+            .unwrap();
         assert_eq!(count(&db, "SELECT count(*) FROM {s}.messages").await, 2);
     })
     .await;
@@ -590,13 +602,16 @@ async fn the_migration_script_installs_the_function() {
     with_db(|db| async move {
         let script = outboxkit_postgres::migration_script(&db.schema).unwrap();
         let mut tx = db.admin.begin().await.unwrap();
-        sqlx::raw_sql(&script).execute(&mut *tx).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(script.to_string()))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
         tx.commit().await.unwrap();
         let s = format!("\"{}\"", db.schema);
-        let row = sqlx::query(&format!(
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT * FROM {s}.enqueue('acme', 'order.created', '{{\"n\": 1}}', 'k:1', 'idem-1', \
              now() + interval '1 hour', '{{\"h\": \"v\"}}', ARRAY['a@example.com'])"
-        ))
+        )))
         .fetch_one(&db.admin)
         .await
         .unwrap();
@@ -636,26 +651,31 @@ async fn a_role_with_the_documented_grants_can_enqueue() {
              GRANT SELECT ON {s}.consumers, {s}.endpoints TO {role}; \
              GRANT USAGE ON SEQUENCE {s}.queue_seq TO {role};"
         );
-        sqlx::raw_sql(&grants).execute(&db.admin).await.unwrap();
-        let mut tx = db.admin.begin().await.unwrap();
-        sqlx::raw_sql(&format!("SET LOCAL ROLE {role}"))
-            .execute(&mut *tx)
-            .await
-            .unwrap();
-        let got = sqlx::query(&format!(
-            "SELECT deliveries FROM {s}.enqueue('acme', 'order.created', '{{}}', \
-             recipients => ARRAY['a@example.com'])"
-        ))
-        .fetch_one(&mut *tx)
-        .await;
-        let denied = sqlx::query(&format!("DELETE FROM {s}.queue"))
-            .execute(&mut *tx)
-            .await;
-        drop(tx);
-        sqlx::raw_sql(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        sqlx::raw_sql(sqlx::AssertSqlSafe(grants.to_string()))
             .execute(&db.admin)
             .await
             .unwrap();
+        let mut tx = db.admin.begin().await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("SET LOCAL ROLE {role}")))
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let got = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT deliveries FROM {s}.enqueue('acme', 'order.created', '{{}}', \
+             recipients => ARRAY['a@example.com'])"
+        )))
+        .fetch_one(&mut *tx)
+        .await;
+        let denied = sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {s}.queue")))
+            .execute(&mut *tx)
+            .await;
+        drop(tx);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP OWNED BY {role}; DROP ROLE {role}"
+        )))
+        .execute(&db.admin)
+        .await
+        .unwrap();
         // worker, all, orders, created; acme's `*`, paused `order.*`, disabled `order.created`;
         // the recipient.
         assert_eq!(got.unwrap().get::<i32, _>("deliveries"), 8);

@@ -33,10 +33,10 @@ async fn queue_stats_and_the_readiness_probe_never_read_the_finished_history() {
 
         // Another session takes the history table and holds it.
         let mut locker = db.admin.begin().await.unwrap();
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "LOCK TABLE \"{}\".history IN ACCESS EXCLUSIVE MODE",
             db.schema
-        ))
+        )))
         .execute(&mut *locker)
         .await
         .unwrap();

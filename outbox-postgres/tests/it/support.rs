@@ -99,7 +99,7 @@ where
     });
     let result = AssertUnwindSafe(body(db.clone())).catch_unwind().await;
     let drop = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", db.schema);
-    if let Err(e) = outboxkit_postgres::sqlx::query(&drop)
+    if let Err(e) = outboxkit_postgres::sqlx::query(sqlx::AssertSqlSafe(drop.to_string()))
         .execute(&db.admin)
         .await
     {
@@ -142,7 +142,7 @@ pub fn success(now: Timestamp) -> Completion {
 /// `SELECT count(*)` over a query of this test's schema (`{s}` is the quoted schema).
 pub async fn count(db: &TestDb, query: &str) -> i64 {
     let q = query.replace("{s}", &format!("\"{}\"", db.schema));
-    outboxkit_postgres::sqlx::query_scalar(&q)
+    outboxkit_postgres::sqlx::query_scalar(sqlx::AssertSqlSafe(q.to_string()))
         .fetch_one(&db.admin)
         .await
         .expect("a count query")

@@ -48,7 +48,10 @@ async fn a_version_1_schema_with_a_paused_endpoint_upgrades_in_place() {
             include_str!("../../src/schema/0001_init.sql").replace("{schema}", &s),
             format!("INSERT INTO {s}.schema_migrations VALUES (1, 'init', 0)"),
         ] {
-            sqlx::raw_sql(&statement).execute(&db.admin).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(statement.to_string()))
+                .execute(&db.admin)
+                .await
+                .unwrap();
         }
         let clock = ManualClock::new();
         let store = db.store(db.pool(&db.app("upgrade"), 2).await, clock.clone());
@@ -78,9 +81,9 @@ async fn a_version_1_schema_with_a_paused_endpoint_upgrades_in_place() {
         drop(writer);
         crate::legacy::copy_rows(&db.admin, &scratch, &db.schema).await;
         // Version 1 paused by changing the status only: its deliveries stayed `pending`.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {s}.endpoints SET status = 'paused' WHERE id = $1"
-        ))
+        )))
         .bind(paused.id.as_uuid())
         .execute(&db.admin)
         .await

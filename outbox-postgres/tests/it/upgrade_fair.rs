@@ -30,9 +30,9 @@ async fn a_version_3_database_with_every_status_upgrades_in_place_under_concurre
         // Four processes migrate at once: one applies version 4, the others find it done.
         let stores = migrate_concurrently(&db, &clock, 3).await;
         assert_eq!(snapshot(&db.admin, &s).await, before, "no row changed");
-        let versions: Vec<i32> = sqlx::query_scalar(&format!(
+        let versions: Vec<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT version FROM {s}.schema_migrations ORDER BY version"
-        ))
+        )))
         .fetch_all(&db.admin)
         .await
         .unwrap();

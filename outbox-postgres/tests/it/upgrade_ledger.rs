@@ -49,7 +49,7 @@ async fn a_version_one_schema_upgrades_in_place() {
                 503, 'boom');",
             v1 = V1.replace("{schema}", &s),
         );
-        sqlx::raw_sql(&setup)
+        sqlx::raw_sql(sqlx::AssertSqlSafe(setup.to_string()))
             .execute(&db.admin)
             .await
             .expect("a version-1 schema");

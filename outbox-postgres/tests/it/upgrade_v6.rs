@@ -77,10 +77,10 @@ async fn every_status_upgrades_from(from: i32) {
             (2, 1, 1, 2, 7, 1),
             "{stats:?}"
         );
-        let finished: Vec<(uuid::Uuid, String)> = sqlx::query_as(&format!(
+        let finished: Vec<(uuid::Uuid, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT id, CASE status WHEN 4 THEN 'succeeded' ELSE 'dead' END FROM {s}.history \
               ORDER BY seq"
-        ))
+        )))
         .fetch_all(&db.admin)
         .await
         .unwrap();

@@ -181,8 +181,8 @@ impl App {
         let mut app = App::over(s, config()).await;
         app.cleanup = Some(Box::new(move || {
             Box::pin(async move {
-                let _ = outboxkit_postgres::sqlx::query(&format!(
-                    "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                let _ = outboxkit_postgres::sqlx::query(outboxkit_postgres::sqlx::AssertSqlSafe(
+                    format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"),
                 ))
                 .execute(&pool)
                 .await;
