@@ -260,9 +260,11 @@ async fn http_enqueue_through_serve_and_relay_on_postgres() {
     let (u, n) = (url.clone(), ns.clone());
     let outcome =
         tokio::spawn(async move { enqueue_over_http(&u, &n, Arc::new(store)).await }).await;
-    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"))
-        .execute(&pool)
-        .await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await;
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }
