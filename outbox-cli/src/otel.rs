@@ -134,7 +134,8 @@ impl Telemetry {
         let failed = |e: &dyn std::fmt::Display| {
             CliError::failed(format!("cannot set up --otlp-endpoint: {e}"))
         };
-        let client = reqwest::Client::builder()
+        // The transport's TLS (ring, webpki roots): reqwest has no crypto provider of its own.
+        let client = outboxkit_http::client_builder()
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| failed(&e))?;
