@@ -62,6 +62,7 @@ impl TokenStore for SqliteStore {
     async fn create_token(&self, t: &ApiToken) -> Result<()> {
         t.validate()?;
         let t = t.clone();
+        let (read_only, enqueue_only) = t.access.flags();
         self.pool()
             .write(move |conn| {
                 conn.execute(
@@ -73,8 +74,8 @@ impl TokenStore for SqliteStore {
                         t.id.to_string(),
                         t.label,
                         t.scope.tenant().map(TenantId::as_str),
-                        t.access.flags().0,
-                        t.access.flags().1,
+                        read_only,
+                        enqueue_only,
                         t.hash.as_bytes().as_slice(),
                         t.created_at.as_unix_millis(),
                         t.revoked_at.map(Timestamp::as_unix_millis),

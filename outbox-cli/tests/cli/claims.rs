@@ -11,7 +11,7 @@ use outboxkit_core::{
 use outboxkit_testing::WebhookReceiver;
 use serde_json::Value;
 
-use crate::{id_after, outbox, sqlite_url};
+use crate::{id_after, namespace, outbox, sqlite_url};
 
 fn run(store: &[String], args: &[&str]) -> crate::Run {
     let mut full: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
@@ -126,14 +126,6 @@ async fn relay_claims_each_delivery_about_once_on_sqlite() {
     let store = vec!["--store".to_owned(), sqlite_url(dir.path())];
     let r = tokio::task::spawn_blocking(move || claims_about_once(store, &receiver)).await;
     println!("sqlite claims per delivery: {:.3}", r.unwrap());
-}
-
-/// A fresh namespace name.
-fn namespace(prefix: &str) -> String {
-    let mut b = [0u8; 6];
-    outboxkit_core::Entropy::fill(&OsEntropy, &mut b);
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{prefix}_{hex}")
 }
 
 #[tokio::test]

@@ -6,11 +6,12 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{AeadVault, OsEntropy, Store, SystemClock, TenantId};
-use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
+use outboxkit_core::{OsEntropy, Store, SystemClock, TenantId};
 use outboxkit_testing::WebhookReceiver;
 
-use crate::{outbox, outbox_cmd, sqlite_url, Run, VAULT_KEY};
+use crate::{
+    free_port, namespace, outbox, outbox_cmd, postgres_pool, signed_endpoint, sqlite_url, Run,
+};
 
 /// `curl` a JSON body to `url` with `token` and extra headers: `(status, body)`.
 fn curl(url: &str, token: &str, body: &str, headers: &[&str]) -> (u16, serde_json::Value) {
@@ -47,14 +48,6 @@ fn curl(url: &str, token: &str, body: &str, headers: &[&str]) -> (u16, serde_jso
         code.trim().parse().expect("a status code"),
         serde_json::from_str(text).unwrap_or(serde_json::Value::Null),
     )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Start `outbox serve` and wait until it listens.
@@ -96,25 +89,7 @@ fn stop(mut child: Child) {
 async fn enqueue_over_http(store: &str, ns: &str, shared: Arc<dyn Store>) {
     let acme = TenantId::new("acme").unwrap();
     let receiver = WebhookReceiver::start().await.unwrap();
-    let vault = Arc::new(AeadVault::from_hex(VAULT_KEY, Arc::new(OsEntropy)).unwrap());
-    let admin = EndpointAdmin::new(
-        shared.clone(),
-        vault,
-        Arc::new(SystemClock),
-        Arc::new(OsEntropy),
-    )
-    .with_url_policy(Arc::new(outboxkit_core::AnyUrl));
-    let (_, secret) = admin
-        .create(
-            &acme,
-            NewEndpoint {
-                url: receiver.url(),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    receiver.set_secrets(vec![secret]);
+    signed_endpoint(shared.clone(), &acme, &receiver, "*").await;
 
     // Both kinds at once is refused, and writes nothing.
     let loc = ["--store", store, "--namespace", ns];
@@ -229,26 +204,10 @@ async fn http_enqueue_through_serve_and_relay_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_enqueue_through_serve_and_relay_on_postgres() {
-    let url = std::env::var("OUTBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let pool = match sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&url)
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => {
-            return outboxkit_testing::conformance::backend_unavailable::<()>("postgres", e)
-                .unwrap_or(())
-        }
+    let Some((url, pool)) = postgres_pool(2).await else {
+        return;
     };
-    let mut b = [0u8; 6];
-    outboxkit_core::Entropy::fill(&OsEntropy, &mut b);
-    let ns = format!(
-        "cli_http_{}",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    );
+    let ns = namespace("cli_http");
     outbox(&["migrate", "--store", &url, "--namespace", &ns]).ok();
     let store = outboxkit_postgres::PostgresStore::new(
         pool.clone(),

@@ -85,6 +85,74 @@ pub fn outbox(args: &[&str]) -> Run {
 }
 
 /// `sqlite:PATH` for a database in `dir`.
+/// A fresh namespace name: `prefix` and 12 random hex digits.
+pub fn namespace(prefix: &str) -> String {
+    let mut b = [0u8; 6];
+    outboxkit_core::Entropy::fill(&outboxkit_core::OsEntropy, &mut b);
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{prefix}_{hex}")
+}
+
+/// A loopback port nothing listens on (yet).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The test PostgreSQL's URL and a pool of `max` connections to it; `None` when it is
+/// unreachable and not required (`backend_unavailable` panics when it is).
+pub async fn postgres_pool(max: u32) -> Option<(String, sqlx::PgPool)> {
+    let url = std::env::var("OUTBOX_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    match sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect(&url)
+        .await
+    {
+        Ok(p) => Some((url, p)),
+        Err(e) => outboxkit_testing::conformance::backend_unavailable("postgres", e),
+    }
+}
+
+/// A webhook endpoint of `tenant` to `receiver` with `filter`, created through the library
+/// (secret sealed with [`VAULT_KEY`]); the receiver verifies its signature from then on.
+pub async fn signed_endpoint(
+    store: std::sync::Arc<dyn outboxkit_core::Store>,
+    tenant: &outboxkit_core::TenantId,
+    receiver: &outboxkit_testing::WebhookReceiver,
+    filter: &str,
+) -> outboxkit_core::Endpoint {
+    use std::sync::Arc;
+    let vault = Arc::new(
+        outboxkit_core::AeadVault::from_hex(VAULT_KEY, Arc::new(outboxkit_core::OsEntropy))
+            .unwrap(),
+    );
+    let admin = outboxkit_dispatch::EndpointAdmin::new(
+        store,
+        vault,
+        Arc::new(outboxkit_core::SystemClock),
+        Arc::new(outboxkit_core::OsEntropy),
+    )
+    .with_url_policy(Arc::new(outboxkit_core::AnyUrl));
+    let (endpoint, secret) = admin
+        .create(
+            tenant,
+            outboxkit_dispatch::NewEndpoint {
+                url: receiver.url(),
+                filter: filter.into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    receiver.set_secrets(vec![secret]);
+    endpoint
+}
+
 pub fn sqlite_url(dir: &Path) -> String {
     format!("sqlite:{}", dir.join("outbox.sqlite").display())
 }

@@ -12,22 +12,13 @@ use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 use outboxkit_postgres::{PostgresConfig, PostgresStore};
 use outboxkit_testing::WebhookReceiver;
 
-use crate::{outbox, outbox_cmd, VAULT_KEY};
+use crate::{namespace, outbox, outbox_cmd, VAULT_KEY};
 
 const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 fn pg_url() -> String {
     std::env::var("OUTBOX_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-fn namespace(prefix: &str) -> String {
-    let mut b = [0u8; 6];
-    outboxkit_core::Entropy::fill(&OsEntropy, &mut b);
-    format!(
-        "{prefix}_{}",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    )
 }
 
 /// `GET path` over HTTP/1.0: the status code and the body (`None` while nothing listens).

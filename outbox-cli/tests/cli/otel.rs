@@ -167,10 +167,7 @@ async fn relay_exports_a_span_per_attempt_joined_to_the_stored_trace_and_counts_
         .unwrap();
     receiver.set_secrets(vec![secret]);
     // A loopback port nothing listens on: the attempt is refused, and retried later.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let closed = format!("127.0.0.1:{}", crate::free_port());
     let (bad, _) = admin
         .create(
             &tenant,

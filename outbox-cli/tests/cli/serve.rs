@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use outboxkit_core::{EntropyExt, OsEntropy};
 
-use crate::{outbox, outbox_cmd, sqlite_url};
+use crate::{free_port, outbox, outbox_cmd, sqlite_url};
 
 /// `GET path` over plain HTTP/1.1: the status code and the body.
 fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
@@ -25,14 +25,6 @@ fn get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
     let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
     (code, body)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Tokens and the server against one store.

@@ -6,12 +6,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{AeadVault, OsEntropy, Store, SystemClock, TenantId};
-use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
+use outboxkit_core::{OsEntropy, Store, SystemClock, TenantId};
 use outboxkit_postgres::{PostgresConfig, PostgresStore};
 use outboxkit_testing::WebhookReceiver;
 
-use crate::{outbox_cmd, Run, VAULT_KEY};
+use crate::{namespace, outbox_cmd, postgres_pool, signed_endpoint, Run};
 
 /// The Python a service would write: psycopg, its own transaction, the function called with
 /// plain parameters (a `str` payload is sent untyped and read as `json`).
@@ -61,19 +60,8 @@ fn psql(url: &str, sql: &str) -> Run {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psql_and_python_enqueue_in_their_transactions_and_the_relay_delivers_signed() {
-    let url = std::env::var("OUTBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let pool = match sqlx::postgres::PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&url)
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => {
-            return outboxkit_testing::conformance::backend_unavailable::<()>("postgres", e)
-                .unwrap_or(())
-        }
+    let Some((url, pool)) = postgres_pool(2).await else {
+        return;
     };
     let python = std::process::Command::new("python3")
         .args(["-c", "import psycopg"])
@@ -85,12 +73,7 @@ async fn psql_and_python_enqueue_in_their_transactions_and_the_relay_delivers_si
         )
         .unwrap_or(());
     }
-    let mut b = [0u8; 6];
-    outboxkit_core::Entropy::fill(&OsEntropy, &mut b);
-    let ns = format!(
-        "cli_sqlfn_{}",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    );
+    let ns = namespace("cli_sqlfn");
     let (url2, ns2, pool2) = (url.clone(), ns.clone(), pool.clone());
     let result = tokio::spawn(async move {
         let (url, ns, pool) = (url2, ns2, pool2);
@@ -108,27 +91,8 @@ async fn psql_and_python_enqueue_in_their_transactions_and_the_relay_delivers_si
         )
         .unwrap();
         let receiver = WebhookReceiver::start().await.unwrap();
-        let vault = Arc::new(AeadVault::from_hex(VAULT_KEY, Arc::new(OsEntropy)).unwrap());
         let shared: Arc<dyn Store> = Arc::new(store.clone());
-        let admin = EndpointAdmin::new(
-            shared.clone(),
-            vault,
-            Arc::new(SystemClock),
-            Arc::new(OsEntropy),
-        )
-        .with_url_policy(Arc::new(outboxkit_core::AnyUrl));
-        let (_, secret) = admin
-            .create(
-                &TenantId::default(),
-                NewEndpoint {
-                    url: receiver.url(),
-                    filter: "order.*".into(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
-        receiver.set_secrets(vec![secret]);
+        signed_endpoint(shared.clone(), &TenantId::default(), &receiver, "order.*").await;
 
         // psql: one transaction rolled back, one committed.
         let call = |via: &str| {

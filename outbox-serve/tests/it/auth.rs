@@ -487,29 +487,23 @@ async fn bad_input(app: &App) {
             assert_eq!(v["field"], f, "{method} {path}: {v}");
         }
     }
-    // A body that is not JSON.
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(format!("{t}/endpoints"))
-        .header("authorization", format!("Bearer {w}"))
-        .header("content-type", "text/plain")
-        .body(Body::from("url=https://example.com"))
-        .unwrap();
-    let res = tower::ServiceExt::oneshot(app.router.clone(), req)
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(format!("{t}/messages"))
-        .header("authorization", format!("Bearer {w}"))
-        .header("content-type", "text/plain")
-        .body(Body::from(r#"{"topic":"order.created","payload":{}}"#))
-        .unwrap();
-    let res = tower::ServiceExt::oneshot(app.router.clone(), req)
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // A body that is not declared JSON.
+    for (route, body) in [
+        ("endpoints", "url=https://example.com"),
+        ("messages", r#"{"topic":"order.created","payload":{}}"#),
+    ] {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{t}/{route}"))
+            .header("authorization", format!("Bearer {w}"))
+            .header("content-type", "text/plain")
+            .body(Body::from(body))
+            .unwrap();
+        let res = tower::ServiceExt::oneshot(app.router.clone(), req)
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "{route}");
+    }
     assert_eq!(snapshot(app).await, before, "bad input changed something");
 }
 
