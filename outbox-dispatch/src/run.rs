@@ -71,7 +71,7 @@ pub(crate) struct RunLoop<S> {
     /// by the loop beside everything else it waits for).
     settling: Option<Settling>,
     /// How many deliveries that settle holds: they still hold their leases, so they count
-    /// against `concurrency` like running ones (memory and completion size stay bounded).
+    /// against `capacity` like running ones (memory and completion size stay bounded).
     settling_len: usize,
     /// Claimed ahead of free slots, waiting to start (their leases run meanwhile): each
     /// with the time its claim returned and its claim batch's endpoint cache.
@@ -257,9 +257,16 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         self.run.stopping.is_cancelled() || spent
     }
 
-    /// Deliveries that hold a running slot: running, or finished and not yet written.
+    /// Deliveries held against `capacity`: running, or finished and not yet written (they
+    /// still hold their leases).
     fn running(&self) -> usize {
-        self.tasks.len() + self.inline.len() + self.finished.len() + self.settling_len
+        self.active() + self.finished.len() + self.settling_len
+    }
+
+    /// Deliveries running: what `concurrency` caps. One that finished is not running while
+    /// its completion is written, so the next starts at once rather than after the write.
+    fn active(&self) -> usize {
+        self.tasks.len() + self.inline.len()
     }
 
     /// When `run_once`, drained, should look again: the earliest due time of the

@@ -79,7 +79,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
         let now = self.shared.clock.now();
         let mut batch = Vec::new();
-        while self.running() + batch.len() < self.shared.config.concurrency {
+        // Running deliveries only: finished ones waiting for their write hold `capacity`
+        // (the claim step counts them), not a running slot.
+        while self.active() + batch.len() < self.shared.config.concurrency {
             let Some((claimed, claimed_at, endpoints)) = self.ready.pop_front() else {
                 break;
             };

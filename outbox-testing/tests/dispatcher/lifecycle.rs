@@ -519,20 +519,36 @@ async fn shutdown_is_noticed_under_continuous_load() {
 }
 
 /// Completions that wait to be written still hold their leases: they count against the
-/// concurrency limit, so a slow store never makes completion batches (or memory) grow.
+/// dispatcher's capacity (its concurrency plus what it claims ahead), so a slow store never
+/// makes completion batches (or memory) grow past it. They hold no running slot: the next
+/// deliveries start while they are written, and no more than `concurrency` handlers ever run
+/// at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn completion_batches_stay_within_the_concurrency_limit() {
+async fn completion_batches_stay_within_the_capacity_and_handlers_within_the_concurrency() {
     let w = world();
     let slow = Arc::new(Doubling(w.store.clone(), false, Default::default()));
+    let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (r2, p2) = (running.clone(), peak.clone());
     let d = outboxkit_dispatch::Dispatcher::builder(slow.clone())
         .clock(w.clock.clone())
         .config(outboxkit_dispatch::DispatcherConfig {
             batch_size: 50,
             concurrency: 50,
+            handler_concurrency: 200,
             ..Default::default()
         })
-        .handler("h", "*", |_c: Context, _m: Message| async {
-            HandlerResult::Ok
+        .handler("h", "*", move |_c: Context, _m: Message| {
+            let (running, peak) = (r2.clone(), p2.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                running.fetch_sub(1, Ordering::SeqCst);
+                HandlerResult::Ok
+            }
         })
         .build()
         .unwrap();
@@ -540,9 +556,12 @@ async fn completion_batches_stay_within_the_concurrency_limit() {
     w.enqueue_n(2000).await;
     let r = d.run_once(BUDGET).await.unwrap();
     assert_eq!(r.succeeded, 2000, "{r}");
+    // Capacity: concurrency 50 plus 50 claimed ahead (the batch size).
     let largest = slow.2.load(Ordering::SeqCst);
     assert!(
-        (1..=50).contains(&largest),
+        (1..=100).contains(&largest),
         "largest completion batch {largest}"
     );
+    let peak = peak.load(Ordering::SeqCst);
+    assert!((1..=50).contains(&peak), "{peak} handlers ran at once");
 }
