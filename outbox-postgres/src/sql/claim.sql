@@ -151,8 +151,10 @@ SELECT c.id, c.message_id, gr.tenant, m.topic, m.ordering_key, gr.kind, gr.targe
 -- unfinished (0 pending, 1 held) is updated in place (`upd`) and its attempt appended to
 -- `attempts`. Both feed the endpoint's last status. A wait for an endpoint that a resume or
 -- delete made while the delivery was claimed (:awaits, core's
--- `DeliveryUpdate::endpoint_is_back`) comes back pending, due now. Returns the ids that
--- matched their lease.
+-- `DeliveryUpdate::endpoint_is_back`) comes back pending, due now. A last attempt (its due
+-- negated by the claim) that comes back pending without a refund stays below zero: the next
+-- claim finds it among the stranded and kills it without giving it a place in the batch
+-- (core's `claim_rules`: exhausted rows die first). Returns the ids that matched their lease.
 WITH u AS (
   SELECT * FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::int2[], :attempts::int4[],
                        :snoozes::int4[], :next_at::int8[], :dead_reasons::text[],
@@ -192,7 +194,9 @@ upd AS (
          due_at = CASE WHEN (u.awaits AND g.kind = 'webhook' AND NOT EXISTS (
                     SELECT 1 FROM {endpoints} e WHERE e.id = g.target::uuid
                        AND e.tenant = g.tenant AND e.status <> 'active'))
-                  THEN :now::int8 ELSE u.next_at END,
+                  THEN :now::int8
+                  WHEN x.due_at < 0 AND u.status = 0 AND u.attempts >= x.attempts
+                  THEN -u.next_at ELSE u.next_at END,
          token = '00000000-0000-0000-0000-000000000000'::uuid, lease_until = 0,
          updated_at = :now::int8,
          ledger_len = x.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END

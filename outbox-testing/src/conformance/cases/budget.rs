@@ -139,6 +139,30 @@ pub async fn claim_kills_exhausted_rows_beyond_its_batch(fx: Fixture) {
     }
 }
 
+/// A last attempt that comes back pending (a retry verdict the store is asked to write as
+/// it is) dies at the next claim without taking a place in its batch: a claim of one still
+/// hands out the next due row (core's `claim_rules`: exhausted rows die first).
+pub async fn a_retried_last_attempt_dies_without_a_place_in_the_batch(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "*").await;
+    let t = Default::default();
+    let req = ClaimRequest::new(1, LEASE).handler(c.clone(), 1);
+    let first = enqueue(&fx, msg("order.created")).await;
+    let second = enqueue(&fx, msg("order.created")).await;
+    let got = claim_one(&fx, &req).await;
+    assert_eq!(got.delivery.message_id, first.message_id);
+    complete_with(&fx, &got, Verdict::Retry { at: now(&fx) }, None).await;
+    let next = claim_one(&fx, &req).await;
+    assert_eq!(
+        next.delivery.message_id, second.message_id,
+        "the exhausted row took the batch's only place"
+    );
+    let d = delivery(&fx, &t, got.delivery.id).await;
+    assert_eq!(
+        (d.status, d.dead_reason, d.attempts, d.lease_until),
+        (DeliveryStatus::Dead, Some(DeadReason::MaxAttempts), 1, None)
+    );
+}
+
 /// Budgets are per source: one claim may kill a row for one consumer and hand out the
 /// same message's row for another.
 pub async fn claim_budget_is_per_source(fx: Fixture) {
