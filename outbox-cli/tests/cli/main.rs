@@ -84,7 +84,6 @@ pub fn outbox(args: &[&str]) -> Run {
     )
 }
 
-/// `sqlite:PATH` for a database in `dir`.
 /// A fresh namespace name: `prefix` and 12 random hex digits.
 pub fn namespace(prefix: &str) -> String {
     let mut b = [0u8; 6];
@@ -153,6 +152,7 @@ pub async fn signed_endpoint(
     endpoint
 }
 
+/// `sqlite:PATH` for a database in `dir`.
 pub fn sqlite_url(dir: &Path) -> String {
     format!("sqlite:{}", dir.join("outbox.sqlite").display())
 }
