@@ -55,28 +55,49 @@ stranded AS (
              FOR UPDATE OF x SKIP LOCKED) x
            LIMIT {exhausted_bound}) s),
 heads AS (
-  SELECT gb.*, hd.due_at AS h_due, hd.seq AS h_seq FROM gb CROSS JOIN LATERAL (
-    SELECT x.due_at, x.seq FROM {queue} x
-     WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
-       AND x.lease_until <= :now::int8
-       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
-             SELECT 1 FROM {queue} p
-              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
-                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
-                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
-                         AND p.attempts >= gb.budget)))
-     ORDER BY x.due_at, x.seq LIMIT 1) hd
-   ORDER BY hd.due_at, hd.seq
+  SELECT gb.*,
+         CASE WHEN s1.seq IS NOT NULL AND (p1.seq IS NULL OR (s1.due_at, s1.seq) < (p1.due_at, p1.seq))
+              THEN s1.due_at ELSE p1.due_at END AS h_due,
+         CASE WHEN s1.seq IS NOT NULL AND (p1.seq IS NULL OR (s1.due_at, s1.seq) < (p1.due_at, p1.seq))
+              THEN s1.seq ELSE p1.seq END AS h_seq
+    FROM gb
+    LEFT JOIN LATERAL (
+      SELECT x.due_at, x.seq FROM {queue} x
+       WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
+         AND x.state IN (0, 1) AND x.lease_until <= :now::int8
+         AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+               SELECT 1 FROM {queue} p
+                WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+                  AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+                        WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+                  AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+                           AND p.attempts >= gb.budget)))
+       ORDER BY x.due_at, x.seq LIMIT 1) p1 ON true
+    LEFT JOIN LATERAL (
+      SELECT greatest(x.due_at, x.lease_until) AS due_at, x.seq FROM {queue} x
+       WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(p1.due_at, :now::int8)
+         AND (p1.seq IS NULL OR x.due_at < p1.due_at OR x.seq < p1.seq)
+         AND x.state IN (2, 3) AND x.lease_until <= :now::int8
+         AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+               SELECT 1 FROM {queue} p
+                WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+                  AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+                        WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+                  AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+                           AND p.attempts >= gb.budget)))
+       ORDER BY greatest(x.due_at, x.lease_until), x.seq LIMIT 1) s1 ON true
+   WHERE p1.seq IS NOT NULL OR s1.seq IS NOT NULL
+   ORDER BY h_due, h_seq
    LIMIT (SELECT :batch::int8)),
 share AS (SELECT greatest(:batch::int8 - count(*) + 1, 1) AS n FROM heads),
-picked AS (
-  SELECT p.* FROM heads gb CROSS JOIN share CROSS JOIN LATERAL (
+pend AS (
+  SELECT p.*, least(share.n, coalesce(gb.room, share.n)) AS k
+    FROM heads gb CROSS JOIN share CROSS JOIN LATERAL (
     SELECT x.id, x.group_id, x.state AS claimed_from, x.due_at, x.seq, x.attempts,
            gb.budget, (x.state <> 1 AND x.attempts >= gb.budget) AS spent
       FROM {queue} x
      WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
-       AND x.lease_until <= :now::int8
+       AND x.state IN (0, 1) AND x.lease_until <= :now::int8
        AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
              SELECT 1 FROM {queue} p
               WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
@@ -87,6 +108,35 @@ picked AS (
      ORDER BY x.due_at, x.seq
      LIMIT least(share.n, coalesce(gb.room, share.n))
      FOR UPDATE OF x SKIP LOCKED) p),
+edge AS (
+  SELECT e.group_id, (array_agg(e.due_at ORDER BY e.due_at DESC, e.seq DESC))[1] AS due_at,
+         (array_agg(e.seq ORDER BY e.due_at DESC, e.seq DESC))[1] AS seq
+    FROM pend e GROUP BY e.group_id, e.k HAVING count(*) >= e.k),
+strays AS (
+  SELECT s.*, least(share.n, coalesce(gb.room, share.n)) AS k
+    FROM heads gb CROSS JOIN share LEFT JOIN edge ON edge.group_id = gb.id
+   CROSS JOIN LATERAL (
+    SELECT x.id, x.group_id, x.state AS claimed_from, greatest(x.due_at, x.lease_until) AS due_at,
+           x.seq, x.attempts, gb.budget, (x.state <> 1 AND x.attempts >= gb.budget) AS spent
+      FROM {queue} x
+     WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(edge.due_at, :now::int8)
+       AND (edge.seq IS NULL OR x.due_at < edge.due_at OR x.seq < edge.seq)
+       AND x.state IN (2, 3) AND x.lease_until <= :now::int8
+       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+             SELECT 1 FROM {queue} p
+              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+                         AND p.attempts >= gb.budget)))
+     ORDER BY greatest(x.due_at, x.lease_until), x.seq
+     LIMIT least(share.n, coalesce(gb.room, share.n))
+     FOR UPDATE OF x SKIP LOCKED) s),
+picked AS (
+  SELECT v.id, v.group_id, v.claimed_from, v.due_at, v.seq, v.attempts, v.budget, v.spent
+    FROM (SELECT u.*, row_number() OVER (PARTITION BY u.group_id ORDER BY u.due_at, u.seq) AS r
+            FROM (SELECT * FROM pend UNION ALL SELECT * FROM strays) u) v
+   WHERE v.r <= v.k),
 rounds AS (
   SELECT picked.*, row_number() OVER w AS round,
          first_value(due_at) OVER w AS g_due, first_value(seq) OVER w AS g_seq
@@ -100,7 +150,9 @@ killed AS (
    WHERE x.id IN (SELECT id FROM stranded WHERE dies UNION ALL
                   SELECT id FROM chosen WHERE spent)
   RETURNING x.id, x.seq, x.message_id, x.group_id, x.attempts, x.snoozes, x.ledger_len,
-            x.run, x.updated_at, abs(x.due_at) AS next_at),
+            x.run, x.updated_at,
+            CASE WHEN x.state >= 2 THEN greatest(abs(x.due_at), x.lease_until)
+                 ELSE abs(x.due_at) END AS next_at),
 buried AS (
   INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
                          status, attempts, snoozes, ledger_len, run, dead_reason,
@@ -118,7 +170,7 @@ claimed AS (
          token = (:tokens::uuid[])[n.rn], lease_until = :until::int8,
          due_at = CASE WHEN x.attempts + CASE WHEN n.claimed_from = 1 THEN 0 ELSE 1 END
                             >= n.budget
-                       THEN -:until::int8 ELSE :until::int8 END,
+                       THEN -:until::int8 ELSE x.due_at END,
          claimed_due = n.due_at, updated_at = :now::int8
     FROM chosen n
    WHERE x.id = n.id AND NOT n.spent
@@ -254,7 +306,7 @@ RETURNING x.id
 -- A lease ends at :until instead, which is also when a stranded claim is due again (below
 -- zero for a last attempt, as the claim wrote it).
 UPDATE {queue} x SET lease_until = :until::int8,
-       due_at = CASE WHEN x.due_at < 0 THEN -:until::int8 ELSE :until::int8 END,
+       due_at = CASE WHEN x.due_at < 0 THEN -:until::int8 ELSE x.due_at END,
        updated_at = :now::int8
   FROM {groups} g
  WHERE x.id = :delivery::uuid AND x.token = :token::uuid AND x.state IN (2, 3)

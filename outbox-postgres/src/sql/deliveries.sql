@@ -74,14 +74,17 @@ SELECT CASE h.status WHEN 4 THEN 'succeeded' ELSE 'dead' END
 
 -- name: stats
 -- Counts per status over both tables, and the oldest due unfinished delivery (a claimed
--- row is due again at its lease end: `abs(due_at)`).
+-- row is due again at its lease end: the later of `abs(due_at)` and `lease_until`, since a
+-- claim leaves `due_at` where it was; a last attempt's is negated).
 SELECT q.pending, q.processing, q.sending, h.succeeded, q.held, h.dead, q.oldest
   FROM (SELECT count(*) FILTER (WHERE state = 0) AS pending,
                count(*) FILTER (WHERE state = 1) AS held,
                count(*) FILTER (WHERE state = 2) AS processing,
                count(*) FILTER (WHERE state = 3) AS sending,
-               min(abs(due_at)) FILTER (WHERE abs(due_at) <= :now) AS oldest
-          FROM {queue}) q,
+               min(d.due) FILTER (WHERE d.due <= :now) AS oldest
+          FROM {queue} x
+         CROSS JOIN LATERAL (SELECT CASE WHEN x.state >= 2 THEN greatest(abs(x.due_at), x.lease_until)
+                                  ELSE abs(x.due_at) END AS due) d) q,
        (SELECT count(*) FILTER (WHERE status = 4) AS succeeded,
                count(*) FILTER (WHERE status = 5) AS dead
           FROM {history}) h
@@ -94,8 +97,10 @@ SELECT count(*) FILTER (WHERE state = 0) AS pending,
        0::int8 AS succeeded,
        count(*) FILTER (WHERE state = 1) AS held,
        0::int8 AS dead,
-       min(abs(due_at)) FILTER (WHERE abs(due_at) <= :now) AS oldest
-  FROM {queue}
+       min(d.due) FILTER (WHERE d.due <= :now) AS oldest
+  FROM {queue} x
+ CROSS JOIN LATERAL (SELECT CASE WHEN x.state >= 2 THEN greatest(abs(x.due_at), x.lease_until)
+                                  ELSE abs(x.due_at) END AS due) d
 
 -- name: tenant_stats
 -- One tenant's counts (to one endpoint when :endpoint is not NULL), and its oldest due
@@ -105,8 +110,10 @@ SELECT q.pending, q.processing, q.sending, h.succeeded, q.held, h.dead, q.oldest
                count(*) FILTER (WHERE x.state = 1) AS held,
                count(*) FILTER (WHERE x.state = 2) AS processing,
                count(*) FILTER (WHERE x.state = 3) AS sending,
-               min(abs(x.due_at)) FILTER (WHERE abs(x.due_at) <= :now::int8) AS oldest
+               min(d.due) FILTER (WHERE d.due <= :now::int8) AS oldest
           FROM {groups} g JOIN {queue} x ON x.group_id = g.id
+         CROSS JOIN LATERAL (SELECT CASE WHEN x.state >= 2 THEN greatest(abs(x.due_at), x.lease_until)
+                                  ELSE abs(x.due_at) END AS due) d
          WHERE g.tenant = :tenant::text
            AND (:endpoint::text IS NULL OR (g.kind = 'webhook' AND g.target = :endpoint::text))) q,
        (SELECT count(*) FILTER (WHERE h.status = 4) AS succeeded,

@@ -124,7 +124,8 @@ UPDATE {purge_cursor} SET tenant = :tenant::text WHERE singleton
 -- name: tenants
 -- Every tenant with deliveries or messages, by name, with its counts.
 WITH d AS (
-  SELECT g.tenant, x.state AS status, abs(x.due_at) AS due
+  SELECT g.tenant, x.state AS status,
+         CASE WHEN x.state >= 2 THEN greatest(abs(x.due_at), x.lease_until) ELSE abs(x.due_at) END AS due
     FROM {queue} x JOIN {groups} g ON g.id = x.group_id
   UNION ALL
   SELECT h.tenant, h.status, NULL::int8 FROM {history} h)

@@ -88,6 +88,7 @@ macro_rules! __conformance_cases {
             claim_shares_a_batch_between_backlogs,
             claim_is_exclusive,
             stranded_claim_is_claimable_after_lease,
+            a_stranded_claim_takes_its_place_at_its_lease_end,
             stale_token_is_fenced,
             forged_tenant_lease_is_fenced,
             late_completion_with_matching_token_is_accepted,

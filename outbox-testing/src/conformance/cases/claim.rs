@@ -114,6 +114,52 @@ pub async fn claim_is_exclusive(fx: Fixture) {
     assert_eq!((stats.processing, stats.pending), (200, 0));
 }
 
+/// A stranded claim is due again at its lease end and takes its place in the due order there
+/// (§6.1), however the store keeps it: deliveries that fell due while it was leased come out
+/// before it, one due after its lease end after it, and an extended lease moves it to the new
+/// end. PostgreSQL's claim leaves the row's due time in place (a HOT update) and orders it by
+/// its lease end; this pins that order against the moved due time of the other stores.
+pub async fn a_stranded_claim_takes_its_place_at_its_lease_end(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "*").await;
+    let one = ClaimRequest::new(1, LEASE).handler(c.clone(), 10);
+    let t0 = now(&fx);
+    let a = enqueue(&fx, msg("t.a")).await;
+    let first = claim_one(&fx, &one).await;
+    assert_eq!(first.message.id, a.message_id);
+    // B falls due while A is leased; A's lease is then extended past C's due time.
+    let b = enqueue(&fx, msg("t.b").delay(secs(10))).await;
+    let c_msg = enqueue(&fx, msg("t.c").delay(secs(40))).await;
+    let d = enqueue(&fx, msg("t.d").delay(secs(70))).await;
+    fx.clock().advance(secs(20));
+    let ext = fx
+        .store()
+        .extend(&first.lease, secs(40))
+        .await
+        .expect("extend");
+    let a_due = t0.saturating_add(secs(60));
+    assert_eq!(ext.until, a_due);
+    let row = delivery(&fx, &Default::default(), first.delivery.id).await;
+    assert_eq!(
+        (row.status, row.next_attempt_at, row.lease_until),
+        (DeliveryStatus::Processing, a_due, Some(a_due))
+    );
+    // At 80 s every row is due: B (10 s), C (40 s), A (its lease end, 60 s), D (70 s).
+    fx.clock().advance(secs(60));
+    let stats = fx.store().stats().await.expect("stats");
+    assert_eq!(stats.oldest_due_at, Some(t0.saturating_add(secs(10))));
+    let three = claim(&fx, &ClaimRequest::new(3, LEASE).handler(c.clone(), 10)).await;
+    assert_eq!(
+        three.iter().map(|x| x.message.id).collect::<Vec<_>>(),
+        vec![b.message_id, c_msg.message_id, a.message_id],
+        "B, C, then the stranded A at its lease end; D (70 s) waits"
+    );
+    let rest = claim_one(&fx, &one).await;
+    assert_eq!(rest.message.id, d.message_id);
+    assert_eq!(rest.lease.attempts, 1);
+    assert_eq!(three[2].lease.attempts, 2);
+    assert_eq!(three[2].lease.claimed_from, DeliveryStatus::Processing);
+}
+
 /// A claim whose lease ended is claimable again, with a new token and one more attempt.
 pub async fn stranded_claim_is_claimable_after_lease(fx: Fixture) {
     let c = add_consumer(&fx, "worker", "*").await;
