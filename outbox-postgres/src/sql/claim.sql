@@ -2,8 +2,10 @@
 -- fair claim, and the completion, release, extend and mark-sending writes, each fenced by the
 -- claim's token and tenant. Every time is a parameter from the injected clock. Queue states:
 -- 0 pending, 1 held, 2 processing, 3 sending; history status 4 succeeded, 5 dead. "No lease":
--- lease_until 0 and the nil token. A claim sets due_at to the lease end, negated for a row's
--- last attempt (`queue` in migration 7).
+-- lease_until 0 and the nil token. A claim leaves due_at in place (a HOT update: no indexed
+-- column changes) except for a row's last attempt, whose due_at it sets to the lease end
+-- negated (`queue` in migration 7, migration 9). A claimed row is due again at its lease end:
+-- its due is the later of due_at and lease_until (state 2, 3).
 
 -- name: claim
 -- The fair claim (DESIGN §6, core's `claim_rules`), one statement. Its steps:
@@ -15,18 +17,25 @@
 --    zero of `queue_claim`, at most {exhausted_bound} per claim) die of `max_attempts` into the
 --    history; one whose budget has grown since is due again at its lease end instead.
 -- 3. `heads`: of those groups, the :batch whose first claimable row is oldest (only they can
---    get a turn). `(SELECT :batch)` keeps the planner's guess of groups small.
+--    get a turn). `(SELECT :batch)` keeps the planner's guess of groups small. A group's first
+--    row is the earlier of its first pending row (`p1`, in index order) and its first stranded
+--    row by lease end among those before `p1` in index order (`s1`; a stranded row keeps its
+--    old due_at, so it sits in the index before its place).
 -- 4. `picked`: from each, its first claimable rows in (due, enqueue order), locked with SKIP
 --    LOCKED: at most :batch - k + 1 each when k groups take part, an endpoint's no more than its
---    room. Claimable: due, no live lease, and not behind an older unfinished row of its ordering
---    key whose topic is not :dormant (an older row that dies at this claim does not hold it
---    back). A row past its budget (the budget was lowered) is taken too and dies (`spent`).
+--    room: the first pending rows (`pend`), the stranded rows before the last of them when the
+--    group gave its whole share (`edge`), else all of its stranded rows (`strays`), cut to the
+--    first of both by (due or lease end, enqueue order); a stranded row after the last pending
+--    one is due after it. Claimable: due, no live lease, and not behind an older unfinished
+--    row of its ordering key whose topic is not :dormant (an older row that dies at this
+--    claim does not hold it back). A row past its budget (the budget was lowered) is taken
+--    too and dies (`spent`).
 -- 5. `chosen`: fair rounds (each group's first row, then each group's second, ...), groups in
 --    the order of their first row, cut at :batch.
 -- 6. `claimed`: state processing, an attempt spent unless held, a token from :tokens, the
---    lease until :until, due_at the lease end (negated when this is the last attempt); returned
---    with the columns a delivery and its message are read from, its last outcome from the
---    ledger.
+--    lease until :until, due_at unchanged (the lease end negated when this is the last
+--    attempt, so a stranded last attempt is found in the range below zero); returned with the
+--    columns a delivery and its message are read from, its last outcome from the ledger.
 WITH RECURSIVE gs AS (
   (SELECT x.group_id FROM {queue} x ORDER BY x.group_id LIMIT 1)
   UNION ALL
