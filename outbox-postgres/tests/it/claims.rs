@@ -162,3 +162,82 @@ async fn the_generic_claim_plan_keeps_fair_rounds() {
     })
     .await;
 }
+
+/// Rows claimed before version 9 (whose claim moved `due_at` to the lease end, as version
+/// 8's did) read and claim as rows claimed since: due again at their lease end, and taken at
+/// that place, before a row due later and after one due earlier. A claim since version 9
+/// leaves `due_at` in place, so its update is HOT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_claimed_before_version_9_keep_their_place() {
+    use crate::support::LEASE;
+    use outboxkit_core::{Ledger, Stats, TenantId};
+    use outboxkit_testing::ManualClock;
+    with_db(|db| async move {
+        let clock = ManualClock::new();
+        let store = db
+            .ready_store(db.pool(&db.app("v8"), 2).await, clock.clone())
+            .await;
+        let t0 = clock.now();
+        let first = store.enqueue(order(1)).await.unwrap();
+        let second = store.enqueue(order(2)).await.unwrap();
+        let claimed = store.claim(&claim_request(2)).await.unwrap();
+        assert_eq!(claimed.len(), 2);
+        // The claim left due_at where it was and changed no indexed column.
+        let moved = count(
+            &db,
+            "SELECT count(*) FROM {s}.queue WHERE state = 2 AND due_at = lease_until",
+        )
+        .await;
+        assert_eq!(moved, 0);
+        // One row as version 8's claim left it: due_at at its lease end.
+        let q = format!(
+            "UPDATE \"{}\".queue x SET due_at = x.lease_until FROM \"{}\".messages m \
+             WHERE m.id = x.message_id AND m.id = $1",
+            db.schema, db.schema
+        );
+        outboxkit_postgres::sqlx::query(sqlx::AssertSqlSafe(q))
+            .bind(first.message_id.as_uuid())
+            .execute(&db.admin)
+            .await
+            .unwrap();
+        let lease_end = t0.saturating_add(LEASE);
+        let late = store
+            .enqueue(order(3).delay(LEASE + Duration::from_secs(10)))
+            .await
+            .unwrap();
+        let early = store
+            .enqueue(order(4).delay(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        for c in &claimed {
+            let d = store
+                .get_delivery(&TenantId::default(), c.delivery.id)
+                .await
+                .unwrap();
+            assert_eq!(
+                d.next_attempt_at, lease_end,
+                "next attempt at the lease end"
+            );
+        }
+        clock.advance(LEASE + Duration::from_secs(20));
+        let stats: Stats = store.stats().await.unwrap();
+        assert_eq!(
+            stats.oldest_due_at,
+            Some(t0.saturating_add(Duration::from_secs(10)))
+        );
+        let again = store.claim(&claim_request(10)).await.unwrap();
+        let got: Vec<_> = again.iter().map(|c| c.message.id).collect();
+        assert_eq!(
+            got,
+            vec![
+                early.message_id,
+                first.message_id,
+                second.message_id,
+                late.message_id
+            ],
+            "the row due at 10 s, both stranded rows at their lease end (60 s), the row due at 70 s"
+        );
+        assert!(again[1..3].iter().all(|c| c.lease.attempts == 2));
+    })
+    .await;
+}
