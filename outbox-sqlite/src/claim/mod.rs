@@ -21,7 +21,7 @@ use std::time::Duration;
 use outboxkit_core::claim_rules::{fair_order, EXHAUSTED_PER_CLAIM};
 use outboxkit_core::{
     AttemptRecord, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryUpdate, Destination,
-    Entropy, Error, Lease, Message, MessageId, ReleaseReport, Timestamp,
+    DestinationKind, Entropy, Error, Lease, Message, MessageId, ReleaseReport, Timestamp,
 };
 use rusqlite::{named_params, params, Connection, OptionalExtension};
 
@@ -37,8 +37,10 @@ macro_rules! unfinished {
     };
 }
 
+mod fences;
 mod settle;
 
+pub(crate) use fences::{Fence, Fences};
 pub(crate) use settle::{complete_many, extend, mark_sending, release};
 
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String> {
@@ -262,6 +264,8 @@ fn due_groups(conn: &Connection, served: &Served<'_>, now: Timestamp) -> Result<
 struct Candidate {
     seq: i64,
     due: i64,
+    run: i64,
+    attempt_count: i64,
 }
 
 /// A group's first `:limit` due rows within their budget (core's `is_exhausted`: rows past
@@ -273,7 +277,7 @@ struct Candidate {
 const CANDIDATES: &str = concat!(
     "SELECT c.seq, c.id, c.message_id, c.attempts + (c.status <> 'held'), c.snoozes, c.run, \
             c.last_outcome, c.last_status_code, c.last_excerpt, c.last_at, c.dead_reason, \
-            c.completed_at, c.status, c.next_attempt_at \
+            c.completed_at, c.status, c.next_attempt_at, c.attempt_count \
      FROM outbox_deliveries AS c \
      WHERE c.tenant = :tenant AND c.kind = :kind AND c.target = :target \
        AND c.status ",
@@ -297,7 +301,7 @@ fn candidates(
     group: &Group,
     now: Timestamp,
     limit: usize,
-    read: &mut HashMap<i64, rows::Leased>,
+    read: &mut HashMap<i64, (rows::Leased, Candidate)>,
 ) -> Result<Vec<Candidate>> {
     let limit = limit.min(served.cap(group));
     let mut stmt = conn.prepare_cached(CANDIDATES)?;
@@ -315,8 +319,10 @@ fn candidates(
         let c = Candidate {
             seq: row.get(0)?,
             due: row.get(13)?,
+            run: row.get(5)?,
+            attempt_count: row.get(14)?,
         };
-        read.insert(c.seq, rows::leased(row)?);
+        read.insert(c.seq, (rows::leased(row)?, c));
         out.push(c);
     }
     Ok(out)
@@ -358,19 +364,20 @@ const MESSAGES_BY_IDS: &str = concat!(
 );
 
 /// Lease up to `batch_size` claimable deliveries, fairly over the groups (see the module
-/// docs), after the exhausted rows died. The request is validated by the caller.
+/// docs), after the exhausted rows died, with the fence of each (for [`Fences`], once the
+/// claim is committed). The request is validated by the caller.
 pub(crate) fn claim(
     conn: &Connection,
     request: &ClaimRequest,
     now: Timestamp,
     entropy: &dyn Entropy,
-) -> Result<Vec<Claimed>> {
+) -> Result<(Vec<Claimed>, Vec<Fence>)> {
     let served = Served::of(request)?;
     let batch = request.batch_size() as usize;
     discard_exhausted(conn, &served, now)?;
     let groups = due_groups(conn, &served, now)?;
     if groups.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     // First each group's fair share; more from the groups that had more only when the
     // others left room.
@@ -390,7 +397,7 @@ pub(crate) fn claim(
         picked = rounds(&heads, batch);
     }
     if picked.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let group_of: HashMap<i64, usize> = heads
         .iter()
@@ -420,10 +427,10 @@ fn lease(
     conn: &Connection,
     request: &ClaimRequest,
     picked: &[(i64, &Destination)],
-    mut read: HashMap<i64, rows::Leased>,
+    mut read: HashMap<i64, (rows::Leased, Candidate)>,
     now: Timestamp,
     entropy: &dyn Entropy,
-) -> Result<Vec<Claimed>> {
+) -> Result<(Vec<Claimed>, Vec<Fence>)> {
     let mut random = vec![0u8; picked.len() * 16];
     entropy.fill(&mut random);
     let tokens: Vec<ClaimToken> = picked
@@ -447,13 +454,24 @@ fn lease(
         // Read by the candidates statement in this transaction: nothing else can have moved.
         return Err(SqliteError::Corrupt("lease of a picked row"));
     }
+    let mut fences = Vec::with_capacity(picked.len());
     let leased = seqs
         .iter()
         .enumerate()
         .map(|(at, seq)| {
-            let l = read
+            let (l, c) = read
                 .remove(seq)
                 .ok_or(SqliteError::Corrupt("claim of an unread row"))?;
+            let destination = picked[at].1;
+            fences.push(Fence {
+                seq: *seq,
+                token: tokens[at],
+                webhook: (destination.kind() == DestinationKind::Webhook)
+                    .then(|| destination.target()),
+                run: c.run,
+                due_at: c.due,
+                attempt_count: c.attempt_count,
+            });
             Ok((at, l))
         })
         .collect::<Result<Vec<_>>>()?;
@@ -507,7 +525,8 @@ fn lease(
                 message,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()
+        .map(|claimed| (claimed, fences))
 }
 
 #[cfg(test)]
