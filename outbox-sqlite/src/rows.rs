@@ -144,7 +144,7 @@ pub(crate) fn delivery(row: &Row<'_>) -> Result<Delivery> {
     })
 }
 
-/// What the claim's lease statement returns of a row (`claim::LEASE`'s columns 1–12).
+/// A claimed row as the lease leaves it (`claim::CANDIDATES`'s columns 1–12).
 pub(crate) struct Leased {
     id: DeliveryId,
     pub(crate) message_id: MessageId,
@@ -157,7 +157,7 @@ pub(crate) struct Leased {
     pub(crate) claimed_from: DeliveryStatus,
 }
 
-/// A leased row from the columns of `claim::LEASE`.
+/// A leased row from the columns of `claim::CANDIDATES`.
 pub(crate) fn leased(row: &Row<'_>) -> Result<Leased> {
     const W: &str = "delivery";
     let last_outcome = match get::<Option<String>>(row, 6)? {

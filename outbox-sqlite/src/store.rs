@@ -45,6 +45,8 @@ struct Inner {
     path: PathBuf,
     /// The writer's copy of consumers and endpoints (`routes.rs`).
     routes: Arc<Routes>,
+    /// The rows this store claimed, as their leases left them (`claim/fences.rs`).
+    fences: claim::Fences,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -112,6 +114,7 @@ impl SqliteStore {
                 wakeups,
                 path: config.path,
                 routes: Arc::new(Routes::default()),
+                fences: claim::Fences::default(),
             }),
         })
     }
@@ -206,8 +209,11 @@ impl DeliveryStore for SqliteStore {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<Claimed>> {
         request.validate()?;
         let request = request.clone();
-        self.write(move |tx, now, entropy| claim::claim(tx, &request, now, entropy))
-            .await
+        let (claimed, fences) = self
+            .write(move |tx, now, entropy| claim::claim(tx, &request, now, entropy))
+            .await?;
+        self.inner.fences.keep(fences);
+        Ok(claimed)
     }
 
     async fn complete_many(&self, items: &[(Lease, Completion)]) -> Result<Vec<Result<()>>> {
@@ -226,10 +232,14 @@ impl DeliveryStore for SqliteStore {
                 )
             })
             .then(|| self.routes().change());
+        let fences: Vec<_> = items
+            .iter()
+            .map(|(lease, _)| self.inner.fences.take(lease))
+            .collect();
         let items = items.to_vec();
         self.write(move |tx, now, _| {
             let _routes = &change;
-            claim::complete_many(tx, &items, now)
+            claim::complete_many(tx, &items, &fences, now)
         })
         .await
     }
@@ -238,9 +248,10 @@ impl DeliveryStore for SqliteStore {
         if leases.is_empty() {
             return Ok(ReleaseReport::default());
         }
+        let fences: Vec<_> = leases.iter().map(|l| self.inner.fences.take(l)).collect();
         let leases = leases.to_vec();
         let report = self
-            .write(move |tx, now, _| claim::release(tx, &leases, delay, now))
+            .write(move |tx, now, _| claim::release(tx, &leases, &fences, delay, now))
             .await?;
         self.wake_if(report.released > 0);
         Ok(report)

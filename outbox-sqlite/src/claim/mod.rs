@@ -21,7 +21,7 @@ use std::time::Duration;
 use outboxkit_core::claim_rules::{fair_order, EXHAUSTED_PER_CLAIM};
 use outboxkit_core::{
     AttemptRecord, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryUpdate, Destination,
-    Entropy, Error, Lease, Message, MessageId, ReleaseReport, Timestamp,
+    DestinationKind, Entropy, Error, Lease, Message, MessageId, ReleaseReport, Timestamp,
 };
 use rusqlite::{named_params, params, Connection, OptionalExtension};
 
@@ -37,8 +37,10 @@ macro_rules! unfinished {
     };
 }
 
+mod fences;
 mod settle;
 
+pub(crate) use fences::{Fence, Fences};
 pub(crate) use settle::{complete_many, extend, mark_sending, release};
 
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String> {
@@ -204,13 +206,31 @@ fn discard_exhausted(conn: &Connection, served: &Served<'_>, now: Timestamp) -> 
 }
 
 /// The next group after `(tenant, kind, target)` with unfinished rows, and the due time of
-/// its earliest row (a seek on the claim index).
+/// its earliest row: the first hit of three seeks on the claim index, each landing past the
+/// groups before it — a later target of the same tenant and kind, a later kind of the same
+/// tenant, a later tenant. (The row value `(tenant, kind, target) > (?1, ?2, ?3)` is coded by
+/// SQLite as a seek on the first column and a filter on every entry after it, so each claim
+/// read every entry of the groups before the next one: the whole backlog of a one-group
+/// outbox, per claim.)
 const NEXT_GROUP: &str = concat!(
-    "SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
-     WHERE status ",
+    "SELECT * FROM (SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
+       WHERE status ",
     unfinished!(),
-    " AND (tenant, kind, target) > (?1, ?2, ?3) \
-     ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1"
+    " AND tenant = ?1 AND kind = ?2 AND target > ?3 \
+       ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1) \
+     UNION ALL \
+     SELECT * FROM (SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
+       WHERE status ",
+    unfinished!(),
+    " AND tenant = ?1 AND kind > ?2 \
+       ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1) \
+     UNION ALL \
+     SELECT * FROM (SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
+       WHERE status ",
+    unfinished!(),
+    " AND tenant > ?1 \
+       ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1) \
+     LIMIT 1"
 );
 
 /// Every group this claim serves whose earliest unfinished row is due.
@@ -244,13 +264,21 @@ fn due_groups(conn: &Connection, served: &Served<'_>, now: Timestamp) -> Result<
 struct Candidate {
     seq: i64,
     due: i64,
+    run: i64,
+    attempt_count: i64,
 }
 
 /// A group's first `:limit` due rows within their budget (core's `is_exhausted`: rows past
 /// it beyond the exhausted bound wait for the next claim to kill them) and not held back by
-/// the per-key ordering barrier, in claim order.
+/// the per-key ordering barrier, in claim order. Each row as the lease will leave it, in the
+/// columns `rows::leased` reads (the attempts counted, the status it is claimed from), and
+/// its due time: the lease statement then returns nothing (`RETURNING` buffered every row in
+/// an ephemeral table and read each again).
 const CANDIDATES: &str = concat!(
-    "SELECT c.seq, c.next_attempt_at FROM outbox_deliveries AS c \
+    "SELECT c.seq, c.id, c.message_id, c.attempts + (c.status <> 'held'), c.snoozes, c.run, \
+            c.last_outcome, c.last_status_code, c.last_excerpt, c.last_at, c.dead_reason, \
+            c.completed_at, c.status, c.next_attempt_at, c.attempt_count \
+     FROM outbox_deliveries AS c \
      WHERE c.tenant = :tenant AND c.kind = :kind AND c.target = :target \
        AND c.status ",
     unfinished!(),
@@ -265,34 +293,39 @@ const CANDIDATES: &str = concat!(
      ORDER BY c.next_attempt_at, c.seq LIMIT :limit"
 );
 
-/// Up to `limit` claimable rows of `group` (and no more than its cap), in claim order.
+/// Up to `limit` claimable rows of `group` (and no more than its cap), in claim order; each
+/// row's leased form goes into `read`.
 fn candidates(
     conn: &Connection,
     served: &Served<'_>,
     group: &Group,
     now: Timestamp,
     limit: usize,
+    read: &mut HashMap<i64, (rows::Leased, Candidate)>,
 ) -> Result<Vec<Candidate>> {
     let limit = limit.min(served.cap(group));
     let mut stmt = conn.prepare_cached(CANDIDATES)?;
-    let rows = stmt.query_map(
-        named_params! {
-            ":tenant": group.tenant,
-            ":kind": group.kind,
-            ":target": group.target,
-            ":now": ms(now),
-            ":dormant": served.dormant,
-            ":budget": served.budget(&group.kind, &group.target),
-            ":limit": limit as i64,
-        },
-        |r| {
-            Ok(Candidate {
-                seq: r.get(0)?,
-                due: r.get(1)?,
-            })
-        },
-    )?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let mut rows = stmt.query(named_params! {
+        ":tenant": group.tenant,
+        ":kind": group.kind,
+        ":target": group.target,
+        ":now": ms(now),
+        ":dormant": served.dormant,
+        ":budget": served.budget(&group.kind, &group.target),
+        ":limit": limit as i64,
+    })?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let c = Candidate {
+            seq: row.get(0)?,
+            due: row.get(13)?,
+            run: row.get(5)?,
+            attempt_count: row.get(14)?,
+        };
+        read.insert(c.seq, (rows::leased(row)?, c));
+        out.push(c);
+    }
+    Ok(out)
 }
 
 /// The batch in rounds over the groups: core's `fair_order`, each group keyed by its first
@@ -309,59 +342,62 @@ fn rounds(groups: &[Vec<Candidate>], batch: usize) -> Vec<i64> {
 }
 
 /// Lease the picked rows: token `n` (36 bytes each in `:tokens`, bound as a BLOB so
-/// `substr` indexes bytes) goes to the `n`-th sequence of `:seqs`. It returns only what the
-/// claim does not know already: a claimed delivery's tenant, topic, ordering key and
-/// created_at are its message's, its destination its group's, its status, lease and
-/// updated_at the claim's own.
+/// `substr` indexes bytes) goes to the `n`-th sequence of `:seqs`. It returns nothing: the
+/// candidates statement read each row as this leaves it (in this transaction), a claimed
+/// delivery's tenant, topic, ordering key and created_at are its message's, its destination
+/// its group's, its status, lease and updated_at the claim's own.
 const LEASE: &str = "UPDATE outbox_deliveries AS d \
      SET claimed_from = d.status, due_at = d.next_attempt_at, \
          attempts = d.attempts + (d.status <> 'held'), \
          status = 'processing', \
          claim_token = CAST(substr(:tokens, j.key * 36 + 1, 36) AS TEXT), \
          lease_until = :until, next_attempt_at = :until, updated_at = :now \
-     FROM json_each(:seqs) AS j WHERE d.seq = j.value \
-     RETURNING seq, id, message_id, attempts, snoozes, run, last_outcome, last_status_code, \
-               last_excerpt, last_at, dead_reason, completed_at, claimed_from";
+     FROM json_each(:seqs) AS j WHERE d.seq = j.value";
 
+/// The messages of `?1` (a JSON array of distinct ids): one seek each, in the list's order
+/// (`id IN (SELECT …)` first built the list into an ephemeral index). The list is wrapped in
+/// a subquery so that `id` names the message's column, not `json_each`'s.
 const MESSAGES_BY_IDS: &str = concat!(
     "SELECT ",
     message_cols!(),
-    " FROM outbox_messages WHERE id IN (SELECT value FROM json_each(?1))"
+    " FROM (SELECT value AS wanted FROM json_each(?1)) CROSS JOIN outbox_messages ON id = wanted"
 );
 
 /// Lease up to `batch_size` claimable deliveries, fairly over the groups (see the module
-/// docs), after the exhausted rows died. The request is validated by the caller.
+/// docs), after the exhausted rows died, with the fence of each (for [`Fences`], once the
+/// claim is committed). The request is validated by the caller.
 pub(crate) fn claim(
     conn: &Connection,
     request: &ClaimRequest,
     now: Timestamp,
     entropy: &dyn Entropy,
-) -> Result<Vec<Claimed>> {
+) -> Result<(Vec<Claimed>, Vec<Fence>)> {
     let served = Served::of(request)?;
     let batch = request.batch_size() as usize;
     discard_exhausted(conn, &served, now)?;
     let groups = due_groups(conn, &served, now)?;
     if groups.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     // First each group's fair share; more from the groups that had more only when the
     // others left room.
     let share = batch.div_ceil(groups.len());
+    let mut read = HashMap::new();
     let mut heads = groups
         .iter()
-        .map(|g| candidates(conn, &served, g, now, share))
+        .map(|g| candidates(conn, &served, g, now, share, &mut read))
         .collect::<Result<Vec<_>>>()?;
     let mut picked = rounds(&heads, batch);
     if picked.len() < batch && share < batch {
         for (g, h) in groups.iter().zip(heads.iter_mut()) {
             if h.len() == share && served.cap(g) > share {
-                *h = candidates(conn, &served, g, now, batch)?;
+                *h = candidates(conn, &served, g, now, batch, &mut read)?;
             }
         }
         picked = rounds(&heads, batch);
     }
     if picked.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let group_of: HashMap<i64, usize> = heads
         .iter()
@@ -384,16 +420,17 @@ pub(crate) fn claim(
             Ok((*seq, &destinations[g]))
         })
         .collect::<Result<_>>()?;
-    lease(conn, request, &picked, now, entropy)
+    lease(conn, request, &picked, read, now, entropy)
 }
 
 fn lease(
     conn: &Connection,
     request: &ClaimRequest,
     picked: &[(i64, &Destination)],
+    mut read: HashMap<i64, (rows::Leased, Candidate)>,
     now: Timestamp,
     entropy: &dyn Entropy,
-) -> Result<Vec<Claimed>> {
+) -> Result<(Vec<Claimed>, Vec<Fence>)> {
     let mut random = vec![0u8; picked.len() * 16];
     entropy.fill(&mut random);
     let tokens: Vec<ClaimToken> = picked
@@ -405,32 +442,39 @@ fn lease(
     for t in &tokens {
         token_bytes.extend_from_slice(t.as_uuid().hyphenated().to_string().as_bytes());
     }
-    let position: HashMap<i64, usize> = picked
-        .iter()
-        .enumerate()
-        .map(|(i, &(s, _))| (s, i))
-        .collect();
     let seqs: Vec<i64> = picked.iter().map(|&(s, _)| s).collect();
     let until = now.saturating_add(request.lease());
-    let mut stmt = conn.prepare_cached(LEASE)?;
-    let mut rows = stmt.query(named_params! {
+    let written = conn.prepare_cached(LEASE)?.execute(named_params! {
         ":now": ms(now),
         ":until": ms(until),
         ":tokens": token_bytes,
         ":seqs": json(&seqs)?,
     })?;
-    let mut leased = Vec::with_capacity(picked.len());
-    while let Some(row) = rows.next()? {
-        let seq: i64 = row.get(0)?;
-        let at = *position
-            .get(&seq)
-            .ok_or(SqliteError::Corrupt("claim of an unpicked row"))?;
-        leased.push((at, rows::leased(row)?));
+    if written != picked.len() {
+        // Read by the candidates statement in this transaction: nothing else can have moved.
+        return Err(SqliteError::Corrupt("lease of a picked row"));
     }
-    drop(rows);
-    drop(stmt);
-    // RETURNING order is unspecified: back to claim order.
-    leased.sort_by_key(|(at, _)| *at);
+    let mut fences = Vec::with_capacity(picked.len());
+    let leased = seqs
+        .iter()
+        .enumerate()
+        .map(|(at, seq)| {
+            let (l, c) = read
+                .remove(seq)
+                .ok_or(SqliteError::Corrupt("claim of an unread row"))?;
+            let destination = picked[at].1;
+            fences.push(Fence {
+                seq: *seq,
+                token: tokens[at],
+                webhook: (destination.kind() == DestinationKind::Webhook)
+                    .then(|| destination.target()),
+                run: c.run,
+                due_at: c.due,
+                attempt_count: c.attempt_count,
+            });
+            Ok((at, l))
+        })
+        .collect::<Result<Vec<_>>>()?;
 
     let mut ids: Vec<String> = leased
         .iter()
@@ -439,19 +483,31 @@ fn lease(
     ids.sort_unstable();
     ids.dedup();
     let mut stmt = conn.prepare_cached(MESSAGES_BY_IDS)?;
-    let messages: HashMap<MessageId, Message> =
+    let mut messages: HashMap<MessageId, Message> =
         rows::collect(&mut stmt, [json(&ids)?], rows::message)?
             .into_iter()
             .map(|m| (m.id, m))
             .collect();
+    // A message goes to its last claimed delivery as it is (the common case: one delivery),
+    // to the others as a copy.
+    let mut uses: HashMap<MessageId, usize> = HashMap::with_capacity(messages.len());
+    for (_, l) in &leased {
+        *uses.entry(l.message_id).or_default() += 1;
+    }
 
     leased
         .into_iter()
         .map(|(at, l)| {
-            let message = messages
-                .get(&l.message_id)
-                .cloned()
+            let left = uses
+                .get_mut(&l.message_id)
                 .ok_or(SqliteError::Corrupt("delivery without its message"))?;
+            *left -= 1;
+            let message = if *left == 0 {
+                messages.remove(&l.message_id)
+            } else {
+                messages.get(&l.message_id).cloned()
+            }
+            .ok_or(SqliteError::Corrupt("delivery without its message"))?;
             let claimed_from = l.claimed_from;
             let delivery = l.delivery(&message, picked[at].1.clone(), until, now);
             let lease = Lease {
@@ -469,28 +525,9 @@ fn lease(
                 message,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()
+        .map(|claimed| (claimed, fences))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_carry_their_row() {
-        let random: Vec<u8> = (0..16).collect();
-        for seq in [0, 1, 255, 1 << 40, TOKEN_SEQ_MAX] {
-            let t = token_for(seq, &random);
-            assert_eq!(seq_of_token(&t), Some(seq));
-            assert_eq!(t.as_uuid().get_version_num(), 8);
-        }
-        let t = token_for(TOKEN_SEQ_MAX + 1, &random);
-        assert_eq!(
-            seq_of_token(&t),
-            None,
-            "too large: a random token, found by id"
-        );
-        let other = ClaimToken::from_uuid(uuid::Builder::from_random_bytes([7; 16]).into_uuid());
-        assert_eq!(seq_of_token(&other), None);
-    }
-}
+mod tests;

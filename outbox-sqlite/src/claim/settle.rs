@@ -11,6 +11,8 @@ struct Settle<'a> {
     lease: &'a Lease,
     update: DeliveryUpdate,
     attempt: Option<&'a AttemptRecord>,
+    /// The row as this store's claim left it, when it was: no fence `SELECT`.
+    fence: Option<&'a Fence>,
 }
 
 /// Read a claimed row under its fence (token and tenant: a lease of another tenant matches
@@ -47,10 +49,10 @@ const DISABLE_ENDPOINT_GONE: &str = "UPDATE outbox_endpoints \
      SET status = 'disabled', disabled_reason = 'gone', updated_at = ?3 \
      WHERE id = ?1 AND tenant = ?2";
 
-/// What the settle statement returned for a row it changed.
+/// What the settle writes beside a row: its endpoint (webhook rows), run, due time and the
+/// number of the attempt it records.
 struct Settled {
-    kind: String,
-    target: String,
+    webhook: Option<String>,
     run: i64,
     due_at: Option<i64>,
     number: i64,
@@ -75,17 +77,26 @@ fn settle_many(
         let u = &it.update;
         let last = u.last_outcome.as_ref();
         let token = it.lease.token.to_string();
-        let settled: Option<Settled> = fence
-            .query_row(params![it.seq, token, it.lease.tenant.as_str()], |r| {
-                Ok(Settled {
-                    kind: r.get(0)?,
-                    target: r.get(1)?,
-                    run: r.get(2)?,
-                    due_at: r.get(3)?,
-                    number: r.get::<_, i64>(4)? + i64::from(it.attempt.is_some()),
+        let counted = i64::from(it.attempt.is_some());
+        let settled: Option<Settled> = match it.fence {
+            Some(f) => Some(Settled {
+                webhook: f.webhook.clone(),
+                run: f.run,
+                due_at: Some(f.due_at),
+                number: f.attempt_count + counted,
+            }),
+            None => fence
+                .query_row(params![it.seq, token, it.lease.tenant.as_str()], |r| {
+                    let kind: String = r.get(0)?;
+                    Ok(Settled {
+                        webhook: (kind == "webhook").then(|| r.get(1)).transpose()?,
+                        run: r.get(2)?,
+                        due_at: r.get(3)?,
+                        number: r.get::<_, i64>(4)? + counted,
+                    })
                 })
-            })
-            .optional()?;
+                .optional()?,
+        };
         let Some(s) = settled else {
             out.push(Err(Error::lease_lost()));
             continue;
@@ -108,6 +119,11 @@ fn settle_many(
             ms(now),
             it.attempt.is_some(),
         ])?;
+        if written == 0 && it.fence.is_some() {
+            // Not read under the token in this transaction: the lease was lost since.
+            out.push(Err(Error::lease_lost()));
+            continue;
+        }
         if written != 1 {
             // The fence held a moment ago in this transaction: nothing else can have moved.
             return Err(SqliteError::Corrupt("settle of a fenced row"));
@@ -127,13 +143,13 @@ fn settle_many(
                 s.due_at,
             ])?;
         }
-        if s.kind == "webhook" {
-            if let Some(a) = it.attempt {
-                last_per_endpoint.insert((it.lease.tenant.as_str(), s.target.clone()), a);
-            }
+        if let Some(target) = s.webhook {
             if u.disable_endpoint {
                 conn.prepare_cached(DISABLE_ENDPOINT_GONE)?
-                    .execute(params![s.target, it.lease.tenant.as_str(), ms(now)])?;
+                    .execute(params![target, it.lease.tenant.as_str(), ms(now)])?;
+            }
+            if let Some(a) = it.attempt {
+                last_per_endpoint.insert((it.lease.tenant.as_str(), target), a);
             }
         }
     }
@@ -161,6 +177,7 @@ const ENDPOINT_STATUS_OF_DELIVERY: &str = "SELECT e.status FROM outbox_deliverie
 pub(crate) fn complete_many(
     conn: &Connection,
     items: &[(Lease, Completion)],
+    fences: &[Option<Fence>],
     now: Timestamp,
 ) -> Result<Vec<outboxkit_core::Result<()>>> {
     let mut settles = Vec::with_capacity(items.len());
@@ -187,6 +204,7 @@ pub(crate) fn complete_many(
             lease,
             update,
             attempt: completion.attempt.as_ref(),
+            fence: fences.get(i).and_then(Option::as_ref),
         });
     }
     let mut written = settle_many(conn, &settles, now)?.into_iter();
@@ -205,18 +223,20 @@ pub(crate) fn complete_many(
 pub(crate) fn release(
     conn: &Connection,
     leases: &[Lease],
+    fences: &[Option<Fence>],
     delay: Duration,
     now: Timestamp,
 ) -> Result<ReleaseReport> {
     let mut report = ReleaseReport::default();
     let mut settles = Vec::with_capacity(leases.len());
-    for lease in leases {
+    for (i, lease) in leases.iter().enumerate() {
         match seq_of(conn, lease)? {
             Some(seq) => settles.push(Settle {
                 seq,
                 lease,
                 update: lease.release(delay, now),
                 attempt: None,
+                fence: fences.get(i).and_then(Option::as_ref),
             }),
             None => report.lost += 1,
         }

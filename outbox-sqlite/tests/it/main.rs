@@ -6,6 +6,7 @@ mod busy;
 mod common;
 mod dispatch;
 mod fairness;
+mod fences;
 mod files;
 mod processes;
 mod script;
