@@ -226,7 +226,7 @@ async fn webhook_path(
     let Some(endpoint) = endpoint else {
         return Done::release(lease, shared.config.poll_interval);
     };
-    let secrets = match endpoints.secrets(&*ch.vault, &endpoint).await {
+    let secrets = match ch.keys.get(&*ch.vault, &endpoint).await {
         Ok(s) => s,
         Err(e) => {
             // Our configuration, not the receiver: park it without spending an attempt, and
