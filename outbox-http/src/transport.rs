@@ -85,7 +85,8 @@ impl HttpTransport {
         let SignedRequest {
             url, headers, body, ..
         } = request;
-        let mut map = HeaderMap::with_capacity(headers.len() + 2);
+        // Room for the client's own (`user-agent`, `accept`) too: no growth on the way.
+        let mut map = HeaderMap::with_capacity(headers.len() + 4);
         for (name, value) in headers {
             let name = header_name(&name)?;
             if name == HOST || name == CONTENT_LENGTH {
@@ -101,13 +102,13 @@ impl HttpTransport {
             map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
         map.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-        self.client
-            .post(url.into_url())
-            .headers(map)
-            .body(body)
-            .timeout(deadline)
-            .build()
-            .ok()
+        // Built in place: what `client.post(url).headers(map).body(body).timeout(deadline)`
+        // builds, without the builder merging the map into an empty one.
+        let mut http = reqwest::Request::new(reqwest::Method::POST, url.into_url());
+        *http.headers_mut() = map;
+        *http.body_mut() = Some(body.into());
+        *http.timeout_mut() = Some(deadline);
+        Some(http)
     }
 
     async fn exchange(&self, request: reqwest::Request) -> WebhookResponse {
