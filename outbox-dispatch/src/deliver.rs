@@ -219,7 +219,7 @@ async fn webhook_path(
             return Done::release(lease, shared.config.poll_interval);
         }
     };
-    if let Some(outcome) = endpoint_gate(endpoint.as_ref()) {
+    if let Some(outcome) = endpoint_gate(endpoint.as_deref()) {
         let verdict = classify(&outcome, &context(shared, &lease), &policy);
         return completed(lease, verdict, None, delivery, now, now);
     }

@@ -59,8 +59,9 @@ pub(crate) struct EndpointCache {
     entries: Mutex<HashMap<(TenantId, EndpointId), Arc<EndpointRead>>>,
 }
 
-/// One endpoint read of a batch (`None`: the endpoint does not exist).
-type EndpointRead = OnceCell<Option<Endpoint>>;
+/// One endpoint read of a batch (`None`: the endpoint does not exist), shared by its
+/// deliveries without a copy.
+type EndpointRead = OnceCell<Option<Arc<Endpoint>>>;
 
 impl EndpointCache {
     pub(crate) async fn get(
@@ -68,7 +69,7 @@ impl EndpointCache {
         store: &DynStore,
         tenant: &TenantId,
         id: EndpointId,
-    ) -> Result<Option<Endpoint>> {
+    ) -> Result<Option<Arc<Endpoint>>> {
         let cell = self
             .entries
             .lock()
@@ -79,7 +80,7 @@ impl EndpointCache {
         let read = cell
             .get_or_try_init(|| async {
                 match store.get_endpoint(tenant, id).await {
-                    Ok(e) => Ok(Some(e)),
+                    Ok(e) => Ok(Some(Arc::new(e))),
                     Err(e) if e.is_not_found() => Ok(None),
                     Err(e) => Err(e),
                 }
