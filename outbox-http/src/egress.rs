@@ -218,6 +218,27 @@ impl reqwest::dns::Resolve for PolicyResolver {
     }
 }
 
+/// The same resolver for hyper-util's connector (the webhook transport's).
+impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for PolicyResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = EgressError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, EgressError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), EgressError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
+        let policy = self.policy.clone();
+        Box::pin(async move { Ok(policy.resolve(name.as_str()).await?.into_iter()) })
+    }
+}
+
 #[cfg(test)]
 mod allow_private_tests {
     use super::*;
