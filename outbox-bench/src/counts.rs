@@ -222,12 +222,13 @@ pub fn parse_totals(text: &str) -> (Option<u32>, f64) {
 
 /// The inclusive count of every function whose name contains one of `fragments`, from
 /// `callgrind_annotate --inclusive=yes` output (`12,345 (1.2%)  file:function [object]`, or
-/// without the percentage). A function's code inlined from other files is listed once per
-/// file, and those entries are summed; an entry listed twice (the same `file:function`, with
-/// and without its object) counts once. Nested matches are not subtracted (the fragments
-/// name functions that do not call each other).
+/// without the percentage). A function with code inlined from other files is listed once
+/// per file, and its entry under its own file already holds the calls made from the inlined
+/// code (the entries of the inlined files repeat them): the largest entry of each function
+/// is its count, and different functions add up. Nested matches are not subtracted (the
+/// fragments name functions that do not call each other).
 pub fn inclusive(annotate: &str, fragments: &[&str]) -> f64 {
-    let mut entries: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    let mut functions: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
     for line in annotate
         .lines()
         .filter(|l| fragments.iter().any(|f| l.contains(f)))
@@ -247,10 +248,12 @@ pub fn inclusive(annotate: &str, fragments: &[&str]) -> f64 {
             None => rest,
         };
         let entry = rest.split(" [").next().unwrap_or(rest).trim_end();
-        let slot = entries.entry(entry).or_insert(0.0);
+        // `file:function`: a path holds no `:`, a function name holds `::`.
+        let function = entry.split_once(':').map_or(entry, |(_, f)| f);
+        let slot = functions.entry(function).or_insert(0.0);
         *slot = slot.max(v);
     }
-    entries.values().sum()
+    functions.values().sum()
 }
 
 async fn valgrind_version() -> Option<String> {

@@ -85,7 +85,7 @@ impl WebhookSecret {
 
 /// A secret keyed for HMAC-SHA256 once: signing with it hashes the message only (keying
 /// hashes the inner and outer key blocks, two SHA-256 blocks more per signature). The
-/// dispatcher keys an endpoint's secrets once per claim batch. Debug output never shows it.
+/// dispatcher keys an endpoint's secrets once per sealed secret. Debug output never shows it.
 #[derive(Clone)]
 pub struct SigningKey(HmacSha256);
 

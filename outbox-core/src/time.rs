@@ -68,17 +68,35 @@ impl Timestamp {
 
     /// RFC 3339 in UTC with milliseconds, e.g. `2026-11-29T10:00:00.000Z`.
     pub fn to_rfc3339(self) -> String {
+        let b = self.rfc3339_bytes();
+        // ASCII digits and separators only.
+        String::from_utf8_lossy(&b).into_owned()
+    }
+
+    /// [`Timestamp::to_rfc3339`]'s 24 ASCII bytes, written without the formatting
+    /// machinery or an allocation (a timestamp's year is always four digits: 1970–9999).
+    pub fn rfc3339_bytes(self) -> [u8; 24] {
         let secs = self.0.div_euclid(1000);
         let ms = self.0.rem_euclid(1000);
         let days = secs.div_euclid(86_400);
         let sod = secs.rem_euclid(86_400);
         let (y, m, d) = civil_from_days(days);
-        format!(
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
-            sod / 3600,
-            (sod / 60) % 60,
-            sod % 60
-        )
+        let mut out = *b"0000-00-00T00:00:00.000Z";
+        let mut put = |at: usize, width: usize, mut v: i64| {
+            for i in (at..at + width).rev() {
+                // `v % 10` is a single digit.
+                out[i] = b'0' + v.rem_euclid(10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, 4, y);
+        put(5, 2, i64::from(m));
+        put(8, 2, i64::from(d));
+        put(11, 2, sod / 3600);
+        put(14, 2, (sod / 60) % 60);
+        put(17, 2, sod % 60);
+        put(20, 3, ms);
+        out
     }
 
     /// Parse an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`, and the obsolete forms).
@@ -195,6 +213,32 @@ mod tests {
         ];
         for (ms, want) in cases {
             assert_eq!(Timestamp::from_unix_millis(ms).unwrap().to_rfc3339(), want);
+        }
+    }
+
+    #[test]
+    fn rfc3339_bytes_are_the_formatted_text() {
+        // The text as `format!` writes it, over instants spread across the whole range.
+        let formatted = |t: Timestamp| {
+            let secs = t.0.div_euclid(1000);
+            let sod = secs.rem_euclid(86_400);
+            let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+            format!(
+                "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+                sod / 3600,
+                (sod / 60) % 60,
+                sod % 60,
+                t.0.rem_euclid(1000)
+            )
+        };
+        let step = Timestamp::MAX.0 / 9_973;
+        for ms in (0..=Timestamp::MAX.0)
+            .step_by(step as usize)
+            .chain([Timestamp::MAX.0])
+        {
+            let t = Timestamp(ms);
+            assert_eq!(t.rfc3339_bytes(), formatted(t).as_bytes(), "{ms}");
+            assert_eq!(t.to_rfc3339(), formatted(t));
         }
     }
 

@@ -41,7 +41,8 @@ pub fn signed_request(
 }
 
 /// [`signed_request`] with the secrets keyed beforehand (current first): the dispatcher
-/// keys an endpoint's secrets once per claim batch, not once per request.
+/// keys an endpoint's secrets once per sealed secret (kept until a rotation), not once per
+/// request.
 pub fn signed_request_keyed(
     endpoint: &Endpoint,
     keys: &[SigningKey],

@@ -224,6 +224,7 @@ impl DispatcherBuilder {
                 vault,
                 claim_budget: self.webhook_policy.claim_budget(),
                 policy: self.webhook_policy,
+                keys: Default::default(),
             }),
             _ => None,
         };

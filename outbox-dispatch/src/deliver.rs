@@ -219,14 +219,14 @@ async fn webhook_path(
             return Done::release(lease, shared.config.poll_interval);
         }
     };
-    if let Some(outcome) = endpoint_gate(endpoint.as_ref()) {
+    if let Some(outcome) = endpoint_gate(endpoint.as_deref()) {
         let verdict = classify(&outcome, &context(shared, &lease), &policy);
         return completed(lease, verdict, None, delivery, now, now);
     }
     let Some(endpoint) = endpoint else {
         return Done::release(lease, shared.config.poll_interval);
     };
-    let secrets = match endpoints.secrets(&*ch.vault, &endpoint).await {
+    let secrets = match ch.keys.get(&*ch.vault, &endpoint).await {
         Ok(s) => s,
         Err(e) => {
             // Our configuration, not the receiver: park it without spending an attempt, and

@@ -76,6 +76,8 @@ pub(crate) struct WebhookChannel {
     pub(crate) vault: Arc<DynSecretVault>,
     pub(crate) policy: TenantPolicy,
     pub(crate) claim_budget: u32,
+    /// The endpoints' secrets, opened and keyed once per sealed secret.
+    pub(crate) keys: webhook::SigningKeys,
 }
 
 pub(crate) struct MailChannel {

@@ -1,5 +1,5 @@
-//! The webhook channel: gate a delivery on its endpoint's status, read endpoints and open
-//! their secrets once per batch, forward the trace context. The signed request itself is
+//! The webhook channel: gate a delivery on its endpoint's status, read endpoints once per
+//! batch, open and key their secrets once per sealed secret, forward the trace context. The signed request itself is
 //! built by `outboxkit_core::webhook_request` (re-exported here).
 
 use std::collections::HashMap;
@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
-use outboxkit_core::endpoint::{Endpoint, EndpointStatus};
+use outboxkit_core::endpoint::{Endpoint, EndpointStatus, SealedSecret};
 use outboxkit_core::error::Result;
 use outboxkit_core::ids::{EndpointId, TenantId};
 use outboxkit_core::model::Message;
@@ -53,20 +53,15 @@ pub fn endpoint_gate(endpoint: Option<&Endpoint>) -> Option<Outcome> {
 /// Endpoint reads shared by the deliveries of one claim batch: a batch claimed after a
 /// secret rotation or URL change always reads the endpoint afresh. Single-flight: the
 /// deliveries of one batch to one endpoint wait for one read rather than each reading it
-/// (a failed read is not kept: the next delivery tries again). The endpoint's secrets are
-/// opened and keyed for HMAC once per batch the same way, from the endpoint read for that
-/// batch.
+/// (a failed read is not kept: the next delivery tries again).
 #[derive(Debug, Default)]
 pub(crate) struct EndpointCache {
     entries: Mutex<HashMap<(TenantId, EndpointId), Arc<EndpointRead>>>,
-    secrets: Mutex<HashMap<(TenantId, EndpointId), Arc<SecretsOpened>>>,
 }
 
-/// One endpoint read of a batch (`None`: the endpoint does not exist).
-type EndpointRead = OnceCell<Option<Endpoint>>;
-
-/// The secrets of one endpoint, opened and keyed once for a batch.
-type SecretsOpened = OnceCell<Arc<Vec<SigningKey>>>;
+/// One endpoint read of a batch (`None`: the endpoint does not exist), shared by its
+/// deliveries without a copy.
+type EndpointRead = OnceCell<Option<Arc<Endpoint>>>;
 
 impl EndpointCache {
     pub(crate) async fn get(
@@ -74,7 +69,7 @@ impl EndpointCache {
         store: &DynStore,
         tenant: &TenantId,
         id: EndpointId,
-    ) -> Result<Option<Endpoint>> {
+    ) -> Result<Option<Arc<Endpoint>>> {
         let cell = self
             .entries
             .lock()
@@ -85,7 +80,7 @@ impl EndpointCache {
         let read = cell
             .get_or_try_init(|| async {
                 match store.get_endpoint(tenant, id).await {
-                    Ok(e) => Ok(Some(e)),
+                    Ok(e) => Ok(Some(Arc::new(e))),
                     Err(e) if e.is_not_found() => Ok(None),
                     Err(e) => Err(e),
                 }
@@ -93,23 +88,69 @@ impl EndpointCache {
             .await?;
         Ok(read.clone())
     }
+}
 
-    /// `endpoint`'s secrets (current, then previous), opened through `vault` and keyed once
-    /// for the deliveries started together; a failure is not kept (the next delivery tries
-    /// again).
-    pub(crate) async fn secrets(
+/// The endpoints' secrets, opened through the vault and keyed for HMAC once for as long
+/// as the dispatcher lives, each entry bound to the sealed bytes it was opened from (the
+/// current secret and the previous one): a rotation stores new sealed bytes (a vault seals
+/// with a fresh nonce), so the next delivery, reading the endpoint afresh with its batch,
+/// finds its entry stale and opens the new ones; anything else reuses the keys. Single-
+/// flight per endpoint (the deliveries that find no keys wait for one opening); a failed
+/// opening is not kept (the next delivery asks the vault again and, if it fails again,
+/// is parked as before).
+#[derive(Debug, Default)]
+pub(crate) struct SigningKeys {
+    entries: Mutex<HashMap<EndpointId, Arc<KeyEntry>>>,
+}
+
+/// The keys of one endpoint of `tenant`, opened from `sealed` (current, then previous).
+#[derive(Debug)]
+struct KeyEntry {
+    tenant: TenantId,
+    sealed: (SealedSecret, Option<SealedSecret>),
+    keys: OnceCell<Arc<Vec<SigningKey>>>,
+}
+
+impl KeyEntry {
+    fn opens(&self, endpoint: &Endpoint) -> bool {
+        self.tenant == endpoint.tenant
+            && self.sealed.0 == endpoint.secret
+            && self.sealed.1 == endpoint.previous_secret
+    }
+}
+
+/// The most endpoints whose keys are kept: past it, the cache starts afresh (endpoints
+/// deleted long ago do not pile up; the ones in use are opened again once).
+const KEPT_ENDPOINTS: usize = 10_000;
+
+impl SigningKeys {
+    /// `endpoint`'s secrets (current, then previous), keyed: from the cache when they were
+    /// opened from the same sealed bytes, else opened through `vault`.
+    pub(crate) async fn get(
         &self,
         vault: &DynSecretVault,
         endpoint: &Endpoint,
     ) -> Result<Arc<Vec<SigningKey>>> {
-        let cell = self
-            .secrets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((endpoint.tenant.clone(), endpoint.id))
-            .or_default()
-            .clone();
-        let opened = cell
+        let entry = {
+            let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            match map.get(&endpoint.id) {
+                Some(e) if e.opens(endpoint) => e.clone(),
+                _ => {
+                    if map.len() >= KEPT_ENDPOINTS {
+                        map.clear();
+                    }
+                    let e = Arc::new(KeyEntry {
+                        tenant: endpoint.tenant.clone(),
+                        sealed: (endpoint.secret.clone(), endpoint.previous_secret.clone()),
+                        keys: OnceCell::new(),
+                    });
+                    map.insert(endpoint.id, e.clone());
+                    e
+                }
+            }
+        };
+        let keys = entry
+            .keys
             .get_or_try_init(|| async {
                 let secrets = open_secrets(vault, endpoint).await?;
                 Ok::<_, outboxkit_core::Error>(Arc::new(
@@ -117,7 +158,7 @@ impl EndpointCache {
                 ))
             })
             .await?;
-        Ok(opened.clone())
+        Ok(keys.clone())
     }
 }
 
@@ -145,6 +186,103 @@ mod tests {
             created_at: t,
             updated_at: t,
         }
+    }
+
+    /// A plaintext vault that counts its openings and fails while `failing` is set.
+    #[derive(Debug, Default)]
+    struct Counting {
+        opened: std::sync::atomic::AtomicUsize,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl outboxkit_core::vault::SecretVault for Counting {
+        async fn seal(
+            &self,
+            plain: &[u8],
+            context: &outboxkit_core::vault::SecretContext,
+        ) -> Result<SealedSecret> {
+            outboxkit_core::PlaintextVault.seal(plain, context).await
+        }
+        async fn open(
+            &self,
+            sealed: &SealedSecret,
+            context: &outboxkit_core::vault::SecretContext,
+        ) -> Result<Vec<u8>> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self.failing.load(SeqCst) {
+                return Err(outboxkit_core::Error::invalid_input("secret", "no key"));
+            }
+            self.opened.fetch_add(1, SeqCst);
+            outboxkit_core::PlaintextVault.open(sealed, context).await
+        }
+    }
+
+    async fn sealed(vault: &Counting, e: &Endpoint, byte: u8) -> SealedSecret {
+        use outboxkit_core::vault::{SecretContext, SecretVault};
+        vault
+            .seal(&[byte; 32], &SecretContext::endpoint(&e.tenant, e.id))
+            .await
+            .unwrap()
+    }
+
+    fn signature(keys: &[SigningKey]) -> String {
+        outboxkit_core::signing::sign_keyed(keys, "msg_1", "1700000000", b"{}")
+    }
+
+    #[tokio::test]
+    async fn keys_are_opened_once_per_sealed_secret_and_a_failure_is_not_kept() {
+        use outboxkit_core::signing::{sign, WebhookSecret};
+        use std::sync::atomic::Ordering::SeqCst;
+        let vault = Counting::default();
+        let keys = SigningKeys::default();
+        let mut e = endpoint();
+        e.secret = sealed(&vault, &e, 1).await;
+        let one = WebhookSecret::from_bytes(vec![1; 32]).unwrap();
+        let two = WebhookSecret::from_bytes(vec![2; 32]).unwrap();
+        for _ in 0..3 {
+            let k = keys.get(&vault, &e).await.unwrap();
+            assert_eq!(signature(&k), sign(&[&one], "msg_1", 1_700_000_000, b"{}"));
+        }
+        assert_eq!(vault.opened.load(SeqCst), 1, "opened once, then reused");
+
+        // A rotation: new sealed bytes, the old ones as the previous secret.
+        e.previous_secret = Some(e.secret.clone());
+        e.secret = sealed(&vault, &e, 2).await;
+        let k = keys.get(&vault, &e).await.unwrap();
+        assert_eq!(
+            signature(&k),
+            sign(&[&two, &one], "msg_1", 1_700_000_000, b"{}"),
+            "both secrets sign, the new one first"
+        );
+        assert_eq!(vault.opened.load(SeqCst), 3);
+
+        // The previous secret dropped: stale again, opened again.
+        e.previous_secret = None;
+        assert_eq!(
+            signature(&keys.get(&vault, &e).await.unwrap()),
+            sign(&[&two], "msg_1", 1_700_000_000, b"{}")
+        );
+        assert_eq!(vault.opened.load(SeqCst), 4);
+
+        // A secret that does not open fails every time it is asked for; once it opens,
+        // it is kept.
+        e.secret = sealed(&vault, &e, 3).await;
+        vault.failing.store(true, SeqCst);
+        for _ in 0..2 {
+            assert!(keys.get(&vault, &e).await.is_err());
+        }
+        vault.failing.store(false, SeqCst);
+        keys.get(&vault, &e).await.unwrap();
+        keys.get(&vault, &e).await.unwrap();
+        assert_eq!(vault.opened.load(SeqCst), 5);
+
+        // Another tenant's endpoint under the same id never gets these keys.
+        let mut other = e.clone();
+        other.tenant = TenantId::new("other").unwrap();
+        other.secret = sealed(&vault, &other, 3).await;
+        keys.get(&vault, &other).await.unwrap();
+        assert_eq!(vault.opened.load(SeqCst), 6);
     }
 
     #[test]

@@ -147,7 +147,8 @@ impl EgressPolicy {
         };
         match ip {
             Some(ip) if is_metadata(ip) => Err(EgressRefusal::Address(AddressKind::Metadata)),
-            _ if self.is_allowed_host(&url.host()) => Ok(()),
+            // (The host's text is written only when there is an allow-list to look it up in.)
+            _ if !self.hosts.is_empty() && self.is_allowed_host(&url.host()) => Ok(()),
             Some(ip) => self.check_ip(ip),
             None => Ok(()),
         }
@@ -214,6 +215,27 @@ impl reqwest::dns::Resolve for PolicyResolver {
             let addrs = policy.resolve(&host).await?;
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
+    }
+}
+
+/// The same resolver for hyper-util's connector (the webhook transport's).
+impl tower_service::Service<hyper_util::client::legacy::connect::dns::Name> for PolicyResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = EgressError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, EgressError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), EgressError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
+        let policy = self.policy.clone();
+        Box::pin(async move { Ok(policy.resolve(name.as_str()).await?.into_iter()) })
     }
 }
 

@@ -1,4 +1,4 @@
-//! Error mapping: reqwest / hyper / io failures to webhook error classes and mail errors,
+//! Error mapping: hyper-util / reqwest / hyper / io failures to webhook error classes and mail errors,
 //! and this crate's configuration errors to `outboxkit_core::Error`.
 
 use std::error::Error as StdError;
@@ -122,10 +122,9 @@ fn known(e: &(dyn StdError + 'static)) -> Option<Cause> {
 }
 
 /// A webhook send that got no answer: its class and a short detail (no address, no URL).
-pub(crate) fn webhook_failure(err: &reqwest::Error) -> (ErrorClass, String) {
-    if err.is_timeout() {
-        return (ErrorClass::Timeout, "the deadline passed".into());
-    }
+/// (hyper-util's client follows no redirect and has no deadline of its own: the transport
+/// applies one around the whole exchange.)
+pub(crate) fn webhook_failure(err: &hyper_util::client::legacy::Error) -> (ErrorClass, String) {
     match cause(err) {
         Cause::Refused(kind) => (
             ErrorClass::EgressRefused,
@@ -140,9 +139,6 @@ pub(crate) fn webhook_failure(err: &reqwest::Error) -> (ErrorClass, String) {
         Cause::TimedOut => (ErrorClass::Timeout, "the deadline passed".into()),
         Cause::Tls => (ErrorClass::Network, "tls handshake failed".into()),
         Cause::Protocol => (ErrorClass::Network, "the answer was not valid http".into()),
-        Cause::Other if err.is_redirect() => {
-            (ErrorClass::Redirect, "redirects are not followed".into())
-        }
         Cause::Other if err.is_connect() => (ErrorClass::Network, "could not connect".into()),
         Cause::Other => (ErrorClass::Network, "the request failed".into()),
     }

@@ -400,7 +400,7 @@ impl Envelope {
     /// checked for JSON once, then copied once, byte for byte).
     pub fn bytes_of(message: &Message) -> Vec<u8> {
         let kind = json_string(message.topic.as_str());
-        let timestamp = message.created_at.to_rfc3339();
+        let timestamp = message.created_at.rfc3339_bytes();
         let json = is_json_text(&message.payload);
         let quoted;
         let data: &[u8] = if json {
@@ -414,7 +414,7 @@ impl Envelope {
         out.extend_from_slice(b"{\"type\":");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b",\"timestamp\":\"");
-        out.extend_from_slice(timestamp.as_bytes());
+        out.extend_from_slice(&timestamp);
         out.extend_from_slice(b"\",\"data\":");
         out.extend_from_slice(data);
         out.push(b'}');
@@ -439,6 +439,16 @@ impl Envelope {
 
 /// `s` as a JSON string literal.
 fn json_string(s: &str) -> String {
+    // Printable ASCII without a quote or a backslash (every topic) is its own JSON text.
+    if s.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return out;
+    }
     // Serialising a `str` cannot fail.
     serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
 }

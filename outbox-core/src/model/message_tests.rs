@@ -195,3 +195,21 @@ fn envelope_embeds_json_payloads_byte_for_byte() {
         assert!(is_json_text(&bytes), "the envelope is JSON: {expected}");
     }
 }
+
+#[test]
+fn json_strings_are_serde_json_s_text() {
+    for s in [
+        "order.created",
+        "",
+        "a\"b",
+        "back\\slash",
+        "tab\there",
+        "nl\n",
+        "\u{7f}del",
+        "é ünïcode",
+        "\u{1}",
+        "x</script>",
+    ] {
+        assert_eq!(json_string(s), serde_json::to_string(s).unwrap(), "{s:?}");
+    }
+}

@@ -152,8 +152,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                     self.report.record_claim(&claimed.delivery.topic);
                 }
                 let claimed_at = s.clock.now();
-                // One endpoint cache per claim batch: its deliveries read each endpoint and
-                // open (and key) its secrets once, however many start rounds they take.
+                // One endpoint cache per claim batch: its deliveries read each endpoint once,
+                // however many start rounds they take (the keyed secrets outlive it, bound
+                // to the sealed bytes of the endpoint read).
                 let endpoints = Arc::new(EndpointCache::default());
                 self.ready.extend(
                     batch

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use outboxkit_core::{
     Attempt, ClaimRequest, ClaimToken, Claimed, Completion, DeliveryId, DeliveryStatus,
-    DisabledReason, EndpointStatus, Entropy, Error, LastDelivery, Lease, PayloadFingerprint,
-    ReleaseReport, Result, Timestamp,
+    DisabledReason, EndpointStatus, Entropy, Error, LastDelivery, Lease, ReleaseReport, Result,
+    Timestamp,
 };
 
 use outboxkit_core::claim_rules::{
@@ -124,18 +124,13 @@ impl State {
                 u.endpoint_is_back(now);
             }
         }
-        let (endpoint, run, due_at, message_id) = self
+        let (endpoint, run, due_at) = self
             .modify(id, |r| {
                 apply(r, &u, now);
-                (r.d.endpoint(), r.d.run, r.due_at, r.d.message_id)
+                (r.d.endpoint(), r.d.run, r.due_at)
             })
             .ok_or_else(lease_lost)?;
         if let Some(rec) = &c.attempt {
-            let payload = self
-                .messages
-                .get(&message_id)
-                .map(|m| PayloadFingerprint::of(&m.payload))
-                .unwrap_or_else(|| PayloadFingerprint::of(&[]));
             let list = self.attempts.entry(id).or_default();
             let number = u32::try_from(list.len())
                 .unwrap_or(u32::MAX)
@@ -146,7 +141,8 @@ impl State {
                 probe: lease.is_probe(),
                 run,
                 scheduled_at: due_at,
-                payload,
+                // Filled from the message when the ledger is read (`State::attempts`).
+                payload: unread_fingerprint(),
                 record: rec.clone(),
             });
             // The endpoint's last status, in the same step as the completion.

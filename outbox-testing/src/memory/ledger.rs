@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use outboxkit_core::store::check_purge_limit;
 use outboxkit_core::{
     Attempt, Cursor, Delivery, DeliveryFilter, DeliveryId, Ledger, Message, MessageId, Page,
-    PageRequest, PurgeReport, Result, RetentionCutoffs, TenantId, TenantStats, Timestamp,
+    PageRequest, PayloadFingerprint, PurgeReport, Result, RetentionCutoffs, TenantId, TenantStats,
+    Timestamp,
 };
 
 use super::state::{not_found, Row, State};
@@ -61,9 +62,21 @@ impl State {
             .ok_or_else(|| not_found("message"))
     }
 
+    /// The delivery's ledger, each attempt with its payload's fingerprint (the message's:
+    /// computed here, once per read).
     pub(super) fn attempts(&self, tenant: &TenantId, id: DeliveryId) -> Result<Vec<Attempt>> {
-        self.row_of(tenant, id)?;
-        Ok(self.attempts.get(&id).cloned().unwrap_or_default())
+        let row = self.row_of(tenant, id)?;
+        let mut list = self.attempts.get(&id).cloned().unwrap_or_default();
+        if !list.is_empty() {
+            let payload = self.messages.get(&row.d.message_id).map_or_else(
+                || PayloadFingerprint::of(&[]),
+                |m| PayloadFingerprint::of(&m.payload),
+            );
+            for a in &mut list {
+                a.payload = payload.clone();
+            }
+        }
+        Ok(list)
     }
 
     /// One tenant per call, in rotation, each tenant with its own cutoff (ARCHITECTURE

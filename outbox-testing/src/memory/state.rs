@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use outboxkit_core::{
     fanout, Attempt, ClaimToken, Consumer, ConsumerName, Delivery, DeliveryId, DeliveryStatus,
     DeliveryUpdate, Destination, Endpoint, EndpointId, Enqueued, Entropy, Error, IdempotencyKey,
-    Message, MessageId, OrderingKey, Result, TenantId, Timestamp, Topic, ValidMessage,
+    Message, MessageId, OrderingKey, PayloadFingerprint, Result, TenantId, Timestamp, Topic,
+    ValidMessage,
 };
 
 /// One delivery with what the public type does not carry: its enqueue sequence and the
@@ -45,11 +46,22 @@ pub(super) struct State {
     /// Claimable, not-held rows that have spent attempts, by attempts: the only rows the
     /// exhausted-row pass of a claim needs to look at.
     pub(super) spent: BTreeSet<(u32, DeliveryId)>,
+    /// The ledger of each delivery, without the payload's fingerprint: a message's payload
+    /// never changes, so it is derived from the message when the ledger is read (as the
+    /// SQL stores and Redis do), not hashed on every completion.
     pub(super) attempts: HashMap<DeliveryId, Vec<Attempt>>,
     pub(super) endpoints: HashMap<EndpointId, Endpoint>,
     pub(super) consumers: BTreeMap<ConsumerName, Consumer>,
     pub(super) next_seq: u64,
     pub(super) purge_cursor: Option<TenantId>,
+}
+
+/// What an attempt holds for its payload's fingerprint until the ledger is read.
+pub(super) fn unread_fingerprint() -> PayloadFingerprint {
+    PayloadFingerprint {
+        size: 0,
+        sha256: String::new(),
+    }
 }
 
 pub(super) fn claimable(s: DeliveryStatus) -> bool {
