@@ -10,6 +10,7 @@ mod claim;
 mod cluster;
 mod config;
 mod faults;
+mod functions;
 mod pipeline;
 mod retention;
 mod tls;
