@@ -180,7 +180,7 @@ impl Work {
             .filter(|(k, _)| !ENTRIES.contains(&k.as_str()))
             .map(|(k, v)| (k, v.0))
             .collect();
-        inner.sort_by(|a, b| b.1.cmp(&a.1));
+        inner.sort_by_key(|e| std::cmp::Reverse(e.1));
         let inner: Vec<String> = inner
             .iter()
             .map(|(k, c)| format!("{k} {:.2}", per(*c)))
