@@ -2,19 +2,23 @@
 //! `redis_bench.rs` (issue 35), counted on a private `redis-server` the bench starts on a
 //! free loopback port (so no other client's commands land in its statistics):
 //!
-//! - **Top-level usec per operation**: every command a client sent (a script or function
-//!   call with everything it ran inside, or a plain command), from `SLOWLOG` with
-//!   `slowlog-log-slower-than 0` (an entry whose client is `?:0` ran inside a script and is
-//!   part of its caller's time, so it is left out). The row's figure.
-//! - **`INFO commandstats`**: calls and usec per call of each script/function entry
-//!   (`EVALSHA`, `FCALL`, …), and the Redis commands per operation run inside them.
+//! - **Usec per operation** (the row's figure): the usec of the script and function entries
+//!   (`EVALSHA`, `FCALL`, …) in `INFO commandstats`, each holding everything it ran inside;
+//!   both sides send nothing else while measured.
+//! - **Per entry**, from one more run with `SLOWLOG` at `slowlog-log-slower-than 0`: calls
+//!   and usec of each script or function (claim, complete, …) by name. Logging every command
+//!   costs time inside the scripts (each command they run is logged too), so this run only
+//!   splits the time and never counts it.
+//! - **`INFO commandstats`**: the Redis commands per operation run inside the entries and
+//!   the usec spent in them.
 //! - **Server CPU** per operation (`used_cpu_user + used_cpu_sys` of `INFO cpu`), which also
 //!   holds reading requests and writing replies.
 //!
 //! Enqueue: one message per call from 8 writers (ours `store.enqueue`, raw one script).
 //! Delivery: a loaded backlog burnt down (ours the dispatcher with a no-op handler, claim of
 //! 100 + completion; raw the pipelined claim + ack scripts). Each phase runs three times
-//! under fresh prefixes and each side keeps its least time. The ratio is raw ÷ ours.
+//! (plus the slowlog run) under fresh prefixes and each side keeps its least time. The ratio
+//! is raw ÷ ours.
 //! Skipped when `redis-server` is not on the `PATH`.
 
 use std::collections::BTreeMap;
@@ -143,9 +147,14 @@ struct Work {
 }
 
 impl Work {
-    /// Top-level server usec per operation.
+    /// Usec per operation in the script and function entries.
     fn usec(&self) -> f64 {
-        self.top.values().map(|v| v.1).sum::<u64>() as f64 / self.ops as f64
+        self.stats
+            .iter()
+            .filter(|(k, _)| ENTRIES.contains(&k.as_str()))
+            .map(|(_, v)| v.1)
+            .sum::<u64>() as f64
+            / self.ops as f64
     }
 
     /// Usec per operation spent in the Redis commands themselves (all but the entries); the
@@ -187,7 +196,7 @@ impl Work {
             .collect();
         let all: f64 = self.stats.values().map(|v| v.0).sum::<u64>() as f64;
         format!(
-            "{:.1} µs/op [{}]; commandstats: {}; commands/op {:.2} ({}), {:.1} µs/op in them; \
+            "{:.1} µs/op [slowlog run: {}]; commandstats: {}; commands/op {:.2} ({}), {:.1} µs/op in them; \
              cpu {:.1} µs/op",
             self.usec(),
             top.join(", "),
@@ -202,13 +211,13 @@ impl Work {
 
 /// Run `phase` between two readings of the private server's counters; `phase` answers the
 /// operations it did.
-async fn measure<F, Fut>(conn: &mut MultiplexedConnection, phase: F) -> BenchResult<Work>
+async fn measure<F, Fut>(conn: &mut MultiplexedConnection, log: bool, phase: F) -> BenchResult<Work>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = BenchResult<u64>>,
 {
     for (k, v) in [
-        ("slowlog-log-slower-than", "0"),
+        ("slowlog-log-slower-than", if log { "0" } else { "-1" }),
         ("slowlog-max-len", "2000000"),
     ] {
         let () = redis::cmd("CONFIG")
@@ -230,12 +239,16 @@ where
     // Tens of thousands of entries: more than the default response timeout allows.
     let mut long = conn.clone();
     long.set_response_timeout(Duration::from_secs(300));
-    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query_async(&mut long)
-        .await
-        .map_err(|e| format!("slowlog get: {e}"))?;
+    let entries: Vec<redis::Value> = if log {
+        redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut long)
+            .await
+            .map_err(|e| format!("slowlog get: {e}"))?
+    } else {
+        Vec::new()
+    };
     let () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("slowlog-log-slower-than")
@@ -258,7 +271,7 @@ where
             work.stats.insert(k.clone(), (c - c0, u - u0));
         }
     }
-    for entry in log {
+    for entry in entries {
         let Ok((_, _, usec, args, client, _)) =
             redis::from_redis_value::<(i64, i64, u64, Vec<Vec<u8>>, String, String)>(entry)
         else {
@@ -292,15 +305,19 @@ where
 /// added to the server's wall-clock time is least there).
 const REPS: usize = 3;
 
-/// The least-time `Work` of each side over `reps` runs of `phase`.
+/// The least-time `Work` of each side over `reps` runs of `phase` (`phase(false)`), each
+/// with the per-entry split of one more run with the slowlog on (`phase(true)`).
 async fn best_of<F, Fut>(reps: usize, phase: F) -> BenchResult<(Work, Work)>
 where
-    F: Fn() -> Fut,
+    F: Fn(bool) -> Fut,
     Fut: std::future::Future<Output = BenchResult<(Work, Work)>>,
 {
+    let (logged_ours, logged_raw) = phase(true).await?;
     let mut best: Option<(Work, Work)> = None;
     for _ in 0..reps {
-        let (o, r) = phase().await?;
+        let (mut o, mut r) = phase(false).await?;
+        o.top.clone_from(&logged_ours.top);
+        r.top.clone_from(&logged_raw.top);
         best = Some(match best {
             None => (o, r),
             Some((bo, br)) => (
@@ -331,7 +348,7 @@ pub async fn counts(ctx: &Ctx) -> Vec<Row> {
     let url = server.url.clone();
     let enq_n = ctx.scale.n(5_000);
     let del_n = ctx.scale.n(10_000);
-    let enqueue_row = match best_of(REPS, || enqueue(&url, enq_n)).await {
+    let enqueue_row = match best_of(REPS, |log| enqueue(&url, enq_n, log)).await {
         Ok((ours, raw)) => {
             eprintln!("redis-usec-per-enqueue ours: {}", ours.describe());
             eprintln!("redis-usec-per-enqueue raw: {}", raw.describe());
@@ -343,7 +360,7 @@ pub async fn counts(ctx: &Ctx) -> Vec<Row> {
                 Figure::per_delivery(raw.usec(), "µs/enqueue"),
                 Target::None,
                 format!(
-                    "private redis-server; SLOWLOG top-level time; ours: {}; raw: {}",
+                    "private redis-server; commandstats usec of the entries; ours: {}; raw: {}",
                     ours.describe(),
                     raw.describe()
                 ),
@@ -357,7 +374,7 @@ pub async fn counts(ctx: &Ctx) -> Vec<Row> {
         ),
     };
     let target = Target::MinRatio(1.0 / 1.5);
-    let delivery_row = match best_of(REPS, || delivery(&url, del_n)).await {
+    let delivery_row = match best_of(REPS, |log| delivery(&url, del_n, log)).await {
         Ok((ours, raw)) => {
             eprintln!("redis-usec-per-delivery ours: {}", ours.describe());
             eprintln!("redis-usec-per-delivery raw: {}", raw.describe());
@@ -369,7 +386,7 @@ pub async fn counts(ctx: &Ctx) -> Vec<Row> {
                 Figure::per_delivery(raw.usec(), "µs/delivery"),
                 target,
                 format!(
-                    "private redis-server; batch {BATCH}; SLOWLOG top-level time; ours: {}; \
+                    "private redis-server; batch {BATCH}; commandstats usec of the entries; ours: {}; \
                      raw: {}",
                     ours.describe(),
                     raw.describe()
@@ -388,11 +405,11 @@ pub async fn counts(ctx: &Ctx) -> Vec<Row> {
 }
 
 /// Server work of `n` enqueues from 8 writers: ours, then raw.
-async fn enqueue(url: &str, n: usize) -> BenchResult<(Work, Work)> {
+async fn enqueue(url: &str, n: usize, log: bool) -> BenchResult<(Work, Work)> {
     let u = unique();
     let st = store(url, &format!("{{count-{u}}}")).await?;
     let mut conn = connection(url).await?;
-    let ours = measure(&mut conn, || async {
+    let ours = measure(&mut conn, log, || async {
         let st = st.clone();
         concurrently(n, 8, move |i| {
             let st = st.clone();
@@ -410,7 +427,7 @@ async fn enqueue(url: &str, n: usize) -> BenchResult<(Work, Work)> {
     let script = Arc::new(Script::new(RAW_ENQUEUE));
     let raw_prefix = Arc::new(format!("{{count-raw-{u}}}"));
     let c2 = conn.clone();
-    let raw = measure(&mut conn, || async move {
+    let raw = measure(&mut conn, log, || async move {
         concurrently(n, 8, move |i| {
             let (mut conn, script, raw) = (c2.clone(), script.clone(), raw_prefix.clone());
             async move {
@@ -429,12 +446,12 @@ async fn enqueue(url: &str, n: usize) -> BenchResult<(Work, Work)> {
 }
 
 /// Server work per delivered message of a backlog of `n`: ours, then raw.
-async fn delivery(url: &str, n: usize) -> BenchResult<(Work, Work)> {
+async fn delivery(url: &str, n: usize, log: bool) -> BenchResult<(Work, Work)> {
     let u = unique();
     let st = store(url, &format!("{{count-{u}}}")).await?;
     load(&st, n).await?;
     let mut conn = connection(url).await?;
-    let ours = measure(&mut conn, || async {
+    let ours = measure(&mut conn, log, || async {
         let progress = Progress::new(n as u64);
         let d = noop_dispatcher(Arc::new(st.clone()), &progress, burn_config())?;
         burn_down(&d, &progress, n as u64, None).await?;
@@ -466,7 +483,7 @@ async fn delivery(url: &str, n: usize) -> BenchResult<(Work, Work)> {
             .map_err(|e| format!("raw load: {e}"))?;
     }
     let mut c2 = conn.clone();
-    let raw = measure(&mut conn, || async move {
+    let raw = measure(&mut conn, log, || async move {
         let done = raw_burn(&mut c2, &raw_prefix).await?;
         if done != n as u64 {
             return Err(format!("the raw loop completed {done} of {n}"));
