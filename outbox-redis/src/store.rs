@@ -18,12 +18,12 @@ use outboxkit_core::{
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{FromRedisValue, RedisFuture, Value};
+use redis::{FromRedisValue, RedisFuture, Script, Value};
 
 use crate::config::RedisConfig;
 use crate::error::redis_err;
 use crate::rows::Args;
-use crate::scripts::{Program, Scripts};
+use crate::scripts::Scripts;
 
 /// The outbox store on Redis. Cheap to clone: clones share one connection (a
 /// [`ConnectionManager`] that reconnects on its own, or a Redis Cluster connection that
@@ -210,20 +210,8 @@ impl RedisStore {
         bounded(&config, async {
             let mut c = conn.clone();
             check_version(&mut c).await?;
-            match load_library(&mut c, &scripts).await {
-                Ok(()) => return Ok(()),
-                // Unreachable: say so now. Refused (no functions here): call scripts.
-                Err(e) if crate::error::kind_of(&e) == ErrorKind::Unavailable => {
-                    return Err(redis_err(e))
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "outbox: redis refused FUNCTION LOAD; calling scripts (EVALSHA) instead");
-                    scripts.use_scripts();
-                }
-            }
             for s in scripts.all() {
-                s.script
-                    .prepare_invoke()
+                s.prepare_invoke()
                     .load_async(&mut c)
                     .await
                     .map_err(redis_err)?;
@@ -319,20 +307,22 @@ impl RedisStore {
         self.inner.clock.now()
     }
 
-    /// Run `program` with the prefix as its only key.
-    pub(crate) async fn run<T: FromRedisValue>(&self, program: &Program, args: &Args) -> Result<T> {
-        self.run_on(0, program, args).await
+    /// Run `script` with the prefix as its only key. `redis::Script` answers a `NOSCRIPT`
+    /// by loading the script and trying once more; another `SCRIPT FLUSH` can land in
+    /// between, so a few more rounds are allowed (a `NOSCRIPT` means nothing ran).
+    pub(crate) async fn run<T: FromRedisValue>(&self, script: &Script, args: &Args) -> Result<T> {
+        self.run_on(0, script, args).await
     }
 
     /// [`RedisStore::run`] on every shard in turn, the replies in shard order.
     pub(crate) async fn run_all<T: FromRedisValue>(
         &self,
-        program: &Program,
+        script: &Script,
         args: &Args,
     ) -> Result<Vec<T>> {
         let mut out = Vec::with_capacity(self.shard_count());
         for shard in 0..self.shard_count() {
-            out.push(self.run_on(shard, program, args).await?);
+            out.push(self.run_on(shard, script, args).await?);
         }
         Ok(out)
     }
@@ -341,42 +331,33 @@ impl RedisStore {
     /// shard that does not answer `NotFound`.
     pub(crate) async fn run_find<T: FromRedisValue>(
         &self,
-        program: &Program,
+        script: &Script,
         args: &Args,
     ) -> Result<T> {
         let last = self.shard_count() - 1;
         for shard in 0..last {
-            match self.run_on(shard, program, args).await {
+            match self.run_on(shard, script, args).await {
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 r => return r,
             }
         }
-        self.run_on(last, program, args).await
+        self.run_on(last, script, args).await
     }
 
-    /// [`RedisStore::run`] on shard `shard`: its prefix is the only key, so the call goes to
-    /// the node serving that shard's slot. The `FCALL` (or, without functions, `EVALSHA`) is
-    /// built straight from `args` (one copy of each argument into the command's buffer). A
-    /// server that lost the library (restart, fail-over, `FUNCTION DELETE`) or the script
-    /// (`SCRIPT FLUSH`) answers that nothing ran; the call loads it and sends the same command
-    /// again, a few rounds at most (another flush can land in between).
+    /// [`RedisStore::run`] on shard `shard`: its prefix is the script's only key, so the
+    /// call goes to the node serving that shard's slot. The `EVALSHA` is built straight from
+    /// `args` (one copy of each argument into the command's buffer); a `NOSCRIPT` loads the
+    /// script and sends the same command again.
     pub(crate) async fn run_on<T: FromRedisValue>(
         &self,
         shard: usize,
-        program: &Program,
+        script: &Script,
         args: &Args,
     ) -> Result<T> {
-        let scripts = &self.inner.scripts;
-        let functions = scripts.functions();
         let key = self.inner.shards[shard].as_str();
-        let size = key.len() + 64 + args.0.iter().map(Vec::len).sum::<usize>();
+        let size = key.len() + 48 + args.0.iter().map(Vec::len).sum::<usize>();
         let mut cmd = redis::Cmd::with_capacity(4 + args.0.len(), size);
-        if functions {
-            cmd.arg("FCALL").arg(program.function.as_str());
-        } else {
-            cmd.arg("EVALSHA").arg(program.script.get_hash());
-        }
-        cmd.arg(1).arg(key);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(1).arg(key);
         for a in &args.0 {
             cmd.arg(a.as_slice());
         }
@@ -384,19 +365,12 @@ impl RedisStore {
         let mut rounds = 0;
         loop {
             match cmd.query_async(&mut conn).await {
-                Err(e) if functions && rounds < 3 && function_missing(&e) => {
-                    rounds += 1;
-                    load_library(&mut conn, scripts).await.map_err(redis_err)?;
-                }
                 Err(e)
-                    if !functions
-                        && e.kind()
-                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
                         && rounds < 3 =>
                 {
                     rounds += 1;
-                    program
-                        .script
+                    script
                         .prepare_invoke()
                         .load_async(&mut conn)
                         .await
@@ -411,23 +385,6 @@ impl RedisStore {
     pub(crate) fn wake_local(&self) {
         self.inner.wakeups.wake();
     }
-}
-
-/// Load the function library (`FUNCTION LOAD REPLACE`: the same name always holds the same
-/// code, so replacing it is harmless; on a cluster it goes to every primary).
-async fn load_library(conn: &mut RedisConnection, scripts: &Scripts) -> redis::RedisResult<()> {
-    let _: Value = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(scripts.library.as_str())
-        .query_async(conn)
-        .await?;
-    Ok(())
-}
-
-/// Whether `e` says the called function does not exist on the server (nothing ran).
-fn function_missing(e: &redis::RedisError) -> bool {
-    e.to_string().contains("Function not found")
 }
 
 /// The scripts use Redis 7 features (shebang flags): refuse older servers clearly.

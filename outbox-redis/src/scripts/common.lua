@@ -11,21 +11,17 @@
 -- Numbers: Lua turns numbers into strings with 14 significant digits, which would corrupt
 -- millisecond timestamps. Times therefore arrive as strings in ARGV and are written back as
 -- those strings; integers computed here are written with `S()` (`%d`).
---
--- Per-call state: the prefix, the keys built from it alone, and the per-status counters and
--- touched tenants `flush()` writes. `begin(prefix)` sets them at the start of every call:
--- in the function library (`FCALL`) everything else here is defined once, when the library
--- is loaded, so only `begin` runs per call; a script (`EVALSHA`) runs it after its prelude.
-local P, K_SEQ, K_STATS, K_QS, K_CONSUMERS, K_PT, K_PURGE, K_WAKE, counts, purgeable
-local function begin(prefix)
-  P = prefix
-  K_SEQ, K_STATS, K_QS = P .. ':seq', P .. ':stats', P .. ':qs'
-  K_CONSUMERS, K_PT, K_PURGE, K_WAKE = P .. ':consumers', P .. ':pt', P .. ':purge', P .. ':wake'
-  counts, purgeable = {}, {}
-end
+local P = KEYS[1]
 local function S(n) return string.format('%d', n) end
 local function lp(s) return S(#s) .. ':' .. s end
 
+local K_SEQ = P .. ':seq'
+local K_STATS = P .. ':stats'
+local K_QS = P .. ':qs'
+local K_CONSUMERS = P .. ':consumers'
+local K_PT = P .. ':pt'
+local K_PURGE = P .. ':purge'
+local K_WAKE = P .. ':wake'
 local function k_d(id) return P .. ':d:' .. id end
 local function k_m(id) return P .. ':m:' .. id end
 local function k_a(id) return P .. ':a:' .. id end
@@ -145,7 +141,9 @@ local function owns(d, tenant, token)
     and (d.status == 'processing' or d.status == 'sending')
 end
 
--- Write the per-status counters and touched tenants (`begin` resets them), once per call.
+-- Per-status counters and touched tenants, written once per script call by `flush()`.
+local counts = {}
+local purgeable = {}
 local function flush()
   for s, n in pairs(counts) do
     if n ~= 0 then redis.call('HINCRBY', K_STATS, s, n) end

@@ -1,24 +1,16 @@
-//! The Lua programs: a body per operation (`scripts/<name>.lua`) and the shared prelude
-//! (`scripts/common.lua`). They run as **Redis Functions**: one library holds the whole
-//! prelude and every body as a function, loaded once per server (`FUNCTION LOAD REPLACE` at
-//! start-up, and again when a call meets a server that lost it: a restart without
-//! persistence, a fail-over to a replica that never had it, `FUNCTION DELETE`), called with
-//! `FCALL`. The prelude's definitions are then made once, at load; a call runs only
-//! `begin(prefix)` and its body. The library's name carries a hash of its text
-//! (`outbox_<hash>`, its functions `outbox_<hash>_<name>`), so processes of two versions
-//! sharing a server each call their own code.
+//! The Lua scripts, each its body plus the part of the shared prelude (`scripts/common.lua`)
+//! that the body uses. They are called by SHA (`EVALSHA`); a call that meets `NOSCRIPT`
+//! (after a restart or `SCRIPT FLUSH`) loads its script and runs again.
 //!
-//! Where the server refuses `FUNCTION LOAD` (an ACL without `@scripting` functions, a proxy
-//! that does not pass them), the store falls back to scripts: each body with the part of the
-//! prelude it reaches (see [`prelude_for`]) as one script, called by SHA (`EVALSHA`); a call
-//! that meets `NOSCRIPT` loads its script and runs again. A script's chunk executes its
-//! whole prelude on every call, which is what the functions save.
+//! Every script starts with a `#!lua` shebang (Redis 7): a script that writes is then
+//! refused before it starts when Redis is over `maxmemory`, instead of failing half-way
+//! (Redis does not roll a script back). The read-only ones say `no-writes`.
 //!
-//! Writes are refused before they start when Redis is over `maxmemory` (Redis does not roll
-//! a script back): a script starts with a `#!lua` shebang, a function has no `allow-oom`
-//! flag. The read-only ones say `no-writes`.
+//! The prelude runs on every call (a script is compiled once but its chunk, with every
+//! `local function` of the prelude, is executed each time): the whole of it costs several
+//! times an empty script. So each script carries only the prelude's definitions its body
+//! reaches, directly or through other definitions (see [`prelude_for`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use redis::Script;
@@ -106,131 +98,59 @@ pub(crate) fn prelude_for(body: &str) -> String {
         .collect()
 }
 
-/// What every call runs before its body: the per-call state from the prefix.
-const BEGIN: &str = "begin(KEYS[1])\n";
-
-/// A script's full text: the shebang, the prelude it uses, `begin`, its body.
+/// A script's full text: the shebang, the prelude it uses, its body.
 fn source(body: &str, read_only: bool) -> String {
     let shebang = if read_only {
         "#!lua flags=no-writes\n"
     } else {
         "#!lua\n"
     };
-    let start = format!("{BEGIN}{body}");
-    format!("{shebang}{}{start}", prelude_for(&start))
+    format!("{shebang}{}{body}", prelude_for(body))
 }
 
 /// The enqueue script's full text: sent with `EVAL` inside a caller's `MULTI`, where an
-/// `EVALSHA` or `FCALL` that meets a server without it could not be retried.
+/// `EVALSHA` that meets `NOSCRIPT` could not be retried.
 pub(crate) fn enqueue_source() -> &'static str {
     static SOURCE: OnceLock<String> = OnceLock::new();
     SOURCE.get_or_init(|| source(include_str!("enqueue.lua"), false))
 }
 
-/// The bodies: (name, text, read-only).
-const BODIES: [(&str, &str, bool); 12] = [
-    ("enqueue", include_str!("enqueue.lua"), false),
-    ("claim", include_str!("claim.lua"), false),
-    ("complete", include_str!("complete.lua"), false),
-    ("release", include_str!("release.lua"), false),
-    ("lease", include_str!("lease.lua"), false),
-    ("operator", include_str!("operator.lua"), false),
-    ("list", include_str!("list.lua"), true),
-    ("purge", include_str!("purge.lua"), false),
-    ("stats", include_str!("stats.lua"), true),
-    ("endpoint", include_str!("endpoint.lua"), false),
-    ("tenancy", include_str!("tenancy.lua"), true),
-    ("migrate", include_str!("migrate.lua"), false),
-];
-
-/// The function library's code after its shebang: the whole prelude once, then each body
-/// registered as a function `<library>_<name>` whose callback runs `begin` and the body
-/// (`KEYS` and `ARGV` are the callback's parameters, so a body reads as in a script).
-fn library_code(library: &str) -> String {
-    let mut code: String = defs().iter().map(|d| d.text).collect();
-    for (name, body, read_only) in BODIES {
-        let flags = if read_only {
-            ", flags = { 'no-writes' }"
-        } else {
-            ""
-        };
-        code.push_str(&format!(
-            "redis.register_function{{ function_name = '{library}_{name}'{flags},\n  \
-             callback = function(KEYS, ARGV)\n{BEGIN}{body}\nend }}\n"
-        ));
-    }
-    code
-}
-
-/// One operation: its function's name and its fallback script.
-pub(crate) struct Program {
-    pub(crate) function: String,
-    pub(crate) script: Script,
-}
-
 pub(crate) struct Scripts {
-    pub(crate) enqueue: Program,
-    pub(crate) claim: Program,
-    pub(crate) complete: Program,
-    pub(crate) release: Program,
-    pub(crate) lease: Program,
-    pub(crate) operator: Program,
-    pub(crate) list: Program,
-    pub(crate) purge: Program,
-    pub(crate) stats: Program,
-    pub(crate) endpoint: Program,
-    pub(crate) tenancy: Program,
-    pub(crate) migrate: Program,
-    /// The `FUNCTION LOAD` text of the library.
-    pub(crate) library: String,
-    /// Whether calls go to the functions (else to the scripts); set at start-up.
-    functions: AtomicBool,
+    pub(crate) enqueue: Script,
+    pub(crate) claim: Script,
+    pub(crate) complete: Script,
+    pub(crate) release: Script,
+    pub(crate) lease: Script,
+    pub(crate) operator: Script,
+    pub(crate) list: Script,
+    pub(crate) purge: Script,
+    pub(crate) stats: Script,
+    pub(crate) endpoint: Script,
+    pub(crate) tenancy: Script,
+    pub(crate) migrate: Script,
 }
 
 impl Scripts {
     pub(crate) fn new() -> Self {
-        // The name hashes the code with a placeholder for the name itself.
-        let hash = Script::new(&library_code("outbox_")).get_hash()[..16].to_owned();
-        let name = format!("outbox_{hash}");
-        let library = format!("#!lua name={name}\n{}", library_code(&name));
-        let mut programs = BODIES.into_iter().map(|(op, body, read_only)| Program {
-            function: format!("{name}_{op}"),
-            script: if op == "enqueue" {
-                Script::new(enqueue_source())
-            } else {
-                Script::new(&source(body, read_only))
-            },
-        });
-        let mut take = || programs.next().expect("one program per body");
+        let w = |body: &str| Script::new(&source(body, false));
+        let r = |body: &str| Script::new(&source(body, true));
         Scripts {
-            enqueue: take(),
-            claim: take(),
-            complete: take(),
-            release: take(),
-            lease: take(),
-            operator: take(),
-            list: take(),
-            purge: take(),
-            stats: take(),
-            endpoint: take(),
-            tenancy: take(),
-            migrate: take(),
-            library,
-            functions: AtomicBool::new(true),
+            enqueue: Script::new(enqueue_source()),
+            claim: w(include_str!("claim.lua")),
+            complete: w(include_str!("complete.lua")),
+            release: w(include_str!("release.lua")),
+            lease: w(include_str!("lease.lua")),
+            operator: w(include_str!("operator.lua")),
+            list: r(include_str!("list.lua")),
+            purge: w(include_str!("purge.lua")),
+            stats: r(include_str!("stats.lua")),
+            endpoint: w(include_str!("endpoint.lua")),
+            tenancy: r(include_str!("tenancy.lua")),
+            migrate: w(include_str!("migrate.lua")),
         }
     }
 
-    /// Whether calls go to the function library.
-    pub(crate) fn functions(&self) -> bool {
-        self.functions.load(Ordering::Relaxed)
-    }
-
-    /// Call the scripts from now on (the server refused the library).
-    pub(crate) fn use_scripts(&self) {
-        self.functions.store(false, Ordering::Relaxed);
-    }
-
-    pub(crate) fn all(&self) -> [&Program; 12] {
+    pub(crate) fn all(&self) -> [&Script; 12] {
         [
             &self.enqueue,
             &self.claim,
@@ -315,7 +235,7 @@ mod tests {
         for used in [
             "local function matches(",
             "local function flush(",
-            "local function begin(",
+            "local counts = {}",
             "local function lp(",
             "local function wake(",
         ] {
@@ -341,30 +261,6 @@ mod tests {
             assert!(p.contains(used), "{used}");
         }
         assert!(super::prelude_for("return 1").is_empty());
-    }
-
-    /// The library defines the prelude once and registers every body as a function named
-    /// after the library, the read-only ones with `no-writes`; its name follows its code.
-    #[test]
-    fn the_library_registers_every_body_once() {
-        let s = super::Scripts::new();
-        let name = s.enqueue.function.trim_end_matches("_enqueue");
-        assert!(s.library.starts_with(&format!("#!lua name={name}\n")));
-        assert_eq!(s.library.matches("local function place(").count(), 1);
-        for p in s.all() {
-            let reg = format!("function_name = '{}'", p.function);
-            assert_eq!(s.library.matches(&reg).count(), 1, "{reg}");
-        }
-        assert_eq!(s.library.matches("flags = { 'no-writes' }").count(), 3);
-        assert_eq!(
-            s.library
-                .matches("callback = function(KEYS, ARGV)\nbegin(KEYS[1])\n")
-                .count(),
-            12
-        );
-        // The prelude no longer reads KEYS at load time (a library has no KEYS then).
-        assert!(!super::COMMON.contains("= KEYS"));
-        assert_eq!(super::Scripts::new().library, s.library);
     }
 
     #[test]

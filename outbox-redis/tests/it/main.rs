@@ -10,7 +10,6 @@ mod claim;
 mod cluster;
 mod config;
 mod faults;
-mod functions;
 mod pipeline;
 mod retention;
 mod tls;
