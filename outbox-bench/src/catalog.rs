@@ -58,6 +58,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "redis dispatch burn-down: 3-node cluster, 3 shards vs one server",
     ),
     (
+        "redis-counts",
+        "redis server usec per enqueue and per delivery vs raw (private redis-server)",
+    ),
+    (
         "memory-dispatch",
         "in-memory dispatch burn-down (library overhead)",
     ),
@@ -225,6 +229,18 @@ pub const BACKEND_ROWS: &[(&str, &str, &str, Target)] = &[
         "redis-cluster",
         "redis dispatch burn-down: 3-node cluster, 3 shards vs one server",
         Target::None,
+    ),
+    (
+        "redis-counts",
+        "redis-usec-per-enqueue",
+        "redis server usec per enqueue vs raw",
+        Target::None,
+    ),
+    (
+        "redis-counts",
+        "redis-usec-per-delivery",
+        "redis server usec per delivered message vs raw",
+        Target::MinRatio(1.0 / 1.5),
     ),
     (
         "broker-nats",

@@ -34,6 +34,7 @@ mod pg_retries;
 mod physical;
 mod quiet;
 mod redis_bench;
+mod redis_counts;
 mod report;
 mod sqlite;
 mod sqlite_counts;
@@ -309,6 +310,7 @@ async fn run(args: Args) -> ExitCode {
             ("redis-enqueue", _) => vec![redis_bench::enqueue(&ctx).await],
             ("redis-dispatch", _) => vec![redis_bench::dispatch(&ctx).await],
             ("redis-cluster", _) => vec![redis_bench::cluster(&ctx).await],
+            ("redis-counts", _) => redis_counts::counts(&ctx).await,
             ("memory-dispatch", _) => vec![memory::dispatch(&ctx).await],
             ("webhook", _) => webhook::run(&ctx).await,
             ("relay-defaults", _) => vec![webhook::relay_defaults(&ctx).await],

@@ -24,7 +24,7 @@ use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::timed::Timed;
 use crate::Ctx;
 
-const RAW_ENQUEUE: &str = r"
+pub(crate) const RAW_ENQUEUE: &str = r"
 local p = KEYS[1]
 local mid, did, now = ARGV[1], ARGV[2], ARGV[5]
 redis.call('HSET', p .. ':m:' .. mid, 'tenant', 'default', 'topic', ARGV[3], 'payload', ARGV[4],
@@ -89,7 +89,7 @@ pub async fn probe(url: &str) -> Option<String> {
         .map(|v| v.trim().to_owned())
 }
 
-async fn connection(url: &str) -> BenchResult<MultiplexedConnection> {
+pub(crate) async fn connection(url: &str) -> BenchResult<MultiplexedConnection> {
     redis::Client::open(url)
         .map_err(|e| format!("redis url: {e}"))?
         .get_multiplexed_async_connection()
@@ -98,7 +98,7 @@ async fn connection(url: &str) -> BenchResult<MultiplexedConnection> {
 }
 
 /// Delete every key under `prefix`.
-async fn cleanup(url: &str, prefix: &str) {
+pub(crate) async fn cleanup(url: &str, prefix: &str) {
     let Ok(mut conn) = connection(url).await else {
         return;
     };
@@ -138,7 +138,7 @@ where
     r
 }
 
-async fn store(url: &str, prefix: &str) -> BenchResult<RedisStore> {
+pub(crate) async fn store(url: &str, prefix: &str) -> BenchResult<RedisStore> {
     let client = redis::Client::open(url).map_err(|e| format!("redis url: {e}"))?;
     let store = RedisStore::new(
         client,
@@ -161,7 +161,11 @@ async fn store(url: &str, prefix: &str) -> BenchResult<RedisStore> {
 }
 
 /// One raw enqueue of message `i` under `prefix`.
-fn raw_enqueue<'a>(script: &'a Script, prefix: &str, i: usize) -> redis::ScriptInvocation<'a> {
+pub(crate) fn raw_enqueue<'a>(
+    script: &'a Script,
+    prefix: &str,
+    i: usize,
+) -> redis::ScriptInvocation<'a> {
     let now = SystemClock.now();
     let mut inv = script.prepare_invoke();
     inv.key(prefix)
@@ -243,7 +247,7 @@ fn tokens(n: usize) -> Vec<String> {
 }
 
 /// The raw loop: each round trip acks the previous batch and claims the next.
-async fn raw_burn(conn: &mut MultiplexedConnection, prefix: &str) -> BenchResult<u64> {
+pub(crate) async fn raw_burn(conn: &mut MultiplexedConnection, prefix: &str) -> BenchResult<u64> {
     let claim = Script::new(RAW_CLAIM);
     let ack = Script::new(RAW_ACK);
     for s in [&claim, &ack] {
