@@ -64,15 +64,30 @@ stranded AS (
              FOR UPDATE OF x SKIP LOCKED) x
            LIMIT {exhausted_bound}) s),
 heads AS (
-  SELECT gb.*,
-         CASE WHEN s1.seq IS NOT NULL AND (p1.seq IS NULL OR (s1.due_at, s1.seq) < (p1.due_at, p1.seq))
-              THEN s1.due_at ELSE p1.due_at END AS h_due,
-         CASE WHEN s1.seq IS NOT NULL AND (p1.seq IS NULL OR (s1.due_at, s1.seq) < (p1.due_at, p1.seq))
-              THEN s1.seq ELSE p1.seq END AS h_seq
+  SELECT gb.*, r1.state >= 2 AS mixed,
+         CASE WHEN r1.state < 2 THEN r1.due_at
+              WHEN p1.seq IS NULL OR (s1.due_at, s1.seq) < (p1.due_at, p1.seq) THEN s1.due_at
+              ELSE p1.due_at END AS h_due,
+         CASE WHEN r1.state < 2 THEN r1.seq
+              WHEN p1.seq IS NULL OR (s1.due_at, s1.seq) < (p1.due_at, p1.seq) THEN s1.seq
+              ELSE p1.seq END AS h_seq
     FROM gb
+   CROSS JOIN LATERAL (
+      SELECT x.due_at, x.seq, x.state FROM {queue} x
+       WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
+         AND x.lease_until <= :now::int8
+         AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+               SELECT 1 FROM {queue} p
+                WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+                  AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+                        WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+                  AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+                           AND p.attempts >= gb.budget)))
+       ORDER BY x.due_at, x.seq LIMIT 1) r1
     LEFT JOIN LATERAL (
       SELECT x.due_at, x.seq FROM {queue} x
-       WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
+       WHERE r1.state >= 2
+         AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
          AND x.state IN (0, 1) AND x.lease_until <= :now::int8
          AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
                SELECT 1 FROM {queue} p
@@ -84,7 +99,8 @@ heads AS (
        ORDER BY x.due_at, x.seq LIMIT 1) p1 ON true
     LEFT JOIN LATERAL (
       SELECT greatest(x.due_at, x.lease_until) AS due_at, x.seq FROM {queue} x
-       WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(p1.due_at, :now::int8)
+       WHERE r1.state >= 2
+         AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(p1.due_at, :now::int8)
          AND (p1.seq IS NULL OR x.due_at < p1.due_at OR x.seq < p1.seq)
          AND x.state IN (2, 3) AND x.lease_until <= :now::int8
          AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
@@ -95,18 +111,19 @@ heads AS (
                   AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
                            AND p.attempts >= gb.budget)))
        ORDER BY greatest(x.due_at, x.lease_until), x.seq LIMIT 1) s1 ON true
-   WHERE p1.seq IS NOT NULL OR s1.seq IS NOT NULL
    ORDER BY h_due, h_seq
    LIMIT (SELECT :batch::int8)),
 share AS (SELECT greatest(:batch::int8 - count(*) + 1, 1) AS n FROM heads),
-pend AS (
+front AS (
   SELECT p.*, least(share.n, coalesce(gb.room, share.n)) AS k
     FROM heads gb CROSS JOIN share CROSS JOIN LATERAL (
-    SELECT x.id, x.group_id, x.state AS claimed_from, x.due_at, x.seq, x.attempts,
-           gb.budget, (x.state <> 1 AND x.attempts >= gb.budget) AS spent
+    SELECT x.id, x.group_id, x.state AS claimed_from,
+           CASE WHEN x.state >= 2 THEN greatest(x.due_at, x.lease_until) ELSE x.due_at END
+             AS due_at,
+           x.seq, x.attempts, gb.budget, (x.state <> 1 AND x.attempts >= gb.budget) AS spent
       FROM {queue} x
      WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
-       AND x.state IN (0, 1) AND x.lease_until <= :now::int8
+       AND x.lease_until <= :now::int8
        AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
              SELECT 1 FROM {queue} p
               WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
@@ -117,18 +134,42 @@ pend AS (
      ORDER BY x.due_at, x.seq
      LIMIT least(share.n, coalesce(gb.room, share.n))
      FOR UPDATE OF x SKIP LOCKED) p),
+mixed AS (
+  SELECT gb.*, share.n, EXISTS (SELECT 1 FROM front f WHERE f.group_id = gb.id
+                                   AND f.claimed_from >= 2) AS has_stranded
+    FROM heads gb CROSS JOIN share),
+pend AS (
+  SELECT p.*, least(gb.n, coalesce(gb.room, gb.n)) AS k
+    FROM mixed gb CROSS JOIN LATERAL (
+    SELECT x.id, x.group_id, x.state AS claimed_from, x.due_at, x.seq, x.attempts,
+           gb.budget, (x.state <> 1 AND x.attempts >= gb.budget) AS spent
+      FROM {queue} x
+     WHERE gb.has_stranded
+       AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
+       AND x.state IN (0, 1) AND x.lease_until <= :now::int8
+       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+             SELECT 1 FROM {queue} p
+              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+                         AND p.attempts >= gb.budget)))
+     ORDER BY x.due_at, x.seq
+     LIMIT least(gb.n, coalesce(gb.room, gb.n))
+     FOR UPDATE OF x SKIP LOCKED) p),
 edge AS (
   SELECT e.group_id, (array_agg(e.due_at ORDER BY e.due_at DESC, e.seq DESC))[1] AS due_at,
          (array_agg(e.seq ORDER BY e.due_at DESC, e.seq DESC))[1] AS seq
     FROM pend e GROUP BY e.group_id, e.k HAVING count(*) >= e.k),
 strays AS (
-  SELECT s.*, least(share.n, coalesce(gb.room, share.n)) AS k
-    FROM heads gb CROSS JOIN share LEFT JOIN edge ON edge.group_id = gb.id
+  SELECT s.*, least(gb.n, coalesce(gb.room, gb.n)) AS k
+    FROM mixed gb LEFT JOIN edge ON edge.group_id = gb.id
    CROSS JOIN LATERAL (
     SELECT x.id, x.group_id, x.state AS claimed_from, greatest(x.due_at, x.lease_until) AS due_at,
            x.seq, x.attempts, gb.budget, (x.state <> 1 AND x.attempts >= gb.budget) AS spent
       FROM {queue} x
-     WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(edge.due_at, :now::int8)
+     WHERE gb.has_stranded
+       AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(edge.due_at, :now::int8)
        AND (edge.seq IS NULL OR x.due_at < edge.due_at OR x.seq < edge.seq)
        AND x.state IN (2, 3) AND x.lease_until <= :now::int8
        AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
@@ -139,12 +180,13 @@ strays AS (
                 AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
                          AND p.attempts >= gb.budget)))
      ORDER BY greatest(x.due_at, x.lease_until), x.seq
-     LIMIT least(share.n, coalesce(gb.room, share.n))
+     LIMIT least(gb.n, coalesce(gb.room, gb.n))
      FOR UPDATE OF x SKIP LOCKED) s),
 picked AS (
   SELECT v.id, v.group_id, v.claimed_from, v.due_at, v.seq, v.attempts, v.budget, v.spent
     FROM (SELECT u.*, row_number() OVER (PARTITION BY u.group_id ORDER BY u.due_at, u.seq) AS r
-            FROM (SELECT * FROM pend UNION ALL SELECT * FROM strays) u) v
+            FROM (SELECT f.* FROM front f JOIN mixed m ON m.id = f.group_id AND NOT m.has_stranded
+                  UNION ALL SELECT * FROM pend UNION ALL SELECT * FROM strays) u) v
    WHERE v.r <= v.k),
 rounds AS (
   SELECT picked.*, row_number() OVER w AS round,
