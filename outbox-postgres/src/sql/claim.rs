@@ -23,8 +23,12 @@ impl Sql {
         let mut names = t.names().to_vec();
         names.push(("exhausted_bound", bound.as_str()));
         let load = |name| sql::load(sql::CLAIM, name, &names);
+        // The claim's per-row condition is written once (`claimable`) and pasted into each of
+        // its scans before the statement is parsed.
+        let claim = sql::section(sql::CLAIM, "claim")?
+            .replace("{claimable}", sql::section(sql::CLAIM, "claimable")?);
         Ok(Sql {
-            claim: load("claim")?,
+            claim: Statement::new(&claim, &names)?,
             complete: load("complete")?,
             release: load("release")?,
             extend: load("extend")?,

@@ -7,6 +7,20 @@
 -- negated (`queue` in migration 7, migration 9). A claimed row is due again at its lease end:
 -- its due is the later of due_at and lease_until (state 2, 3).
 
+-- name: claimable
+-- The part of "claimable" that is not an index range, for the queue row `x` of the group `gb`
+-- (pasted into `claim` where it names `claimable`): a row past its budget (it dies at this
+-- claim), an unkeyed row, or a keyed row with no older unfinished row of its (group, key) whose
+-- topic is not :dormant; an older row that dies at this claim (exhausted, due, no live lease)
+-- does not hold it back.
+((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
+  SELECT 1 FROM {queue} p
+   WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
+     AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
+           WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
+     AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+              AND p.attempts >= gb.budget)))
+
 -- name: claim
 -- The fair claim (DESIGN §6, core's `claim_rules`), one statement. Its steps:
 -- 1. `gs`/`gb`: every group with queue rows (a skip scan of `queue_claim`: one probe per
@@ -76,26 +90,14 @@ heads AS (
       SELECT x.due_at, x.seq, x.state FROM {queue} x
        WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
          AND x.lease_until <= :now::int8
-         AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
-               SELECT 1 FROM {queue} p
-                WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
-                  AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
-                        WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-                  AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
-                           AND p.attempts >= gb.budget)))
+         AND {claimable}
        ORDER BY x.due_at, x.seq LIMIT 1) r1
     LEFT JOIN LATERAL (
       SELECT x.due_at, x.seq FROM {queue} x
        WHERE r1.state >= 2
          AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
          AND x.state IN (0, 1) AND x.lease_until <= :now::int8
-         AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
-               SELECT 1 FROM {queue} p
-                WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
-                  AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
-                        WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-                  AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
-                           AND p.attempts >= gb.budget)))
+         AND {claimable}
        ORDER BY x.due_at, x.seq LIMIT 1) p1 ON true
     LEFT JOIN LATERAL (
       SELECT greatest(x.due_at, x.lease_until) AS due_at, x.seq FROM {queue} x
@@ -103,13 +105,7 @@ heads AS (
          AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(p1.due_at, :now::int8)
          AND (p1.seq IS NULL OR x.due_at < p1.due_at OR x.seq < p1.seq)
          AND x.state IN (2, 3) AND x.lease_until <= :now::int8
-         AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
-               SELECT 1 FROM {queue} p
-                WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
-                  AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
-                        WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-                  AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
-                           AND p.attempts >= gb.budget)))
+         AND {claimable}
        ORDER BY greatest(x.due_at, x.lease_until), x.seq LIMIT 1) s1 ON true
    ORDER BY h_due, h_seq
    LIMIT (SELECT :batch::int8)),
@@ -124,13 +120,7 @@ front AS (
       FROM {queue} x
      WHERE x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
        AND x.lease_until <= :now::int8
-       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
-             SELECT 1 FROM {queue} p
-              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
-                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
-                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
-                         AND p.attempts >= gb.budget)))
+       AND {claimable}
      ORDER BY x.due_at, x.seq
      LIMIT least(share.n, coalesce(gb.room, share.n))
      FOR UPDATE OF x SKIP LOCKED) p),
@@ -147,13 +137,7 @@ pend AS (
      WHERE gb.has_stranded
        AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= :now::int8
        AND x.state IN (0, 1) AND x.lease_until <= :now::int8
-       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
-             SELECT 1 FROM {queue} p
-              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
-                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
-                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
-                         AND p.attempts >= gb.budget)))
+       AND {claimable}
      ORDER BY x.due_at, x.seq
      LIMIT least(gb.n, coalesce(gb.room, gb.n))
      FOR UPDATE OF x SKIP LOCKED) p),
@@ -172,13 +156,7 @@ strays AS (
        AND x.group_id = gb.id AND x.due_at >= 0 AND x.due_at <= coalesce(edge.due_at, :now::int8)
        AND (edge.seq IS NULL OR x.due_at < edge.due_at OR x.seq < edge.seq)
        AND x.state IN (2, 3) AND x.lease_until <= :now::int8
-       AND ((x.state <> 1 AND x.attempts >= gb.budget) OR x.key_hash IS NULL OR NOT EXISTS (
-             SELECT 1 FROM {queue} p
-              WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
-                AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
-                      WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-                AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
-                         AND p.attempts >= gb.budget)))
+       AND {claimable}
      ORDER BY greatest(x.due_at, x.lease_until), x.seq
      LIMIT least(gb.n, coalesce(gb.room, gb.n))
      FOR UPDATE OF x SKIP LOCKED) s),

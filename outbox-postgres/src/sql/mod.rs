@@ -282,6 +282,8 @@ mod tests {
             ("exhausted_bound", "1000"),
             ("never", "1"),
             ("disabled_hold", "1"),
+            // `claim::Sql::new` pastes the `claimable` section here before parsing.
+            ("claimable", "true"),
         ];
         for file in [TOKENS, ENDPOINTS, LEDGER, DELIVERIES, CLAIM, ENQUEUE] {
             let names: Vec<&str> = file
