@@ -177,6 +177,28 @@ pub(crate) fn raw_enqueue<'a>(
     inv
 }
 
+/// `n` raw enqueues under `prefix` from `writers` tasks on `conn`; the seconds they took.
+pub(crate) async fn raw_enqueues(
+    conn: &MultiplexedConnection,
+    script: &Arc<Script>,
+    prefix: &Arc<String>,
+    n: usize,
+    writers: usize,
+) -> BenchResult<f64> {
+    let (conn, script, prefix) = (conn.clone(), script.clone(), prefix.clone());
+    concurrently(n, writers, move |i| {
+        let (mut conn, script, prefix) = (conn.clone(), script.clone(), prefix.clone());
+        async move {
+            raw_enqueue(&script, &prefix, i)
+                .invoke_async::<i64>(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("raw enqueue: {e}"))
+        }
+    })
+    .await
+}
+
 /// Enqueue from 8 writers: `store.enqueue` beside the raw script.
 pub async fn enqueue(ctx: &Ctx) -> Row {
     let n = ctx.scale.n(100_000);
@@ -201,18 +223,7 @@ pub async fn enqueue(ctx: &Ctx) -> Row {
                 }
             })
             .await?;
-            let (conn, script, raw) = (conn.clone(), script.clone(), raw.clone());
-            let raw_secs = concurrently(n, writers, move |i| {
-                let (mut conn, script, raw) = (conn.clone(), script.clone(), raw.clone());
-                async move {
-                    raw_enqueue(&script, &raw, i)
-                        .invoke_async::<i64>(&mut conn)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| format!("raw enqueue: {e}"))
-                }
-            })
-            .await?;
+            let raw_secs = raw_enqueues(&conn, &script, &raw, n, writers).await?;
             best_ours = best_ours.min(ours_secs);
             best_raw = best_raw.min(raw_secs);
         }

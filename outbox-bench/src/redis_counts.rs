@@ -32,7 +32,7 @@ use redis::Script;
 use crate::common::Progress;
 use crate::common::{burn_down, chunks, concurrently, err, load, message, unique, BenchResult};
 use crate::pg_dispatch::{burn_config, noop_dispatcher, BATCH};
-use crate::redis_bench::{connection, raw_burn, raw_enqueue, store, RAW_ENQUEUE};
+use crate::redis_bench::{connection, raw_burn, raw_enqueue, raw_enqueues, store, RAW_ENQUEUE};
 use crate::report::{Figure, Row, Status, Target};
 use crate::Ctx;
 
@@ -428,17 +428,7 @@ async fn enqueue(url: &str, n: usize, log: bool) -> BenchResult<(Work, Work)> {
     let raw_prefix = Arc::new(format!("{{count-raw-{u}}}"));
     let c2 = conn.clone();
     let raw = measure(&mut conn, log, || async move {
-        concurrently(n, 8, move |i| {
-            let (mut conn, script, raw) = (c2.clone(), script.clone(), raw_prefix.clone());
-            async move {
-                raw_enqueue(&script, &raw, i)
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| format!("raw enqueue: {e}"))
-            }
-        })
-        .await?;
+        raw_enqueues(&c2, &script, &raw_prefix, n, 8).await?;
         Ok(n as u64)
     })
     .await?;
