@@ -199,6 +199,25 @@ pub(crate) async fn raw_enqueues(
     .await
 }
 
+/// `n` messages through `store.enqueue` from `writers` tasks; the seconds they took.
+pub(crate) async fn ours_enqueues(
+    store: &RedisStore,
+    n: usize,
+    writers: usize,
+) -> BenchResult<f64> {
+    let st = store.clone();
+    concurrently(n, writers, move |i| {
+        let st = st.clone();
+        async move {
+            outboxkit_core::MessageStore::enqueue(&st, message(i))
+                .await
+                .map(|_| ())
+                .map_err(err("enqueue"))
+        }
+    })
+    .await
+}
+
 /// Enqueue from 8 writers: `store.enqueue` beside the raw script.
 pub async fn enqueue(ctx: &Ctx) -> Row {
     let n = ctx.scale.n(100_000);
@@ -212,17 +231,7 @@ pub async fn enqueue(ctx: &Ctx) -> Row {
         let raw = Arc::new(raw);
         let (mut best_ours, mut best_raw) = (f64::MAX, f64::MAX);
         for _ in 0..reps {
-            let st = store.clone();
-            let ours_secs = concurrently(n, writers, move |i| {
-                let st = st.clone();
-                async move {
-                    outboxkit_core::MessageStore::enqueue(&st, message(i))
-                        .await
-                        .map(|_| ())
-                        .map_err(err("enqueue"))
-                }
-            })
-            .await?;
+            let ours_secs = ours_enqueues(&store, n, writers).await?;
             let raw_secs = raw_enqueues(&conn, &script, &raw, n, writers).await?;
             best_ours = best_ours.min(ours_secs);
             best_raw = best_raw.min(raw_secs);

@@ -30,9 +30,11 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 
 use crate::common::Progress;
-use crate::common::{burn_down, chunks, concurrently, err, load, message, unique, BenchResult};
+use crate::common::{burn_down, chunks, err, load, unique, BenchResult};
 use crate::pg_dispatch::{burn_config, noop_dispatcher, BATCH};
-use crate::redis_bench::{connection, raw_burn, raw_enqueue, raw_enqueues, store, RAW_ENQUEUE};
+use crate::redis_bench::{
+    connection, ours_enqueues, raw_burn, raw_enqueue, raw_enqueues, store, RAW_ENQUEUE,
+};
 use crate::report::{Figure, Row, Status, Target};
 use crate::Ctx;
 
@@ -410,17 +412,7 @@ async fn enqueue(url: &str, n: usize, log: bool) -> BenchResult<(Work, Work)> {
     let st = store(url, &format!("{{count-{u}}}")).await?;
     let mut conn = connection(url).await?;
     let ours = measure(&mut conn, log, || async {
-        let st = st.clone();
-        concurrently(n, 8, move |i| {
-            let st = st.clone();
-            async move {
-                outboxkit_core::MessageStore::enqueue(&st, message(i))
-                    .await
-                    .map(|_| ())
-                    .map_err(err("enqueue"))
-            }
-        })
-        .await?;
+        ours_enqueues(&st, n, 8).await?;
         Ok(n as u64)
     })
     .await?;
