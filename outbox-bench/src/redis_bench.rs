@@ -334,26 +334,38 @@ async fn ours_once(ctx: &Ctx, n: usize) -> BenchResult<(BurnDown, String)> {
     .await
 }
 
+/// A raw backlog of `n` messages under `prefix`, written by the raw enqueue script in
+/// pipelines of 1,000 (not timed).
+pub(crate) async fn raw_load(
+    conn: &mut MultiplexedConnection,
+    prefix: &str,
+    n: usize,
+) -> BenchResult<()> {
+    let script = Script::new(RAW_ENQUEUE);
+    script
+        .prepare_invoke()
+        .load_async(conn)
+        .await
+        .map_err(|e| format!("load script: {e}"))?;
+    for c in chunks(n, 1000) {
+        let mut pipe = redis::pipe();
+        for i in c {
+            pipe.invoke_script(&raw_enqueue(&script, prefix, i))
+                .ignore();
+        }
+        let () = pipe
+            .query_async(conn)
+            .await
+            .map_err(|e| format!("raw load: {e}"))?;
+    }
+    Ok(())
+}
+
 /// One run of the raw loop under a fresh prefix.
 async fn raw_once(ctx: &Ctx, n: usize) -> BenchResult<f64> {
     with_prefixes(ctx, |_, raw| async move {
         let mut conn = connection(&ctx.redis_url).await?;
-        let script = Script::new(RAW_ENQUEUE);
-        script
-            .prepare_invoke()
-            .load_async(&mut conn)
-            .await
-            .map_err(|e| format!("load script: {e}"))?;
-        for c in chunks(n, 1000) {
-            let mut pipe = redis::pipe();
-            for i in c {
-                pipe.invoke_script(&raw_enqueue(&script, &raw, i)).ignore();
-            }
-            let () = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| format!("raw load: {e}"))?;
-        }
+        raw_load(&mut conn, &raw, n).await?;
         let sw = Stopwatch::start();
         let done = raw_burn(&mut conn, &raw).await?;
         let raw_secs = secs(&sw);

@@ -30,10 +30,10 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 
 use crate::common::Progress;
-use crate::common::{burn_down, chunks, err, load, unique, BenchResult};
+use crate::common::{burn_down, err, load, unique, BenchResult};
 use crate::pg_dispatch::{burn_config, noop_dispatcher, BATCH};
 use crate::redis_bench::{
-    connection, ours_enqueues, raw_burn, raw_enqueue, raw_enqueues, store, RAW_ENQUEUE,
+    connection, ours_enqueues, raw_burn, raw_enqueues, raw_load, store, RAW_ENQUEUE,
 };
 use crate::report::{Figure, Row, Status, Target};
 use crate::Ctx;
@@ -447,23 +447,7 @@ async fn delivery(url: &str, n: usize, log: bool) -> BenchResult<(Work, Work)> {
         return Err(format!("{} of {n} deliveries succeeded", stats.succeeded));
     }
     let raw_prefix = format!("{{count-raw-{u}}}");
-    let script = Script::new(RAW_ENQUEUE);
-    script
-        .prepare_invoke()
-        .load_async(&mut conn)
-        .await
-        .map_err(|e| format!("load script: {e}"))?;
-    for c in chunks(n, 1000) {
-        let mut pipe = redis::pipe();
-        for i in c {
-            pipe.invoke_script(&raw_enqueue(&script, &raw_prefix, i))
-                .ignore();
-        }
-        let () = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| format!("raw load: {e}"))?;
-    }
+    raw_load(&mut conn, &raw_prefix, n).await?;
     let mut c2 = conn.clone();
     let raw = measure(&mut conn, log, || async move {
         let done = raw_burn(&mut c2, &raw_prefix).await?;
