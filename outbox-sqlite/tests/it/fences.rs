@@ -3,12 +3,16 @@
 //! number, run and due time, over two runs of a claim. And a lease the same store claimed
 //! again after it ran out is lost, while the new one settles.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{
     AttemptOutcome, AttemptRecord, ClaimRequest, Claimed, Clock, Completion, ConsumerName,
     DeliveryStore, ErrorClass, Lease, MessageStore, NewMessage, OperatorStore, Verdict,
 };
+use outboxkit_sqlite::SqliteStore;
+use outboxkit_testing::ManualClock;
 use rusqlite::Connection;
 
 use crate::common::{claim_for, consumer, open, LEASE};
@@ -47,6 +51,21 @@ fn attempts(path: &std::path::Path) -> Vec<AttemptRow> {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
+}
+
+/// A store on a fresh file (kept while the returned directory lives) with the consumer
+/// `worker` and one message enqueued for it.
+async fn one_message() -> (tempfile::TempDir, PathBuf, Arc<ManualClock>, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fences.db");
+    let clock = ManualClock::new();
+    let store = open(&path, clock.clone()).await;
+    consumer(&store, &clock, "worker", "*").await;
+    store
+        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
+        .await
+        .unwrap();
+    (dir, path, clock, store)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -99,15 +118,7 @@ async fn a_completion_writes_the_same_rows_from_any_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_claimed_again_by_the_same_store_is_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fences.db");
-    let clock = outboxkit_testing::ManualClock::new();
-    let store = open(&path, clock.clone()).await;
-    consumer(&store, &clock, "worker", "*").await;
-    store
-        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
-        .await
-        .unwrap();
+    let (_dir, path, clock, store) = one_message().await;
     let first = store.claim(&claim_for("worker", 1)).await.unwrap();
     assert_eq!(first.len(), 1);
     clock.advance(LEASE + Duration::from_secs(1));
@@ -142,15 +153,7 @@ async fn a_lease_claimed_again_by_the_same_store_is_lost() {
 /// though the store still holds the fence from the claim: the settle is fenced by the token.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_whose_row_died_meanwhile_is_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fences.db");
-    let clock = outboxkit_testing::ManualClock::new();
-    let store = open(&path, clock.clone()).await;
-    consumer(&store, &clock, "worker", "*").await;
-    store
-        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
-        .await
-        .unwrap();
+    let (_dir, path, clock, store) = one_message().await;
     let last_attempt = ClaimRequest::new(1, LEASE).handler(ConsumerName::new("worker").unwrap(), 1);
     let got = store.claim(&last_attempt).await.unwrap();
     assert_eq!(got.len(), 1);
