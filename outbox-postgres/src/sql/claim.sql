@@ -32,18 +32,20 @@
 --    history; one whose budget has grown since is due again at its lease end instead.
 -- 3. `heads`: of those groups, the :batch whose first claimable row is oldest (only they can
 --    get a turn). `(SELECT :batch)` keeps the planner's guess of groups small. A group's first
---    row is the earlier of its first pending row (`p1`, in index order) and its first stranded
---    row by lease end among those before `p1` in index order (`s1`; a stranded row keeps its
---    old due_at, so it sits in the index before its place).
+--    row is its first claimable row in index order (`r1`) unless that is stranded (a stranded
+--    row keeps its old due_at, so it sits in the index before its place); then it is the
+--    earlier of its first pending row (`p1`) and its first stranded row by lease end among
+--    those before `p1` (`s1`).
 -- 4. `picked`: from each, its first claimable rows in (due, enqueue order), locked with SKIP
 --    LOCKED: at most :batch - k + 1 each when k groups take part, an endpoint's no more than its
---    room: the first pending rows (`pend`), the stranded rows before the last of them when the
---    group gave its whole share (`edge`), else all of its stranded rows (`strays`), cut to the
---    first of both by (due or lease end, enqueue order); a stranded row after the last pending
---    one is due after it. Claimable: due, no live lease, and not behind an older unfinished
---    row of its ordering key whose topic is not :dormant (an older row that dies at this
---    claim does not hold it back). A row past its budget (the budget was lowered) is taken
---    too and dies (`spent`).
+--    room. They are its first rows in index order (`front`) when none of them is stranded (a
+--    stranded row further on is due after all of them); otherwise (`mixed`) its first pending
+--    rows (`pend`) and the stranded rows before the last of them when the group gave its whole
+--    share (`edge`), else all of its stranded rows (`strays`), cut to the first of both by (due
+--    or lease end, enqueue order). Claimable (index range plus the `claimable` section): due,
+--    no live lease, and not behind an older unfinished row of its ordering key whose topic is
+--    not :dormant (an older row that dies at this claim does not hold it back). A row past its
+--    budget (the budget was lowered) is taken too and dies (`spent`).
 -- 5. `chosen`: fair rounds (each group's first row, then each group's second, ...), groups in
 --    the order of their first row, cut at :batch.
 -- 6. `claimed`: state processing, an attempt spent unless held, a token from :tokens, the
