@@ -18,7 +18,7 @@
    WHERE p.group_id = x.group_id AND p.key_hash = x.key_hash AND p.seq < x.seq
      AND (cardinality(:dormant::text[]) = 0 OR (SELECT mp.topic FROM {messages} mp
            WHERE mp.id = p.message_id) <> ALL(:dormant::text[]))
-     AND NOT (p.state <> 1 AND p.due_at <= :now::int8 AND p.lease_until <= :now::int8
+     AND NOT (p.state <> 1 AND abs(p.due_at) <= :now::int8 AND p.lease_until <= :now::int8
               AND p.attempts >= gb.budget)))
 
 -- name: claim
