@@ -96,6 +96,7 @@ macro_rules! __conformance_cases {
             exhausted_rows_die_at_claim,
             claim_kills_exhausted_rows_beyond_its_batch,
             a_retried_last_attempt_dies_without_a_place_in_the_batch,
+            a_retried_last_attempt_holds_its_key_until_it_is_due,
             successive_claims_kill_every_exhausted_row,
             claim_order_follows_the_fair_rounds,
             release_refunds_and_delays,

@@ -163,6 +163,31 @@ pub async fn a_retried_last_attempt_dies_without_a_place_in_the_batch(fx: Fixtur
     );
 }
 
+/// A last attempt completed with a retry later holds its ordering key until it is due (when
+/// the claim kills it): a newer row of the key waits, an unkeyed row does not.
+pub async fn a_retried_last_attempt_holds_its_key_until_it_is_due(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "*").await;
+    let req = ClaimRequest::new(1, LEASE).handler(c.clone(), 1);
+    let keyed = enqueue(&fx, msg("order.created").ordering_key("k")).await;
+    let got = claim_one(&fx, &req).await;
+    assert_eq!(got.delivery.message_id, keyed.message_id);
+    let later = now(&fx).saturating_add(secs(30));
+    complete_with(&fx, &got, Verdict::Retry { at: later }, None).await;
+    let newer = enqueue(&fx, msg("order.created").ordering_key("k")).await;
+    let free = enqueue(&fx, msg("order.created")).await;
+    let next = claim_one(&fx, &req).await;
+    assert_eq!(
+        next.delivery.message_id, free.message_id,
+        "the newer row of the key waits for the retried last attempt"
+    );
+    fx.clock().advance(secs(30));
+    let after = claim_one(&fx, &req).await;
+    assert_eq!(
+        after.delivery.message_id, newer.message_id,
+        "once due, the last attempt dies and lets the key go"
+    );
+}
+
 /// Budgets are per source: one claim may kill a row for one consumer and hand out the
 /// same message's row for another.
 pub async fn claim_budget_is_per_source(fx: Fixture) {
