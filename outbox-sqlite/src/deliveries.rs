@@ -15,11 +15,14 @@ use async_trait::async_trait;
 use outboxkit_core::OperatorStore;
 
 const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
-     SET status = 'pending', next_attempt_at = ?3, updated_at = ?3 \
+     SET status = 'pending', updated_at = ?3, next_attempt_at = MAX(?3, coalesce(( \
+         SELECT m.available_at FROM outbox_messages AS m \
+          WHERE m.id = outbox_deliveries.message_id), ?3)) \
      WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status = 'held' \
        AND status NOT IN ('succeeded', 'dead')";
 
-/// Make the endpoint's held deliveries pending and due now.
+/// Make the endpoint's held deliveries pending, due at the later of now and their message's
+/// `available_at` (a delayed message published during a pause keeps its time).
 pub(crate) fn release_held(
     conn: &Connection,
     tenant: &TenantId,

@@ -21,7 +21,12 @@ use crate::ids::{ConsumerName, EndpointId, TenantId};
 ///   Releasing is decided by [`EndpointUpdate::releases_held`] on the status after the
 ///   update: a new URL or secret of a paused or disabled endpoint MUST leave its waiting
 ///   deliveries and their hold as they were (`rotating_a_waiting_endpoints_secret_keeps_its_hold`).
-/// - `delete_endpoint` MUST make the endpoint's held deliveries `pending`, due now, so the
+///   A released delivery is due at the later of now and its message's `available_at`: a
+///   delayed message published while the endpoint waited is not sent before its time
+///   (`resume_keeps_a_delayed_message_until_its_time`,
+///   `secret_rotation_releases_a_probe_now_not_a_delayed_message`).
+/// - `delete_endpoint` MUST make the endpoint's held deliveries `pending`, due now (or at
+///   their message's later `available_at`), so the
 ///   next claim ends them as `endpoint-removed` (`deleted_endpoint_gets_nothing`).
 /// - `create_endpoint` with an id that exists MUST fail with `Conflict`
 ///   (`endpoint_crud_round_trip`).

@@ -14,7 +14,9 @@ use super::Stats;
 ///
 /// # Contract
 /// - `release_held` MUST make every `held` delivery of the endpoint `pending` and due now,
-///   and no other (`release_held_makes_due_now`).
+///   and no other (`release_held_makes_due_now`); "now" is the later of now and the
+///   delivery's message's `available_at`, so a delayed message keeps its time
+///   (`release_held_keeps_a_delayed_message_until_its_time`).
 /// - `replay` MUST give only a `dead` delivery a fresh budget, due now; any other status is
 ///   a `Conflict`, an unknown id `NotFound` (`replay_only_dead`), and so is another tenant's
 ///   delivery (`replay_across_tenants_is_not_found`). It starts a new run and keeps the
@@ -38,7 +40,8 @@ use super::Stats;
 /// caller cannot tell which. Each method says what a retry meets.
 #[async_trait]
 pub trait OperatorStore: Send + Sync + fmt::Debug + 'static {
-    /// Make every `held` delivery of the endpoint `pending` and due now; returns how many.
+    /// Make every `held` delivery of the endpoint `pending`, due at the later of now and its
+    /// message's `available_at`; returns how many.
     ///
     /// # Cancel safety
     /// Cancel safe: a retry releases what is still held (0 after a finished call).

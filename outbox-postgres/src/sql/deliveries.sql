@@ -3,12 +3,13 @@
 -- A change that may make work due returns `n` (rows changed) and NOTIFYs `:channel` when n > 0.
 
 -- name: release_held
--- An endpoint's held deliveries become due now.
+-- An endpoint's held deliveries become due at the later of now and their message's
+-- available_at: a delayed message published while the endpoint was paused keeps its time.
 WITH u AS (
-  UPDATE {queue} x SET state = 0, due_at = :now, updated_at = :now
-    FROM {groups} g
+  UPDATE {queue} x SET state = 0, due_at = greatest(:now, m.available_at), updated_at = :now
+    FROM {groups} g, {messages} m
    WHERE g.id = x.group_id AND x.state = 1 AND g.target = :endpoint AND g.kind = 'webhook'
-     AND g.tenant = :tenant
+     AND g.tenant = :tenant AND m.id = x.message_id
   RETURNING 1),
 n AS (SELECT count(*) AS n FROM u)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n

@@ -216,7 +216,17 @@ local function matches(filter, topic)
   return false
 end
 
--- Every held delivery of `endpoint` that belongs to `tenant` becomes pending, due now.
+-- When message `mid` may first be sent: its `available_at` (the sixth packed field of its
+-- `x`), or nil when the message is gone.
+local function message_available(mid)
+  local x = redis.call('HGET', k_m(mid), 'x')
+  if not x then return nil end
+  return string.match(x, '^[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31[^\31]*\31(%d+)')
+end
+
+-- Every held delivery of `endpoint` that belongs to `tenant` becomes pending, due at the
+-- later of now and its message's `available_at` (a delayed message published during a pause
+-- keeps its time).
 local function release_held(tenant, endpoint, now)
   local n = 0
   for _, id in ipairs(redis.call('SMEMBERS', k_h(endpoint))) do
@@ -225,8 +235,10 @@ local function release_held(tenant, endpoint, now)
       redis.call('SREM', k_h(endpoint), id)
     elseif d.status == 'held' and d.tenant == tenant then
       set_status(d, 'pending')
-      d.next = now
-      redis.call('HSET', k_d(id), 'h', make_h('pending', d.attempts, now, '', now))
+      local due = message_available(d.mid)
+      if not due or tonumber(due) < tonumber(now) then due = now end
+      d.next = due
+      redis.call('HSET', k_d(id), 'h', make_h('pending', d.attempts, due, '', now))
       place(d, false)
       n = n + 1
     end

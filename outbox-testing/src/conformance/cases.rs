@@ -7,6 +7,7 @@
 
 mod budget;
 mod claim;
+mod delayed;
 mod endpoints;
 mod enqueue;
 mod fairness;
@@ -27,6 +28,7 @@ mod waiting;
 
 pub use budget::*;
 pub use claim::*;
+pub use delayed::*;
 pub use endpoints::*;
 pub use enqueue::*;
 pub use fairness::*;
@@ -151,6 +153,9 @@ macro_rules! __conformance_cases {
             disabled_endpoint_hold_expires,
             deleted_endpoint_gets_nothing,
             await_endpoint_after_resume_is_pending,
+            resume_keeps_a_delayed_message_until_its_time,
+            release_held_keeps_a_delayed_message_until_its_time,
+            secret_rotation_releases_a_probe_now_not_a_delayed_message,
 
             purge_tenant_touches_only_its_tenant,
             purge_honours_tenant_windows,

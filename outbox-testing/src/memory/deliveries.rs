@@ -13,7 +13,8 @@ use super::InMemoryStore;
 impl State {
     // ----- operator calls ------------------------------------------------------------
 
-    /// Every held delivery of the endpoint becomes pending, due now.
+    /// Every held delivery of the endpoint becomes pending, due at the later of now and its
+    /// message's `available_at` (a delayed message published during a pause keeps its time).
     pub(super) fn release_held(
         &mut self,
         tenant: &TenantId,
@@ -32,9 +33,14 @@ impl State {
             .map(|r| r.d.id)
             .collect();
         for id in &held {
+            let available = self
+                .rows
+                .get(id)
+                .and_then(|r| self.messages.get(&r.d.message_id))
+                .map_or(now, |m| m.available_at);
             self.modify(*id, |r| {
                 r.d.status = DeliveryStatus::Pending;
-                r.d.next_attempt_at = now;
+                r.d.next_attempt_at = now.max(available);
                 r.d.updated_at = now;
             });
         }
