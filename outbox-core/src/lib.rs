@@ -50,6 +50,7 @@ pub use mail::{
     MailOutcome, Mailer,
 };
 pub use model::is_json_text;
+pub use model::{parse_delay, SendAt, SEND_AT_SKEW};
 pub use model::{
     Attempt, AttemptOutcome, AttemptRecord, Cause, DeadReason, Delivery, DeliveryStatus,
     Destination, DestinationKind, Envelope, ErrorClass, LastOutcome, Limits, Message, NewMessage,

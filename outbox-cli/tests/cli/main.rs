@@ -11,6 +11,7 @@ mod config;
 #[path = "../../../outbox-redis/tests/support/cluster.rs"]
 mod cluster;
 mod defects;
+mod delayed;
 mod demo;
 mod features;
 mod http_enqueue;

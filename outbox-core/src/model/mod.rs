@@ -2,6 +2,8 @@
 
 mod delivery;
 mod message;
+mod send_at;
 
 pub use delivery::*;
 pub use message::*;
+pub use send_at::*;
