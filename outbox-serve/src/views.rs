@@ -144,9 +144,17 @@ pub struct NewMessageBody {
     /// Deliveries with the same ordering key to the same destination go in order.
     pub ordering_key: Option<String>,
     /// Deliver no earlier than this: RFC 3339 (`2026-12-03T10:00:00Z`) or Unix
-    /// milliseconds, at most the store's delay limit (365 days) ahead; a past time means now.
-    #[schema(value_type = Option<String>)]
+    /// milliseconds, at most the store's delay limit (365 days) ahead. A time more than a
+    /// minute in the past (the clock skew allowed) is refused; within that minute it means
+    /// now. Not together with `delay`.
+    #[schema(value_type = Option<String>, example = "2026-12-24T00:00:00Z")]
     pub available_at: Option<serde_json::Value>,
+    /// Deliver no earlier than this long after the enqueue: a duration (`"10m"`, `"1h30m"`,
+    /// `"2d"`, `"500ms"`; digits alone are seconds) or a whole number of seconds, at most the
+    /// store's delay limit (365 days). Negative or unparsable is refused. Not together with
+    /// `available_at`.
+    #[schema(value_type = Option<String>, example = "10m")]
+    pub delay: Option<serde_json::Value>,
     /// Headers carried to handlers (never sent to webhooks), by name; at most 64. A W3C
     /// `traceparent` here, or else on the request, joins the deliveries to the caller's
     /// trace.

@@ -11,7 +11,11 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use outboxkit_core::{NewMessage, Timestamp, Traceparent, TRACEPARENT};
+use std::time::Duration;
+
+use outboxkit_core::{
+    parse_delay, Limits, NewMessage, SendAt, Timestamp, Traceparent, TRACEPARENT,
+};
 
 use super::Body;
 use crate::auth::Enqueuer;
@@ -41,7 +45,8 @@ pub(crate) async fn enqueue(
     headers: HeaderMap,
     Body(b): Body<NewMessageBody>,
 ) -> ApiResult<(StatusCode, Json<EnqueuedView>)> {
-    let message = message(&who, &headers, b)?;
+    let now = s.inner.clock.now();
+    let message = message(&who, &headers, b, now)?;
     let r = s.inner.store.enqueue(message).await?;
     let status = if r.duplicate {
         StatusCode::OK
@@ -59,7 +64,12 @@ pub(crate) async fn enqueue(
 }
 
 /// The message a request asks for; the store validates every field again before writing.
-fn message(who: &Enqueuer, headers: &HeaderMap, b: NewMessageBody) -> ApiResult<NewMessage> {
+fn message(
+    who: &Enqueuer,
+    headers: &HeaderMap,
+    b: NewMessageBody,
+    now: Timestamp,
+) -> ApiResult<NewMessage> {
     let payload = b.payload.get().as_bytes().to_vec();
     let mut m = NewMessage::raw(b.topic, payload).tenant(who.tenant.as_str());
     if let Some(v) = headers.get(IDEMPOTENCY_KEY) {
@@ -72,9 +82,16 @@ fn message(who: &Enqueuer, headers: &HeaderMap, b: NewMessageBody) -> ApiResult<
     if let Some(k) = b.ordering_key {
         m = m.ordering_key(k);
     }
-    if let Some(at) = b.available_at {
-        m = m.available_at(available_at(&at)?);
-    }
+    let delay = b.delay.as_ref().map(delay).transpose()?;
+    let at = b.available_at.as_ref().map(available_at).transpose()?;
+    let send_at = SendAt::from_parts("delay", delay, at)?;
+    // The past is refused here; the maximum delay is the store's to check (its own limits).
+    let unbounded = Limits {
+        max_delay: Duration::MAX,
+        ..Limits::default()
+    };
+    send_at.check(&unbounded, now, "delay", "available_at")?;
+    m = send_at.apply(m);
     let own_trace = b.headers.contains_key(TRACEPARENT);
     for (name, value) in b.headers {
         m = m.header(name, value);
@@ -91,6 +108,25 @@ fn message(who: &Enqueuer, headers: &HeaderMap, b: NewMessageBody) -> ApiResult<
         m = m.email(e);
     }
     Ok(m)
+}
+
+/// `delay`: a duration text (`10m`, `1h30m`, `500ms`; bare digits are seconds) or a whole
+/// number of seconds.
+fn delay(v: &serde_json::Value) -> ApiResult<Duration> {
+    match v {
+        serde_json::Value::String(s) => Ok(parse_delay("delay", s)?),
+        serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(secs), _) => Ok(Duration::from_secs(secs)),
+            (None, Some(_)) => {
+                Err(Problem::bad_request("a delay cannot be negative").field("delay"))
+            }
+            _ => Err(Problem::bad_request("must be a whole number of seconds").field("delay")),
+        },
+        _ => Err(Problem::bad_request(
+            "must be a duration such as \"10m\" or a whole number of seconds",
+        )
+        .field("delay")),
+    }
 }
 
 /// `available_at`: RFC 3339 text or Unix milliseconds (a number or its digits).

@@ -372,6 +372,54 @@ async fn bad_input(app: &App) {
         (
             Method::POST,
             format!("{t}/messages"),
+            Some(
+                r#"{"topic":"order.created","payload":{},"available_at":"2020-01-01T00:00:00Z"}"#
+                    .into(),
+            ),
+            StatusCode::BAD_REQUEST,
+            Some("available_at"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"delay":"-5m"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("delay"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"delay":-5}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("delay"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"delay":"soon"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("delay"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(r#"{"topic":"order.created","payload":{},"delay":"400d"}"#.into()),
+            StatusCode::BAD_REQUEST,
+            Some("delay"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
+            Some(
+                r#"{"topic":"order.created","payload":{},"delay":"5m","available_at":"2999-01-01T00:00:00Z"}"#
+                    .into(),
+            ),
+            StatusCode::BAD_REQUEST,
+            Some("delay"),
+        ),
+        (
+            Method::POST,
+            format!("{t}/messages"),
             Some(r#"{"topic":"order.created","payload":{},"headers":{"bad name!":"x"}}"#.into()),
             StatusCode::BAD_REQUEST,
             Some("headers"),

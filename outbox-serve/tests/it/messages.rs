@@ -136,7 +136,7 @@ async fn enqueue_over_http(app: &App) {
     // ignored (W3C), not refused. Full and admin tokens may enqueue too.
     let own = "00-11111111111111111111111111111111-2222222222222222-01";
     let body = format!(
-        r#"{{"topic":"order.shipped","payload":[1, 2],"headers":{{"traceparent":"{own}"}},"available_at":0}}"#
+        r#"{{"topic":"order.shipped","payload":[1, 2],"headers":{{"traceparent":"{own}"}},"delay":0}}"#
     );
     let (s, v) = send(app, URI, &app.writer, &body, &[("traceparent", tp)]).await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
@@ -232,4 +232,77 @@ async fn only_tokens_that_may_enqueue_can() {
     let (s, v) = send(&app, URI, &app.enqueuer, body, &[]).await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
     assert_eq!(v["deliveries"], 1, "{v}");
+}
+
+/// `delay` (a duration text or whole seconds) and `available_at` set the message's time; a
+/// resume of a paused endpoint keeps it (the store's release rule, through the API).
+#[tokio::test]
+async fn delayed_send_over_http() {
+    use outboxkit_core::{Clock, DeliveryFilter, Ledger, SystemClock};
+    use std::time::Duration;
+    let app = App::sqlite().await;
+    let receiver = WebhookReceiver::start().await.unwrap();
+    let ep = app.endpoint(&receiver.url()).await;
+    let paused = format!("/v1/tenants/acme/endpoints/{ep}/pause");
+    let (s, v) = app.post(&paused, &app.writer, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let cases = [
+        (r#"{"topic":"a.b","payload":{},"delay":"10m"}"#, 600),
+        (r#"{"topic":"a.b","payload":{},"delay":90}"#, 90),
+        (r#"{"topic":"a.b","payload":{},"delay":"1h 30m"}"#, 5400),
+    ];
+    for (body, secs) in cases {
+        let before = SystemClock.now();
+        let (s, v) = send(&app, URI, &app.enqueuer, body, &[]).await;
+        let after = SystemClock.now();
+        assert_eq!(s, StatusCode::CREATED, "{body}: {v}");
+        let m = app
+            .store
+            .get_message(&app.tenant, message_id(&v))
+            .await
+            .unwrap();
+        let d = Duration::from_secs(secs);
+        assert!(
+            m.available_at >= before.saturating_add(d) && m.available_at <= after.saturating_add(d),
+            "{body}: {}",
+            m.available_at
+        );
+    }
+    let at = SystemClock
+        .now()
+        .saturating_add(Duration::from_secs(86_400));
+    let body = format!(
+        r#"{{"topic":"a.b","payload":{{}},"available_at":"{}"}}"#,
+        at.to_rfc3339()
+    );
+    let (s, v) = send(&app, URI, &app.enqueuer, &body, &[]).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let at_id = message_id(&v);
+    let m = app.store.get_message(&app.tenant, at_id).await.unwrap();
+    assert_eq!(m.available_at, at);
+    let resume = format!("/v1/tenants/acme/endpoints/{ep}/resume");
+    let (s, v) = app.post(&resume, &app.writer, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let page = app
+        .store
+        .list_deliveries(
+            &app.tenant,
+            &DeliveryFilter::default(),
+            outboxkit_core::PageRequest::first(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 4);
+    for d in &page.items {
+        let m = app
+            .store
+            .get_message(&app.tenant, d.message_id)
+            .await
+            .unwrap();
+        assert_eq!(
+            (d.status, d.next_attempt_at),
+            (DeliveryStatus::Pending, m.available_at),
+            "resumed, each keeps its own time"
+        );
+    }
 }
