@@ -26,7 +26,7 @@ use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
     Error, ErrorKind, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore,
-    Page, PageRequest, PurgeReport, ReleaseReport, Result, Stats, TenantId, Timestamp,
+    Page, PageRequest, Permits, PurgeReport, ReleaseReport, Result, Stats, TenantId, Timestamp,
     WakeListener,
 };
 
@@ -157,6 +157,20 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.gate("mark_sending").await?;
         self.inner.mark_sending(lease).await
+    }
+
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits> {
+        self.gate("take_permits").await?;
+        self.inner
+            .take_permits(tenant, endpoint, rate, want, now)
+            .await
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {
