@@ -12,8 +12,7 @@ const READ: &str =
 const WRITE: &str = "INSERT INTO outbox_endpoint_permits (tenant, endpoint_id, grants) \
      VALUES (?1, ?2, ?3) \
      ON CONFLICT (tenant, endpoint_id) DO UPDATE SET grants = excluded.grants";
-const FORGET: &str =
-    "DELETE FROM outbox_endpoint_permits WHERE tenant = ?1 AND endpoint_id = ?2";
+const FORGET: &str = "DELETE FROM outbox_endpoint_permits WHERE tenant = ?1 AND endpoint_id = ?2";
 
 /// Take up to `want` permits at `now` (the caller's clock) under `rate` per second.
 pub(crate) fn take(

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeadReason, DeliveryStore, EndpointId, Entropy, Error,
-    ErrorKind, Lease, Limits, OsEntropy, Permits, ReleaseReport, Result, SystemClock, TenantId,
-    Timestamp, Verdict, WakeListener, Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeadReason, DeliveryStore, EndpointId, Entropy,
+    Error, ErrorKind, Lease, Limits, OsEntropy, Permits, ReleaseReport, Result, SystemClock,
+    TenantId, Timestamp, Verdict, WakeListener, Wakeups,
 };
 use rusqlite::Transaction;
 
