@@ -42,6 +42,8 @@ pub struct FaultyStore<S> {
     calls: AtomicU64,
     /// Calls that take store time on a manual clock: (operation, clock, how long).
     slow: Option<(&'static str, Arc<ManualClock>, Duration)>,
+    /// Calls of one operation that fail before any other: (operation, how many are left).
+    fail_first: Option<(&'static str, AtomicU64)>,
 }
 
 impl<S> FaultyStore<S> {
@@ -56,7 +58,15 @@ impl<S> FaultyStore<S> {
             injected: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             slow: None,
+            fail_first: None,
         }
+    }
+
+    /// Fail the first `n` calls to the trait method named `op` (e.g. `"take_permits"`) with
+    /// [`ErrorKind::Unavailable`], whatever the error ratio; later calls go through.
+    pub fn fail_first(mut self, op: &'static str, n: u64) -> Self {
+        self.fail_first = Some((op, AtomicU64::new(n)));
+        self
     }
 
     /// Move `clock` on by `by` before each call to the trait method named `op` (e.g.
@@ -120,7 +130,13 @@ impl<S> FaultyStore<S> {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
-        if self.ratio > 0.0 && self.sample() < self.ratio {
+        let forced = self.fail_first.as_ref().is_some_and(|(o, left)| {
+            *o == op
+                && left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+        });
+        if forced || (self.ratio > 0.0 && self.sample() < self.ratio) {
             self.injected.fetch_add(1, Ordering::Relaxed);
             return Err(Error::new(
                 ErrorKind::Unavailable,
