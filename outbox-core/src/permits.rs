@@ -86,7 +86,7 @@ impl PermitLog {
     /// A log read back from [`PermitLog::to_bytes`]; a length that is not a whole number of
     /// runs is corrupt.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
-        if bytes.len() % 12 != 0 {
+        if !bytes.len().is_multiple_of(12) {
             return Err(Error::new(
                 ErrorKind::Unexpected,
                 "a rate-limit permit log has a partial run",

@@ -8,19 +8,8 @@ use outboxkit_core::{
 use sqlx::Row;
 
 use crate::error::map_err;
-use crate::schema::Tables;
-use crate::sql::{self, Params, Statement};
+use crate::sql::Params;
 use crate::store::PostgresStore;
-
-/// The permit statement of one store, parsed once with the store's table name.
-pub(crate) fn statement(t: &Tables) -> Result<Statement> {
-    let table = format!("{}.endpoint_permits", t.schema);
-    sql::load(
-        sql::PERMITS,
-        "take_permits",
-        &[("endpoint_permits", &table)],
-    )
-}
 
 impl PostgresStore {
     pub(crate) async fn take_permits_now(

@@ -69,7 +69,7 @@ impl Statements {
             deliveries: crate::sql::deliveries::Sql::new(&tables)?,
             ledger: crate::sql::ledger::Sql::new(&tables)?,
             endpoints: crate::sql::endpoints::Sql::new(&tables)?,
-            permits: crate::permits::statement(&tables)?,
+            permits: crate::sql::permits::statement(&tables)?,
         })
     }
 }

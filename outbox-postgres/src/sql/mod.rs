@@ -12,6 +12,7 @@ pub(crate) mod deliveries;
 pub(crate) mod endpoints;
 pub(crate) mod enqueue;
 pub(crate) mod ledger;
+pub(crate) mod permits;
 
 use std::collections::HashMap;
 use std::sync::Arc;
