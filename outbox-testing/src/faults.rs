@@ -40,6 +40,8 @@ pub struct FaultyStore<S> {
     latency: Duration,
     injected: AtomicU64,
     calls: AtomicU64,
+    /// Calls per operation (failed or not).
+    calls_by_op: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
     /// Calls that take store time on a manual clock: (operation, clock, how long).
     slow: Option<(&'static str, Arc<ManualClock>, Duration)>,
     /// Calls of one operation that fail before any other: (operation, how many are left).
@@ -57,6 +59,7 @@ impl<S> FaultyStore<S> {
             latency: Duration::ZERO,
             injected: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            calls_by_op: Default::default(),
             slow: None,
             fail_first: None,
         }
@@ -108,6 +111,16 @@ impl<S> FaultyStore<S> {
         self.calls.load(Ordering::Relaxed)
     }
 
+    /// How many calls were made so far to the trait method named `op` (failed or not).
+    pub fn calls_to(&self, op: &str) -> u64 {
+        self.calls_by_op
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(op)
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn sample(&self) -> f64 {
         // SplitMix64 over a shared counter: reproducible for a given call order.
         let mut z = self
@@ -122,6 +135,12 @@ impl<S> FaultyStore<S> {
 
     async fn gate(&self, op: &'static str) -> Result<()> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        *self
+            .calls_by_op
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(op)
+            .or_default() += 1;
         if let Some((slow, clock, by)) = &self.slow {
             if *slow == op {
                 clock.advance(*by);

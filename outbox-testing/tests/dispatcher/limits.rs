@@ -104,8 +104,19 @@ async fn rate_limited_receiver(w: &World, per_second: u32) -> WebhookReceiver {
 async fn two_dispatchers_share_an_endpoints_rate_limit() {
     let w = world();
     let receiver = rate_limited_receiver(&w, 5).await;
-    let a = w.webhook_dispatcher(Arc::new(loopback()));
-    let b = w.webhook_dispatcher(Arc::new(loopback()));
+    // Each holds at most 4 of the endpoint's deliveries, so neither can take them all.
+    let capped = || {
+        w.builder()
+            .config(DispatcherConfig {
+                poll_interval: Duration::from_millis(50),
+                endpoint_concurrency: Some(4),
+                ..DispatcherConfig::default()
+            })
+            .webhooks(Arc::new(loopback()), Arc::new(PlaintextVault))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (capped(), capped());
     const N: usize = 23;
     w.enqueue_n(N).await;
     let (stop_b, run_b) = spawn_run(&b);
@@ -145,6 +156,30 @@ async fn a_failing_permit_call_sends_nothing_and_loses_nothing() {
     let times: Vec<_> = receiver.requests().iter().map(|q| q.at).collect();
     assert_eq!(times.len(), N, "each delivery was sent once");
     at_most_per_second(&times, 5);
+    all_delivered_once(&w, N).await;
+}
+
+/// The permits of a claim batch's deliveries to one endpoint are taken in one call, not one
+/// round trip per request.
+#[tokio::test]
+async fn permits_are_taken_per_batch_not_per_request() {
+    let w = world();
+    let counting = Arc::new(outboxkit_testing::FaultyStore::new(w.store.clone(), 1));
+    let w = World {
+        store: counting.clone(),
+        ..w
+    };
+    let receiver = rate_limited_receiver(&w, 1_000).await;
+    let d = w.webhook_dispatcher(Arc::new(loopback()));
+    const N: usize = 40;
+    w.enqueue_n(N).await;
+    let r = drive(&w, &d, Duration::from_millis(100), || receiver.count() >= N).await;
+    let calls = counting.calls_to("take_permits");
+    assert!(
+        calls > 0 && calls <= r.batches && calls < N as u64,
+        "{calls} permit calls for {N} deliveries in {} claim batches: {r}",
+        r.batches
+    );
     all_delivered_once(&w, N).await;
 }
 
