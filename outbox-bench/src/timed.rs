@@ -11,8 +11,8 @@ use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, DynStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
     Enqueued, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore, Page,
-    PageRequest, PurgeReport, ReleaseReport, Result, Stats, Stopwatch, TenantId, Timestamp,
-    WakeListener,
+    PageRequest, Permits, PurgeReport, ReleaseReport, Result, Stats, Stopwatch, TenantId,
+    Timestamp, WakeListener,
 };
 
 /// Time spent in the claim path, in nanoseconds.
@@ -129,6 +129,19 @@ impl DeliveryStore for Timed {
 
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.inner.mark_sending(lease).await
+    }
+
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits> {
+        self.inner
+            .take_permits(tenant, endpoint, rate, want, now)
+            .await
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {

@@ -10,6 +10,7 @@ pub mod fanout;
 pub mod ids;
 pub mod mail;
 pub mod model;
+pub mod permits;
 pub mod retention;
 pub mod retry;
 pub mod signing;
@@ -56,6 +57,7 @@ pub use model::{
     Destination, DestinationKind, Envelope, ErrorClass, LastOutcome, Limits, Message, NewMessage,
     PayloadFingerprint, ValidMessage,
 };
+pub use permits::{PermitLog, Permits, PERMIT_WINDOW};
 pub use retention::{RetentionCutoffs, RetentionPolicy};
 pub use retry::{Jitter, PolicyOverride, RetryPolicy, TenantOverrides, TenantPolicy};
 pub use signing::{

@@ -286,6 +286,7 @@ impl DispatcherBuilder {
                 observer: self.observer,
                 registered: tokio::sync::OnceCell::new(),
                 limits: super::limits::EndpointLimits::default(),
+                permits: Arc::default(),
                 breakers,
                 sink_breakers,
                 alerts,

@@ -12,6 +12,7 @@ use super::dedup::{key_outcome, reserve_key, Reserve};
 use super::handler::{Context, HandlerResult};
 use super::lease::{keep_alive, LiveLease};
 use super::limits::Admit;
+use super::permits::Grant;
 use super::webhook::{endpoint_gate, signed_request_keyed, EndpointCache};
 
 use super::attempt::{completed, context, gate, record, verdict_policy, Done, Gate, RunState};
@@ -264,11 +265,12 @@ async fn webhook_path(
         Pass::Go { probe } => probe,
         Pass::Wait(delay) => return Done::release(lease, delay),
     };
+    let admitted_at = shared.clock.now();
     let _permit = match shared.limits.admit(
         endpoint.id,
         endpoint.rate_limit,
         Some(shared.config.concurrency_for(endpoint.id)),
-        shared.clock.now(),
+        admitted_at,
     ) {
         Admit::Go(permit) => permit,
         // Not started: back without spending an attempt, due when it may go.
@@ -284,6 +286,39 @@ async fn webhook_path(
             };
         }
     };
+    // The rate holds across dispatchers: a start needs the store's permit too (this
+    // process's bucket above only saves the calls it would refuse anyway).
+    if let Some(rate) = endpoint.rate_limit {
+        let key = (delivery.tenant.clone(), endpoint.id, rate);
+        let grant = shared
+            .permits
+            .take(
+                &shared.store,
+                &shared.clock,
+                key,
+                shared.config.poll_interval,
+            )
+            .await;
+        // Not started: back without spending an attempt, due when a permit may be free
+        // (or, when the store failed, after the wait it named).
+        let not_started = || {
+            shared.limits.unspend(endpoint.id, admitted_at);
+            if probe {
+                shared.breakers.probe_abandoned(&endpoint.id);
+            }
+        };
+        match grant {
+            Grant::Go => {}
+            Grant::RateLimited(wait) => {
+                not_started();
+                return Done::rate_limited(lease, wait);
+            }
+            Grant::Failed(wait) => {
+                not_started();
+                return Done::release(lease, wait);
+            }
+        }
+    }
     let started = shared.clock.now();
     let request = signed_request_keyed(
         &endpoint,

@@ -15,6 +15,7 @@ mod lease;
 mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod permits;
 mod report;
 mod run;
 mod settle;
@@ -100,6 +101,8 @@ pub(crate) struct Shared {
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) registered: tokio::sync::OnceCell<()>,
     pub(crate) limits: limits::EndpointLimits,
+    /// Rate-limit permits through the store, shared by every dispatcher (`permits.rs`).
+    pub(crate) permits: Arc<permits::StorePermits>,
     pub(crate) breakers: breaker::Breakers,
     /// The broker sinks' circuits, by sink name (`broker.rs`).
     pub(crate) sink_breakers: breaker::Breakers<ConsumerName>,

@@ -1,5 +1,7 @@
 //! Per-endpoint limits shared by every delivery task of one dispatcher: the rate limit
-//! stored on the endpoint (a token bucket) and an optional cap on requests in flight.
+//! stored on the endpoint (a token bucket: this process's first gate, before the store's
+//! permits of `permits.rs` hold it across processes) and an optional cap on requests in
+//! flight.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -96,6 +98,18 @@ impl EndpointLimits {
         }
     }
 
+    /// Give back the token an admitted request spent at `at` when the request did not start
+    /// after all (the store refused it a permit): this process's bucket is a first gate
+    /// only, and must not count a start that never happened.
+    pub(crate) fn unspend(&self, endpoint: EndpointId, at: Timestamp) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get_mut(&endpoint) {
+            if let Some(i) = slot.starts.iter().rposition(|t| *t == at) {
+                slot.starts.remove(i);
+            }
+        }
+    }
+
     fn done(&self, endpoint: EndpointId) {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = slots.get_mut(&endpoint) {
@@ -171,6 +185,20 @@ mod tests {
             l.slots.lock().unwrap().is_empty(),
             "idle endpoints are forgotten"
         );
+    }
+
+    #[test]
+    fn an_unspent_token_is_free_again() {
+        let l = EndpointLimits::default();
+        let held = l.admit(ep(), Some(1), None, ms(5));
+        assert!(matches!(held, Admit::Go(_)));
+        drop(held);
+        assert!(matches!(
+            l.admit(ep(), Some(1), None, ms(6)),
+            Admit::RateLimited(_)
+        ));
+        l.unspend(ep(), ms(5));
+        assert!(matches!(l.admit(ep(), Some(1), None, ms(6)), Admit::Go(_)));
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod endpoints;
 mod enqueue;
 pub mod error;
 mod ledger;
+mod permits;
 mod rows;
 mod schema;
 mod sql;

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Enqueued, Entropy, Error, Lease,
-    NewMessage, OsEntropy, ReleaseReport, Result, SystemClock, WakeListener,
+    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, EndpointId, Enqueued, Entropy, Error,
+    Lease, NewMessage, OsEntropy, Permits, ReleaseReport, Result, SystemClock, TenantId, Timestamp,
+    WakeListener,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use tokio::runtime::Handle;
@@ -56,6 +57,7 @@ pub(crate) struct Statements {
     pub deliveries: crate::sql::deliveries::Sql,
     pub ledger: crate::sql::ledger::Sql,
     pub endpoints: crate::sql::endpoints::Sql,
+    pub permits: crate::sql::Statement,
 }
 
 impl Statements {
@@ -67,6 +69,7 @@ impl Statements {
             deliveries: crate::sql::deliveries::Sql::new(&tables)?,
             ledger: crate::sql::ledger::Sql::new(&tables)?,
             endpoints: crate::sql::endpoints::Sql::new(&tables)?,
+            permits: crate::sql::permits::statement(&tables)?,
         })
     }
 }
@@ -290,6 +293,18 @@ impl DeliveryStore for PostgresStore {
 
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.mark_sending_now(lease).await
+    }
+
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits> {
+        self.take_permits_now(tenant, endpoint, rate, want, now)
+            .await
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {

@@ -12,8 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, Entropy, Error, ErrorKind, Lease,
-    OsEntropy, ReleaseReport, Result, SystemClock, Timestamp, WakeListener, Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeliveryStore, EndpointId, Entropy, Error, ErrorKind,
+    Lease, OsEntropy, Permits, ReleaseReport, Result, SystemClock, TenantId, Timestamp,
+    WakeListener, Wakeups,
 };
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
@@ -462,6 +463,29 @@ impl DeliveryStore for RedisStore {
 
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.mark_lease_sending(lease).await
+    }
+
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits> {
+        outboxkit_core::permits::validate_rate(rate)?;
+        let mut a = Args::new();
+        a.s(tenant.as_str())
+            .s(endpoint.to_string())
+            .n(rate)
+            .n(want.min(rate))
+            .t(now);
+        // Shard 0 holds every endpoint's permits (it decides endpoint writes too).
+        let (granted, next): (u32, i64) = self.run_on(0, &self.inner.scripts.permits, &a).await?;
+        Ok(Permits {
+            granted,
+            next_at: Timestamp::from_unix_millis_clamped(next),
+        })
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {

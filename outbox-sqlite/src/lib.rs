@@ -11,6 +11,7 @@ mod endpoints;
 mod enqueue;
 mod error;
 mod ledger;
+mod permits;
 mod routes;
 mod schema;
 mod store;

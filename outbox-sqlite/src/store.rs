@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    ClaimRequest, Claimed, Clock, Completion, DeadReason, DeliveryStore, Entropy, Error, ErrorKind,
-    Lease, Limits, OsEntropy, ReleaseReport, Result, SystemClock, Timestamp, Verdict, WakeListener,
-    Wakeups,
+    ClaimRequest, Claimed, Clock, Completion, DeadReason, DeliveryStore, EndpointId, Entropy,
+    Error, ErrorKind, Lease, Limits, OsEntropy, Permits, ReleaseReport, Result, SystemClock,
+    TenantId, Timestamp, Verdict, WakeListener, Wakeups,
 };
 use rusqlite::Transaction;
 
@@ -266,6 +266,20 @@ impl DeliveryStore for SqliteStore {
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         let lease = lease.clone();
         self.write(move |tx, now, _| claim::mark_sending(tx, &lease, now))
+            .await
+    }
+
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits> {
+        outboxkit_core::permits::validate_rate(rate)?;
+        let tenant = tenant.clone();
+        self.write(move |tx, _, _| crate::permits::take(tx, &tenant, endpoint, rate, want, now))
             .await
     }
 

@@ -26,7 +26,7 @@ use outboxkit_core::{
     Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
     DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
     Error, ErrorKind, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore,
-    Page, PageRequest, PurgeReport, ReleaseReport, Result, Stats, TenantId, Timestamp,
+    Page, PageRequest, Permits, PurgeReport, ReleaseReport, Result, Stats, TenantId, Timestamp,
     WakeListener,
 };
 
@@ -40,8 +40,12 @@ pub struct FaultyStore<S> {
     latency: Duration,
     injected: AtomicU64,
     calls: AtomicU64,
+    /// Calls per operation (failed or not).
+    calls_by_op: std::sync::Mutex<std::collections::HashMap<&'static str, u64>>,
     /// Calls that take store time on a manual clock: (operation, clock, how long).
     slow: Option<(&'static str, Arc<ManualClock>, Duration)>,
+    /// Calls of one operation that fail before any other: (operation, how many are left).
+    fail_first: Option<(&'static str, AtomicU64)>,
 }
 
 impl<S> FaultyStore<S> {
@@ -55,8 +59,17 @@ impl<S> FaultyStore<S> {
             latency: Duration::ZERO,
             injected: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            calls_by_op: Default::default(),
             slow: None,
+            fail_first: None,
         }
+    }
+
+    /// Fail the first `n` calls to the trait method named `op` (e.g. `"take_permits"`) with
+    /// [`ErrorKind::Unavailable`], whatever the error ratio; later calls go through.
+    pub fn fail_first(mut self, op: &'static str, n: u64) -> Self {
+        self.fail_first = Some((op, AtomicU64::new(n)));
+        self
     }
 
     /// Move `clock` on by `by` before each call to the trait method named `op` (e.g.
@@ -98,6 +111,16 @@ impl<S> FaultyStore<S> {
         self.calls.load(Ordering::Relaxed)
     }
 
+    /// How many calls were made so far to the trait method named `op` (failed or not).
+    pub fn calls_to(&self, op: &str) -> u64 {
+        self.calls_by_op
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(op)
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn sample(&self) -> f64 {
         // SplitMix64 over a shared counter: reproducible for a given call order.
         let mut z = self
@@ -112,6 +135,12 @@ impl<S> FaultyStore<S> {
 
     async fn gate(&self, op: &'static str) -> Result<()> {
         self.calls.fetch_add(1, Ordering::Relaxed);
+        *self
+            .calls_by_op
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(op)
+            .or_default() += 1;
         if let Some((slow, clock, by)) = &self.slow {
             if *slow == op {
                 clock.advance(*by);
@@ -120,7 +149,13 @@ impl<S> FaultyStore<S> {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
-        if self.ratio > 0.0 && self.sample() < self.ratio {
+        let forced = self.fail_first.as_ref().is_some_and(|(o, left)| {
+            *o == op
+                && left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+        });
+        if forced || (self.ratio > 0.0 && self.sample() < self.ratio) {
             self.injected.fetch_add(1, Ordering::Relaxed);
             return Err(Error::new(
                 ErrorKind::Unavailable,
@@ -157,6 +192,20 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         self.gate("mark_sending").await?;
         self.inner.mark_sending(lease).await
+    }
+
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits> {
+        self.gate("take_permits").await?;
+        self.inner
+            .take_permits(tenant, endpoint, rate, want, now)
+            .await
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {

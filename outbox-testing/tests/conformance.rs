@@ -99,8 +99,8 @@ mod without_tokens {
         async_trait, Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery,
         DeliveryFilter, DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore,
         EndpointUpdate, Enqueued, Lease, Ledger, Message, MessageId, MessageStore, NewMessage,
-        OperatorStore, Page, PageRequest, PurgeReport, ReleaseReport, Result, RetentionCutoffs,
-        Stats, TenantId, TenantStats, Timestamp, WakeListener,
+        OperatorStore, Page, PageRequest, Permits, PurgeReport, ReleaseReport, Result,
+        RetentionCutoffs, Stats, TenantId, TenantStats, Timestamp, WakeListener,
     };
 
     use super::*;
@@ -126,6 +126,17 @@ mod without_tokens {
         async fn mark_sending(&self, lease: &Lease) -> Result<()> {
             self.0.mark_sending(lease).await
         }
+        async fn take_permits(
+            &self,
+            tenant: &TenantId,
+            endpoint: EndpointId,
+            rate: u32,
+            want: u32,
+            now: Timestamp,
+        ) -> Result<Permits> {
+            self.0.take_permits(tenant, endpoint, rate, want, now).await
+        }
+
         fn wake_listener(&self) -> Option<WakeListener> {
             self.0.wake_listener()
         }

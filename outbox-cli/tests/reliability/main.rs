@@ -19,6 +19,7 @@ mod crash;
 mod cut;
 mod faults;
 mod load;
+mod rate;
 mod relay;
 mod secrets;
 

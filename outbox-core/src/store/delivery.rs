@@ -8,6 +8,9 @@ use async_trait::async_trait;
 
 use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
 use crate::error::{Error, ErrorKind, Result};
+use crate::ids::{EndpointId, TenantId};
+use crate::permits::Permits;
+use crate::time::Timestamp;
 use crate::wake::WakeListener;
 
 /// Claims, completes and releases deliveries: the calls the dispatcher makes per delivery,
@@ -51,6 +54,13 @@ use crate::wake::WakeListener;
 ///   `disabled_endpoint_hold_expires`). Completing with [`crate::Verdict::AwaitEndpoint`] MUST
 ///   write [`crate::DeliveryUpdate::endpoint_is_back`] when the endpoint is active or gone by
 ///   then (`await_endpoint_after_resume_is_pending`).
+/// - `take_permits` MUST grant at most `rate` permits per endpoint of a tenant in any
+///   half-open second of `now`s, counted across every handle on the backend, each permit
+///   freed one second after it was granted, by [`crate::PermitLog::take`]'s rule; refuse a
+///   rate outside 1 to [`crate::endpoint::MAX_RATE_LIMIT`] with `InvalidInput`
+///   (`permits_up_to_the_rate_then_wait`, `permits_free_a_second_after_each_grant`,
+///   `permits_are_shared_by_handles_on_one_backend`, `permits_are_per_endpoint_and_tenant`,
+///   `permits_refuse_a_bad_rate`).
 /// - `wake_listener`, when it returns one, MUST be woken by an enqueue and by the operator's
 ///   calls that make work due (`wake_listener_wakes_on_enqueue`,
 ///   `wake_listener_wakes_on_operator_calls`).
@@ -101,6 +111,24 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// Do not send after a cancelled call that was not retried: the delivery may still be
     /// `processing`, and a crash would then retry it blind.
     async fn mark_sending(&self, lease: &Lease) -> Result<()>;
+
+    /// Take up to `want` start permits for `endpoint` of `tenant` under its `rate` (per
+    /// second) at `now` (the injected clock): how many were granted, and when the next
+    /// frees. Every dispatcher on the backend shares them, so a rate limit holds across
+    /// relays. Each store keeps the grants of the last second per endpoint (bounded: at most
+    /// one run per millisecond).
+    ///
+    /// # Cancel safety
+    /// Atomic: a dropped call granted all of its permits or none, and the caller cannot tell
+    /// which; a lost grant only delays later starts (never lets more through).
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits>;
 
     /// A listener woken when work may have arrived (an enqueue, a release); `None` when the
     /// store cannot tell and dispatchers rely on polling.

@@ -12,6 +12,7 @@ use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
 use crate::error::Result;
 use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId};
 use crate::model::{Attempt, Delivery, Message, NewMessage};
+use crate::permits::Permits;
 use crate::retention::RetentionCutoffs;
 use crate::time::Timestamp;
 use crate::wake::WakeListener;
@@ -43,6 +44,18 @@ macro_rules! forward {
             }
             async fn mark_sending(&self, lease: &Lease) -> Result<()> {
                 (**self).mark_sending(lease).await
+            }
+            async fn take_permits(
+                &self,
+                tenant: &TenantId,
+                endpoint: EndpointId,
+                rate: u32,
+                want: u32,
+                now: Timestamp,
+            ) -> Result<Permits> {
+                (**self)
+                    .take_permits(tenant, endpoint, rate, want, now)
+                    .await
             }
             fn wake_listener(&self) -> Option<WakeListener> {
                 (**self).wake_listener()

@@ -12,6 +12,7 @@ pub(crate) mod deliveries;
 pub(crate) mod endpoints;
 pub(crate) mod enqueue;
 pub(crate) mod ledger;
+pub(crate) mod permits;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub(crate) const DELIVERIES: &str = include_str!("deliveries.sql");
 pub(crate) const CLAIM: &str = include_str!("claim.sql");
 /// The enqueue.
 pub(crate) const ENQUEUE: &str = include_str!("enqueue.sql");
+/// The rate-limit permits.
+pub(crate) const PERMITS: &str = include_str!("permits.sql");
 /// The ledger's reads.
 pub(crate) const LEDGER: &str = include_str!("ledger.sql");
 

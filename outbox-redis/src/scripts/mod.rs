@@ -128,6 +128,7 @@ pub(crate) struct Scripts {
     pub(crate) endpoint: Script,
     pub(crate) tenancy: Script,
     pub(crate) migrate: Script,
+    pub(crate) permits: Script,
 }
 
 impl Scripts {
@@ -147,10 +148,11 @@ impl Scripts {
             endpoint: w(include_str!("endpoint.lua")),
             tenancy: r(include_str!("tenancy.lua")),
             migrate: w(include_str!("migrate.lua")),
+            permits: w(include_str!("permits.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 12] {
+    pub(crate) fn all(&self) -> [&Script; 13] {
         [
             &self.enqueue,
             &self.claim,
@@ -164,6 +166,7 @@ impl Scripts {
             &self.endpoint,
             &self.tenancy,
             &self.migrate,
+            &self.permits,
         ]
     }
 }

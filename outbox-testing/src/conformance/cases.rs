@@ -18,6 +18,7 @@ mod history;
 mod ledger;
 mod operator;
 mod order;
+mod permits;
 mod retention;
 mod roundtrip;
 
@@ -38,6 +39,7 @@ pub use history::*;
 pub use ledger::*;
 pub use operator::*;
 pub use order::*;
+pub use permits::*;
 pub use retention::*;
 pub use roundtrip::*;
 
@@ -140,6 +142,11 @@ macro_rules! __conformance_cases {
             purge_rotates_over_tenants,
             stats_counts_and_oldest_due_age,
             queue_stats_are_the_unfinished_part_of_stats,
+            permits_up_to_the_rate_then_wait,
+            permits_free_a_second_after_each_grant,
+            permits_are_shared_by_handles_on_one_backend,
+            permits_are_per_endpoint_and_tenant,
+            permits_refuse_a_bad_rate,
             stats_oldest_due_counts_a_deleted_consumers_deliveries,
             messages_round_trip_byte_for_byte,
             endpoints_round_trip,

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use outboxkit_core::{
     fanout, Attempt, ClaimToken, Consumer, ConsumerName, Delivery, DeliveryId, DeliveryStatus,
     DeliveryUpdate, Destination, Endpoint, EndpointId, Enqueued, Entropy, Error, IdempotencyKey,
-    Message, MessageId, OrderingKey, PayloadFingerprint, Result, TenantId, Timestamp, Topic,
-    ValidMessage,
+    Message, MessageId, OrderingKey, PayloadFingerprint, PermitLog, Result, TenantId, Timestamp,
+    Topic, ValidMessage,
 };
 
 /// One delivery with what the public type does not carry: its enqueue sequence and the
@@ -53,6 +53,8 @@ pub(super) struct State {
     pub(super) endpoints: HashMap<EndpointId, Endpoint>,
     pub(super) consumers: BTreeMap<ConsumerName, Consumer>,
     pub(super) next_seq: u64,
+    /// Rate-limit permits granted in the last second, per tenant and endpoint.
+    pub(super) permits: HashMap<(TenantId, EndpointId), PermitLog>,
     pub(super) purge_cursor: Option<TenantId>,
 }
 

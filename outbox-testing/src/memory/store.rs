@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outboxkit_core::permits::validate_rate;
 use outboxkit_core::{
-    ClaimRequest, Claimed, Completion, DeliveryStore, Lease, ReleaseReport, Result, WakeListener,
+    ClaimRequest, Claimed, Completion, DeliveryStore, EndpointId, Lease, Permits, ReleaseReport,
+    Result, TenantId, Timestamp, WakeListener,
 };
 
 use super::InMemoryStore;
@@ -44,6 +46,20 @@ impl DeliveryStore for InMemoryStore {
     async fn mark_sending(&self, lease: &Lease) -> Result<()> {
         let now = self.now();
         self.lock().mark_sending(lease, now)
+    }
+
+    async fn take_permits(
+        &self,
+        tenant: &TenantId,
+        endpoint: EndpointId,
+        rate: u32,
+        want: u32,
+        now: Timestamp,
+    ) -> Result<Permits> {
+        validate_rate(rate)?;
+        let mut state = self.lock();
+        let log = state.permits.entry((tenant.clone(), endpoint)).or_default();
+        Ok(log.take(rate, want, now))
     }
 
     fn wake_listener(&self) -> Option<WakeListener> {

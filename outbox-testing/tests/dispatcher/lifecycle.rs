@@ -196,6 +196,17 @@ impl outboxkit_core::DeliveryStore for Doubling {
         self.0.extend(l, by).await
     }
 
+    async fn take_permits(
+        &self,
+        tenant: &outboxkit_core::TenantId,
+        endpoint: outboxkit_core::EndpointId,
+        rate: u32,
+        want: u32,
+        now: outboxkit_core::Timestamp,
+    ) -> outboxkit_core::Result<outboxkit_core::Permits> {
+        self.0.take_permits(tenant, endpoint, rate, want, now).await
+    }
+
     async fn mark_sending(&self, l: &Lease) -> outboxkit_core::Result<()> {
         self.0.mark_sending(l).await
     }

@@ -52,6 +52,18 @@ async fn drive(
         .unwrap()
 }
 
+/// No one-second window of `times` holds more than `limit`.
+fn at_most_per_second(times: &[outboxkit_core::Timestamp], limit: usize) {
+    for start in times {
+        let end = start.saturating_add(Duration::from_secs(1));
+        let in_window = times.iter().filter(|t| *t >= start && *t < &end).count();
+        assert!(
+            in_window <= limit,
+            "{in_window} requests in the second from {start}"
+        );
+    }
+}
+
 /// Every delivery succeeded on its first and only attempt.
 async fn all_delivered_once(w: &World, n: usize) {
     let all = w.deliveries().await;
@@ -84,6 +96,91 @@ async fn rate_limited_receiver(w: &World, per_second: u32) -> WebhookReceiver {
         .await
         .unwrap();
     receiver
+}
+
+/// Two dispatchers on one store share the endpoint's rate (the store's permits): each alone
+/// would let 5 a second through, together they still send 5, not 10.
+#[tokio::test]
+async fn two_dispatchers_share_an_endpoints_rate_limit() {
+    let w = world();
+    let receiver = rate_limited_receiver(&w, 5).await;
+    // Each holds at most 4 of the endpoint's deliveries, so neither can take them all.
+    let capped = || {
+        w.builder()
+            .config(DispatcherConfig {
+                poll_interval: Duration::from_millis(50),
+                endpoint_concurrency: Some(4),
+                ..DispatcherConfig::default()
+            })
+            .webhooks(Arc::new(loopback()), Arc::new(PlaintextVault))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (capped(), capped());
+    const N: usize = 23;
+    w.enqueue_n(N).await;
+    let (stop_b, run_b) = spawn_run(&b);
+    let r = drive(&w, &a, Duration::from_millis(100), || receiver.count() >= N).await;
+    stop_b.send(()).unwrap();
+    let rb = tokio::time::timeout(Duration::from_secs(10), run_b)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(r.succeeded > 0 && rb.succeeded > 0, "both sent: {r} / {rb}");
+    assert!(r.released + rb.released > 0, "some waited: {r} / {rb}");
+    let times: Vec<_> = receiver.requests().iter().map(|q| q.at).collect();
+    assert_eq!(times.len(), N, "each delivery was sent once");
+    at_most_per_second(&times, 5);
+    all_delivered_once(&w, N).await;
+}
+
+/// A permit call that fails sends nothing (fail closed) and loses nothing: the deliveries
+/// wait, unspent, and go when the store answers again.
+#[tokio::test]
+async fn a_failing_permit_call_sends_nothing_and_loses_nothing() {
+    let w = world();
+    let faulty = Arc::new(
+        outboxkit_testing::FaultyStore::new(w.store.clone(), 1).fail_first("take_permits", 3),
+    );
+    let w = World {
+        store: faulty.clone(),
+        ..w
+    };
+    let receiver = rate_limited_receiver(&w, 5).await;
+    let d = w.webhook_dispatcher(Arc::new(loopback()));
+    const N: usize = 12;
+    w.enqueue_n(N).await;
+    let r = drive(&w, &d, Duration::from_millis(100), || receiver.count() >= N).await;
+    assert_eq!(faulty.injected(), 3, "the first three permit calls failed");
+    assert!(r.released > 0, "the refused deliveries went back: {r}");
+    let times: Vec<_> = receiver.requests().iter().map(|q| q.at).collect();
+    assert_eq!(times.len(), N, "each delivery was sent once");
+    at_most_per_second(&times, 5);
+    all_delivered_once(&w, N).await;
+}
+
+/// The permits of a claim batch's deliveries to one endpoint are taken in one call, not one
+/// round trip per request.
+#[tokio::test]
+async fn permits_are_taken_per_batch_not_per_request() {
+    let w = world();
+    let counting = Arc::new(outboxkit_testing::FaultyStore::new(w.store.clone(), 1));
+    let w = World {
+        store: counting.clone(),
+        ..w
+    };
+    let receiver = rate_limited_receiver(&w, 1_000).await;
+    let d = w.webhook_dispatcher(Arc::new(loopback()));
+    const N: usize = 40;
+    w.enqueue_n(N).await;
+    let r = drive(&w, &d, Duration::from_millis(100), || receiver.count() >= N).await;
+    let calls = counting.calls_to("take_permits");
+    assert!(
+        calls > 0 && calls <= r.batches && calls < N as u64,
+        "{calls} permit calls for {N} deliveries in {} claim batches: {r}",
+        r.batches
+    );
+    all_delivered_once(&w, N).await;
 }
 
 #[tokio::test]
