@@ -125,8 +125,16 @@ pub async fn fifo_held_head_and_paused_endpoint_hold_everything_behind(fx: Fixtu
         .await
         .expect("pause");
     // One batch (the stores' batch fan-out): its order is the batch's.
-    let batch = vec![msg("a.b").ordering_key("x"), msg("a.b"), msg("a.b").ordering_key("y")];
-    let later = fx.store().enqueue_batch(batch).await.expect("enqueue_batch");
+    let batch = vec![
+        msg("a.b").ordering_key("x"),
+        msg("a.b"),
+        msg("a.b").ordering_key("y"),
+    ];
+    let later = fx
+        .store()
+        .enqueue_batch(batch)
+        .await
+        .expect("enqueue_batch");
     let later: Vec<MessageId> = later.iter().map(|e| e.message_id).collect();
     claim_none(&fx, &for_webhooks()).await;
     let resume = EndpointUpdate {
