@@ -158,6 +158,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
         previous_secret: None,
         body_format: Default::default(),
         rate_limit: None,
+        fifo: false,
         last_delivery: None,
         created_at: clock.now(),
         updated_at: clock.now(),
