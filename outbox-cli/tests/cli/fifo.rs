@@ -26,6 +26,7 @@ async fn a_fifo_endpoint_gets_its_deliveries_one_at_a_time_in_enqueue_order() {
     let receiver = WebhookReceiver::start().await.unwrap();
     let url = receiver.url();
     let flags = ["--allow-http", "--allow-private"];
+    assert_eq!(json(&["migrate", "--store", s])["ready"], true);
     let add = |fifo: bool| {
         let mut args = vec!["endpoints", "add", "--store", s, "--url", &url];
         args.extend(flags);
