@@ -64,7 +64,7 @@ pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
         (format!("{s}.endpoints"), "endpoints", "id"),
         (format!("{s}.consumers"), "consumers", "name"),
     ] {
-        // An endpoint's `fifo` (migration 10) is a column added with its default: no row's
+        // An endpoint's `fifo` (the `fifo` migration) is a column added with its default: no row's
         // data changes, so the snapshot leaves it out.
         let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT (to_jsonb(row_to_json(t)) - 'fifo')::text FROM {table} t ORDER BY {key}"

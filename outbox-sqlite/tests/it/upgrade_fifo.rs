@@ -1,6 +1,6 @@
-//! A version-7 file with a keyed backlog upgrades in place to version 8 (strict FIFO per
-//! endpoint): the unfinished rows take their ordering key as their barrier, so the per-key
-//! order holds across the upgrade.
+//! A version-7 file with a keyed backlog upgrades in place to the newest version (with
+//! `0008_fifo.sql`, strict FIFO per endpoint): the unfinished rows take their ordering key
+//! as their barrier, so the per-key order holds across the upgrade.
 
 use outboxkit_core::{Clock, DeliveryStore, DeliveryStoreExt};
 use rusqlite::Connection;
@@ -77,7 +77,11 @@ async fn a_version_7_file_keeps_its_key_order_through_the_fifo_upgrade() {
             r.get(0)
         })
         .unwrap();
-    assert_eq!(version, 8);
+    let newest = outboxkit_sqlite::migrations()
+        .iter()
+        .map(|m| m.version)
+        .max();
+    assert_eq!(Some(version), newest);
     // The first pending row of `k` and the unkeyed one; the second of `k` waits.
     let first = store.claim(&claim_for("worker", 10)).await.unwrap();
     let ids: Vec<String> = first.iter().map(|c| c.delivery.id.to_string()).collect();
