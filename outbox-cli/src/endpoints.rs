@@ -11,7 +11,9 @@ use outboxkit_core::{
 use outboxkit_dispatch::signed_request;
 use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 
-use crate::endpoints_view::{circuit_detail, circuit_text, last_delivery_text, parse_rate_limit};
+use crate::endpoints_view::{
+    circuit_detail, circuit_text, fifo_text, last_delivery_text, parse_rate_limit,
+};
 use crate::error::{CliError, CliResult};
 use crate::json::display_url;
 use crate::store::{vault_from, Env, StoreArgs, VaultArgs};
@@ -86,6 +88,9 @@ pub struct AddArgs {
     /// At most this many deliveries per second to this endpoint (1-1000000; none by default).
     #[arg(long, value_name = "PER_SECOND")]
     rate_limit: Option<u32>,
+    /// Strict FIFO: deliveries one at a time in enqueue order, across ordering keys.
+    #[arg(long)]
+    fifo: bool,
     #[command(flatten)]
     egress: EgressArgs,
 }
@@ -186,6 +191,11 @@ pub struct UpdateArgs {
     /// A new rate limit in deliveries per second (1-1000000), or `none` to remove it.
     #[arg(long, value_name = "PER_SECOND|none")]
     rate_limit: Option<String>,
+    /// Turn strict FIFO on, or off with --no-fifo (for deliveries enqueued from now on).
+    #[arg(long, conflicts_with = "no_fifo")]
+    fifo: bool,
+    #[arg(long, hide_short_help = true)]
+    no_fifo: bool,
     #[command(flatten)]
     egress: EgressArgs,
 }
@@ -322,6 +332,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                     BodyFormat::Envelope
                 },
                 rate_limit: a.rate_limit,
+                fifo: a.fifo,
                 secret: a.secret,
             };
             let (e, secret) = admin_for(&env, a.egress)?
@@ -352,6 +363,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         status_text(&e.status),
                         circuit_text(e.last_delivery.as_ref()).to_owned(),
                         e.filter.to_string(),
+                        fifo_text(e.fifo).to_owned(),
                         display_url(&e.url, a.show_url),
                         last_delivery_text(e.last_delivery.as_ref()),
                         e.description,
@@ -366,6 +378,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         "status",
                         "circuit at start",
                         "filter",
+                        "order",
                         "url",
                         "last delivery",
                         "description"
@@ -392,6 +405,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 e.rate_limit
                     .map_or_else(|| "none".to_owned(), |r| format!("{r} per second"))
             );
+            outln!("order:        {}", fifo_text(e.fifo));
             outln!("description:  {}", e.description);
             outln!(
                 "last delivery: {}",
@@ -426,6 +440,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 .map(BodyFormat::parse)
                 .transpose()?;
             update.rate_limit = a.rate_limit.as_deref().map(parse_rate_limit).transpose()?;
+            update.fifo = (a.fifo || a.no_fifo).then_some(a.fifo);
             update.validate()?;
             let env = a.store.open_with(&a.vault).await?;
             let url = update.url.clone();

@@ -21,6 +21,15 @@ pub fn circuit_detail(l: Option<&outboxkit_core::LastDelivery>) -> String {
     }
 }
 
+/// How an endpoint's deliveries are ordered, as `list` and `show` print it.
+pub fn fifo_text(fifo: bool) -> &'static str {
+    if fifo {
+        "fifo"
+    } else {
+        "per key"
+    }
+}
+
 /// `--rate-limit` of `endpoints update`: a number per second, or `none` to remove it.
 pub fn parse_rate_limit(s: &str) -> CliResult<Option<u32>> {
     if s.eq_ignore_ascii_case("none") {

@@ -71,6 +71,7 @@ pub fn endpoint(e: &Endpoint, show_url: bool) -> Value {
         "body_format": e.body_format.as_str(),
         "description": e.description,
         "rate_limit": e.rate_limit,
+        "fifo": e.fifo,
         "rotation_in_progress": e.previous_secret.is_some(),
         // Not a live state: the circuit a relay starting now would adopt from the last
         // delivery (a running relay keeps its own; its report and observer show it).

@@ -9,7 +9,10 @@
 //!   the rest.
 //! - **The per-key barrier** ([`barrier_blocks`]): a delivery with an ordering key waits
 //!   while an older unfinished delivery to the same tenant and destination with the same key
-//!   exists, unless that older one's topic is dormant.
+//!   exists, unless that older one's topic is dormant. A delivery to a strict-FIFO endpoint
+//!   ([`Endpoint::fifo`](crate::Endpoint)) is barred by [`FIFO_BARRIER`] instead of its key
+//!   ([`barrier_key`], fixed at fan-out): one slot for all of the endpoint's deliveries, so
+//!   at most one is claimed at a time, in enqueue order, whatever their keys.
 //! - **Fair rounds** ([`fair_order`]): the due rows are grouped by (tenant, destination);
 //!   each group offers its claimable rows in due order, at most [`group_limit`] of them; the
 //!   groups are ordered by their first row's due key; the claim takes round by round (the
@@ -99,6 +102,21 @@ pub fn barrier_blocks<'a>(
     older_topics.into_iter().any(|t| !dormant.contains(t))
 }
 
+/// The barrier text every delivery to a strict-FIFO endpoint carries in place of its
+/// ordering key: a space, which no ordering key holds, so no message's key shares the slot.
+pub const FIFO_BARRIER: &str = " fifo";
+
+/// The barrier slot key of a delivery (§6.4), fixed when it is written: [`FIFO_BARRIER`] for
+/// a delivery to a strict-FIFO endpoint (`fifo`), whatever its key; else its ordering key;
+/// `None` (never barred) for an unkeyed delivery to any other destination.
+pub fn barrier_key(ordering_key: Option<&str>, fifo: bool) -> Option<&str> {
+    if fifo {
+        Some(FIFO_BARRIER)
+    } else {
+        ordering_key
+    }
+}
+
 /// How many rows a group of `destination` may offer one claim: the batch, or less when the
 /// request gives the endpoint less room.
 pub fn group_limit(request: &ClaimRequest, destination: &Destination) -> usize {
@@ -178,6 +196,15 @@ mod tests {
         assert_eq!(first_groups(rows, 3), ["b", "a", "c"]);
         assert_eq!(first_groups(rows, 10), ["b", "a", "c", "d"]);
         assert!(first_groups(rows, 0).is_empty());
+    }
+
+    #[test]
+    fn a_fifo_delivery_is_barred_by_the_fifo_slot_whatever_its_key() {
+        assert_eq!(barrier_key(Some("k"), true), Some(FIFO_BARRIER));
+        assert_eq!(barrier_key(None, true), Some(FIFO_BARRIER));
+        assert_eq!(barrier_key(Some("k"), false), Some("k"));
+        assert_eq!(barrier_key(None, false), None);
+        assert!(crate::OrderingKey::new(FIFO_BARRIER).is_err());
     }
 
     #[test]

@@ -328,6 +328,12 @@ pub struct Endpoint {
     /// At most this many deliveries per second to this endpoint (dispatcher-enforced);
     /// 1 to [`MAX_RATE_LIMIT`].
     pub rate_limit: Option<u32>,
+    /// Strict FIFO (DESIGN §6.4): its deliveries go one at a time in enqueue order, whatever
+    /// their ordering keys. Read at fan-out: each delivery written while it is set carries
+    /// the endpoint's FIFO barrier ([`crate::claim_rules::barrier_key`]), so a toggle applies
+    /// to deliveries enqueued afterwards.
+    #[serde(default)]
+    pub fifo: bool,
     /// The outcome and time of the last attempt of a delivery to it (written by the store
     /// with the completion; `None` until one finished). Stores ignore it on create.
     #[serde(default)]
@@ -388,6 +394,8 @@ pub struct EndpointUpdate {
     pub body_format: Option<BodyFormat>,
     /// A new rate limit (`Some(None)` removes it).
     pub rate_limit: Option<Option<u32>>,
+    /// Strict FIFO on or off (applies to deliveries enqueued afterwards).
+    pub fifo: Option<bool>,
 }
 
 impl EndpointUpdate {
@@ -448,6 +456,9 @@ impl EndpointUpdate {
         }
         if let Some(r) = self.rate_limit {
             endpoint.rate_limit = r;
+        }
+        if let Some(f) = self.fifo {
+            endpoint.fifo = f;
         }
         endpoint.updated_at = now;
     }

@@ -70,6 +70,13 @@ pub fn delivery_rows(
         .collect()
 }
 
+/// Whether `d` goes to a strict-FIFO endpoint of `endpoints` (its barrier is then
+/// [`crate::claim_rules::FIFO_BARRIER`], [`crate::claim_rules::barrier_key`]).
+pub fn is_fifo(d: &Delivery, endpoints: &[Endpoint]) -> bool {
+    d.endpoint()
+        .is_some_and(|id| endpoints.iter().any(|e| e.id == id && e.fifo))
+}
+
 /// Make the deliveries to paused or disabled endpoints wait: `held` until
 /// [`crate::EndpointStatus::hold_until`] (never claimed while paused; dead as
 /// `endpoint-disabled` when a disabled endpoint's hold expires). Others are unchanged.

@@ -182,6 +182,7 @@ mod tests {
             previous_secret: None,
             body_format: BodyFormat::Envelope,
             rate_limit: None,
+            fifo: false,
             last_delivery: None,
             created_at: t,
             updated_at: t,

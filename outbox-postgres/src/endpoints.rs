@@ -60,6 +60,7 @@ impl PostgresStore {
             )
             .set("body_format", e.body_format.as_str())
             .set("rate_limit", e.rate_limit.map(rows::int4))
+            .set("fifo", e.fifo)
             .set("updated_at", ms(e.updated_at));
         let q = if insert {
             sql.insert_endpoint

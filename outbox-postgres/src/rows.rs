@@ -278,6 +278,7 @@ pub(crate) fn endpoint(row: &PgRow) -> Result<Endpoint> {
         rate_limit: rate_limit
             .map(|r| u32::try_from(r).map_err(|_| StoreError::Corrupt("rate_limit")))
             .transpose()?,
+        fifo: get(row, "fifo")?,
         last_delivery: match get::<Option<String>>(row, "last_outcome")? {
             Some(o) => Some(LastDelivery {
                 outcome: AttemptOutcome::parse(&o).map_err(corrupt("last_outcome"))?,

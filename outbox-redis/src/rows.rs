@@ -346,11 +346,14 @@ pub(crate) fn endpoint_fields(e: &Endpoint) -> Vec<(&'static str, Vec<u8>)> {
     if let Some(r) = e.rate_limit {
         f.push(("rate", r.to_string().into_bytes()));
     }
+    if e.fifo {
+        f.push(("fifo", b"1".to_vec()));
+    }
     f
 }
 
 /// The optional endpoint fields, deleted when absent on update.
-pub(crate) const ENDPOINT_OPTIONAL: [&str; 3] = ["reason", "prev", "rate"];
+pub(crate) const ENDPOINT_OPTIONAL: [&str; 4] = ["reason", "prev", "rate", "fifo"];
 
 /// An endpoint and its version from `HGETALL` pairs.
 pub(crate) fn endpoint(v: &[Value]) -> Result<(Endpoint, String)> {
@@ -384,6 +387,7 @@ pub(crate) fn endpoint(v: &[Value]) -> Result<(Endpoint, String)> {
         rate_limit: opt("rate")
             .map(|r| r.parse().map_err(|_| bad()))
             .transpose()?,
+        fifo: opt("fifo").is_some_and(|f| f == "1"),
         last_delivery: match h.get("last") {
             Some(json) => Some(LastDelivery::from(
                 &serde_json::from_slice::<AttemptRecord>(json).map_err(|_| bad())?,

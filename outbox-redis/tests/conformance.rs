@@ -126,6 +126,7 @@ async fn setup_cluster(clock: Arc<ManualClock>) -> Option<Fixture> {
     Some(
         Fixture::new(Arc::new(store.clone()), clock)
             .with_tokens(Arc::new(store))
+            .with_keys_split_over_shards()
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
                 async move {

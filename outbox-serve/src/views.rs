@@ -48,6 +48,8 @@ pub struct EndpointView {
     pub body_format: String,
     /// Deliveries per second, if limited.
     pub rate_limit: Option<u32>,
+    /// Strict FIFO: its deliveries go one at a time in enqueue order, across ordering keys.
+    pub fifo: bool,
     /// Whether a previous secret still signs.
     pub rotation_in_progress: bool,
     /// The last attempt to it.
@@ -81,6 +83,7 @@ impl From<&Endpoint> for EndpointView {
             disabled_reason: e.status.reason().map(|r| r.as_str().to_owned()),
             body_format: e.body_format.as_str().to_owned(),
             rate_limit: e.rate_limit,
+            fifo: e.fifo,
             rotation_in_progress: e.previous_secret.is_some(),
             last_delivery: e.last_delivery.as_ref().map(|l| LastDeliveryView {
                 outcome: l.outcome.as_str().to_owned(),
@@ -125,6 +128,10 @@ pub struct NewEndpointBody {
     pub body_format: Option<String>,
     /// Deliveries per second.
     pub rate_limit: Option<u32>,
+    /// Strict FIFO (default false): deliveries one at a time in enqueue order, across
+    /// ordering keys; a retried or held delivery holds everything behind it.
+    #[serde(default)]
+    pub fifo: bool,
     /// A `whsec_…` secret to use instead of a generated one.
     pub secret: Option<String>,
 }
@@ -192,6 +199,8 @@ pub struct EndpointPatch {
     pub body_format: Option<String>,
     /// A new rate limit; `0` removes it.
     pub rate_limit: Option<u32>,
+    /// Strict FIFO on or off (applies to deliveries enqueued afterwards).
+    pub fifo: Option<bool>,
 }
 
 /// A rotation.

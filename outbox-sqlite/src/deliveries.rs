@@ -70,10 +70,15 @@ fn guarded(
 
 const REPLAY: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', attempts = 0, snoozes = 0, next_attempt_at = ?3, \
-         dead_reason = NULL, completed_at = NULL, updated_at = ?3, run = run + 1 \
+         dead_reason = NULL, completed_at = NULL, updated_at = ?3, run = run + 1, \
+         barrier = CASE WHEN EXISTS (SELECT 1 FROM outbox_endpoints AS e \
+                                      WHERE kind = 'webhook' AND e.id = target \
+                                        AND e.tenant = outbox_deliveries.tenant AND e.fifo = 1) \
+                        THEN ' fifo' ELSE ordering_key END \
      WHERE id = ?1 AND tenant = ?2 AND status = 'dead'";
 
-/// Give a dead delivery a fresh budget, due now.
+/// Give a dead delivery a fresh budget, due now, and its barrier key with the endpoint's
+/// FIFO flag as it is now (core's `barrier_key`).
 pub(crate) fn replay(
     conn: &Connection,
     tenant: &TenantId,

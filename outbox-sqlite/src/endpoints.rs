@@ -13,7 +13,7 @@ use crate::store::SqliteStore;
 use async_trait::async_trait;
 use outboxkit_core::EndpointStore;
 
-fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 13] {
+fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 14] {
     [
         Box::new(e.id.to_string()),
         Box::new(e.tenant.as_str()),
@@ -28,13 +28,14 @@ fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 13] {
         Box::new(e.rate_limit),
         Box::new(ms(e.created_at)),
         Box::new(ms(e.updated_at)),
+        Box::new(i64::from(e.fifo)),
     ]
 }
 
 const INSERT_ENDPOINT: &str = concat!(
     "INSERT INTO outbox_endpoints (",
     endpoint_cols!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
 );
 
 /// Store a new endpoint; an existing id is a `Conflict`.
@@ -82,7 +83,7 @@ const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
 const UPDATE_ENDPOINT: &str = "UPDATE outbox_endpoints \
      SET url = ?3, description = ?4, filter = ?5, status = ?6, disabled_reason = ?7, \
          secret = ?8, previous_secret = ?9, body_format = ?10, rate_limit = ?11, \
-         created_at = ?12, updated_at = ?13 \
+         created_at = ?12, updated_at = ?13, fifo = ?14 \
      WHERE id = ?1 AND tenant = ?2";
 
 /// Apply an update (and release held deliveries when it changes the URL or secret).

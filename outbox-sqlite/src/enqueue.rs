@@ -39,8 +39,8 @@ const INSERT_MESSAGE: &str = concat!(
 
 const INSERT_DELIVERY: &str = "INSERT INTO outbox_deliveries \
      (id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
-      next_attempt_at, created_at, updated_at) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+      next_attempt_at, created_at, updated_at, barrier) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
 /// Write validated messages and their deliveries in the caller's open transaction, in
 /// order. A message whose `(tenant, topic, idempotency key)` exists (written earlier, or
@@ -99,6 +99,8 @@ pub(crate) fn write(
         let mut deliveries = fanout::delivery_rows(&m, destinations, entropy);
         fanout::hold_for_endpoints(&mut deliveries, tenant_endpoints, now);
         for d in &deliveries {
+            let key = d.ordering_key.as_ref().map(|k| k.as_str());
+            let fifo = fanout::is_fifo(d, tenant_endpoints);
             insert_delivery.execute(params![
                 d.id.to_string(),
                 d.message_id.to_string(),
@@ -113,6 +115,7 @@ pub(crate) fn write(
                 ms(d.next_attempt_at),
                 ms(d.created_at),
                 ms(d.updated_at),
+                outboxkit_core::claim_rules::barrier_key(key, fifo),
             ])?;
         }
         out.push(Enqueued {

@@ -144,7 +144,7 @@ mod tests {
              CREATE TABLE outbox_endpoints (id TEXT, tenant TEXT, url TEXT, description TEXT, \
                  filter TEXT, status TEXT, disabled_reason TEXT, secret BLOB, \
                  previous_secret BLOB, body_format TEXT, rate_limit INTEGER, \
-                 created_at INTEGER, updated_at INTEGER, last_outcome TEXT, \
+                 created_at INTEGER, updated_at INTEGER, fifo INTEGER, last_outcome TEXT, \
                  last_status_code INTEGER, last_at INTEGER); \
              INSERT INTO outbox_consumers VALUES ('a', '*', 0);",
         )

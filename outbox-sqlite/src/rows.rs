@@ -24,7 +24,7 @@ macro_rules! message_cols {
 macro_rules! endpoint_cols {
     () => {
         "id, tenant, url, description, filter, status, disabled_reason, secret, \
-         previous_secret, body_format, rate_limit, created_at, updated_at"
+         previous_secret, body_format, rate_limit, created_at, updated_at, fifo"
     };
 }
 
@@ -282,11 +282,12 @@ pub(crate) fn endpoint(row: &Row<'_>) -> Result<Endpoint> {
         rate_limit: get::<Option<i64>>(row, 10)?
             .map(|r| parsed(W, u32::try_from(r)))
             .transpose()?,
-        last_delivery: match get::<Option<String>>(row, 13)? {
+        fifo: get::<i64>(row, 13)? != 0,
+        last_delivery: match get::<Option<String>>(row, 14)? {
             Some(o) => Some(LastDelivery {
                 outcome: parsed(W, AttemptOutcome::parse(&o))?,
-                status_code: opt_status_code(row, 14, W)?,
-                at: time(row, 15, W)?,
+                status_code: opt_status_code(row, 15, W)?,
+                at: time(row, 16, W)?,
             }),
             None => None,
         },

@@ -14,6 +14,7 @@ mod defects;
 mod delayed;
 mod demo;
 mod features;
+mod fifo;
 mod http_enqueue;
 mod listen;
 mod observability;

@@ -28,6 +28,8 @@ pub struct NewEndpoint {
     pub body_format: BodyFormat,
     /// Deliveries per second, if limited.
     pub rate_limit: Option<u32>,
+    /// Strict FIFO: deliveries one at a time in enqueue order ([`Endpoint::fifo`]).
+    pub fifo: bool,
     /// A `whsec_…` secret to use; `None` generates one.
     pub secret: Option<String>,
 }
@@ -114,6 +116,7 @@ impl EndpointAdmin {
             previous_secret: None,
             body_format: new.body_format,
             rate_limit: new.rate_limit,
+            fifo: new.fifo,
             last_delivery: None,
             created_at: now,
             updated_at: now,

@@ -34,7 +34,17 @@ use crate::wake::WakeListener;
 ///   `claim_kills_exhausted_rows_beyond_its_batch`, `claim_budget_is_per_source`).
 /// - A delivery with an ordering key MUST NOT be claimed while an older unfinished delivery
 ///   of the same tenant, destination and key exists whose topic is not dormant
-///   (`ordering_key_is_fifo_per_destination`, `dormant_topic_does_not_block`).
+///   (`ordering_key_is_fifo_per_destination`, `dormant_topic_does_not_block`). A delivery to
+///   a strict-FIFO endpoint ([`crate::Endpoint::fifo`] when it was written or replayed) is
+///   barred by [`crate::claim_rules::FIFO_BARRIER`] instead of its key: at most one of the
+///   endpoint's deliveries is claimed at a time, in enqueue order (the `fifo_*` cases:
+///   `fifo_endpoint_delivers_one_at_a_time_in_enqueue_order`,
+///   `fifo_held_head_and_paused_endpoint_hold_everything_behind`,
+///   `fifo_stranded_head_is_claimed_again_first`,
+///   `fifo_exhausted_head_dies_and_the_next_is_claimed`,
+///   `fifo_dormant_topic_does_not_hold_the_endpoint`,
+///   `fifo_endpoint_leaves_the_batch_to_other_groups`, `fifo_replay_takes_its_first_place`,
+///   `fifo_toggle_applies_to_deliveries_enqueued_afterwards`).
 /// - `complete_many`, `release`, `extend` and `mark_sending` with a token that no longer
 ///   matches MUST change nothing and fail with `LeaseLost` (`stale_token_is_fenced`); so MUST
 ///   a lease whose tenant is not the delivery's (`forged_tenant_lease_is_fenced`). A lease

@@ -32,7 +32,8 @@ use crate::ids::{ConsumerName, EndpointId, TenantId};
 ///   (`endpoint_crud_round_trip`).
 /// - An endpoint read back MUST equal what was written; a description or rate limit out of
 ///   range MUST be `InvalidInput` and write nothing (`endpoints_round_trip`); it shows its
-///   last delivery (`endpoint_shows_last_delivery`).
+///   last delivery (`endpoint_shows_last_delivery`); `fifo` round-trips through create,
+///   update, read and list (`fifo_flag_round_trips`).
 /// - `put_consumer` MUST upsert by name and `list_consumers` list by name
 ///   (`consumers_upsert_and_list`).
 ///

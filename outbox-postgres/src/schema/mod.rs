@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "endpoint_permits",
         include_str!("0010_endpoint_permits.sql"),
     ),
+    (11, "fifo", include_str!("0011_fifo.sql")),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

@@ -23,7 +23,8 @@ UPDATE {queue} x SET state = 1, due_at = :until, updated_at = :now
 
 -- name: replay
 -- A dead delivery moves from the history back to the queue, in its first place in enqueue
--- order (same `seq`), with a fresh run; its folded final attempt goes to `attempts`.
+-- order (same `seq`), with a fresh run; its folded final attempt goes to `attempts`. Its
+-- key_hash is the barrier key's with the endpoint's flag at the replay (enqueue.sql).
 WITH x AS (
   DELETE FROM {history} WHERE id = :delivery AND tenant = :tenant AND status = 5
   RETURNING *),
@@ -37,8 +38,11 @@ u AS (
   INSERT INTO {queue} (id, seq, message_id, due_at, updated_at, group_id, attempts, snoozes,
                        ledger_len, run, state, key_hash)
   SELECT x.id, x.seq, x.message_id, :now, :now, x.group_id, 0, 0, x.ledger_len, x.run + 1, 0,
-         hashtextextended(m.ordering_key, 0)
+         hashtextextended(CASE WHEN e.fifo THEN ' fifo' ELSE m.ordering_key END, 0)
     FROM x JOIN {messages} m ON m.id = x.message_id
+    JOIN {groups} g ON g.id = x.group_id
+    LEFT JOIN {endpoints} e ON g.kind = 'webhook' AND e.tenant = g.tenant
+                           AND e.id::text = g.target
   RETURNING 1),
 n AS (SELECT count(*) AS n FROM u)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n

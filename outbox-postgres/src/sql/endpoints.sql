@@ -2,37 +2,38 @@
 
 -- name: insert_endpoint
 INSERT INTO {endpoints} (id, tenant, url, description, filter, status, disabled_reason,
-                         secret, previous_secret, body_format, rate_limit, created_at,
+                         secret, previous_secret, body_format, rate_limit, fifo, created_at,
                          updated_at)
 VALUES (:id::uuid, :tenant::text, :url::text, :description::text, :filter::text[],
         :status::text, :disabled_reason::text, :secret::bytea, :previous_secret::bytea,
-        :body_format::text, :rate_limit::int4, :created_at::int8, :updated_at::int8)
+        :body_format::text, :rate_limit::int4, :fifo::bool, :created_at::int8,
+        :updated_at::int8)
 
 -- name: update_endpoint
 UPDATE {endpoints}
    SET url = :url::text, description = :description::text, filter = :filter::text[],
        status = :status::text, disabled_reason = :disabled_reason::text,
        secret = :secret::bytea, previous_secret = :previous_secret::bytea,
-       body_format = :body_format::text, rate_limit = :rate_limit::int4,
+       body_format = :body_format::text, rate_limit = :rate_limit::int4, fifo = :fifo::bool,
        updated_at = :updated_at::int8
  WHERE id = :id::uuid AND tenant = :tenant::text
 
 -- name: get_endpoint
 SELECT id, tenant, url, description, filter, status, disabled_reason, secret,
-       previous_secret, body_format, rate_limit, created_at, updated_at, last_outcome,
+       previous_secret, body_format, rate_limit, fifo, created_at, updated_at, last_outcome,
        last_status_code, last_at
   FROM {endpoints} WHERE id = :id::uuid AND tenant = :tenant::text
 
 -- name: lock_endpoint
 SELECT id, tenant, url, description, filter, status, disabled_reason, secret,
-       previous_secret, body_format, rate_limit, created_at, updated_at, last_outcome,
+       previous_secret, body_format, rate_limit, fifo, created_at, updated_at, last_outcome,
        last_status_code, last_at
   FROM {endpoints} WHERE id = :id::uuid AND tenant = :tenant::text
    FOR UPDATE
 
 -- name: list_endpoints
 SELECT id, tenant, url, description, filter, status, disabled_reason, secret,
-       previous_secret, body_format, rate_limit, created_at, updated_at, last_outcome,
+       previous_secret, body_format, rate_limit, fifo, created_at, updated_at, last_outcome,
        last_status_code, last_at
   FROM {endpoints} WHERE tenant = :tenant::text
  ORDER BY created_at, id

@@ -11,7 +11,9 @@
 
 -- Each delivery is one narrow `queue` row in its (tenant, channel, target) group, the group
 -- made on first use (`known`/`newg`: a group another transaction made meanwhile is found by the
--- conflict). key_hash: `hashtextextended` of the ordering key, NULL when there is none.
+-- conflict). key_hash: `hashtextextended` of the barrier key (core's `barrier_key`): ' fifo'
+-- (core's FIFO_BARRIER) for a delivery to a strict-FIFO endpoint, else the ordering key; NULL
+-- when there is none.
 
 -- name: one
 WITH ins AS (
@@ -22,7 +24,7 @@ WITH ins AS (
   ON CONFLICT DO NOTHING RETURNING id),
 dest AS (
   SELECT 0 AS grp, 0::int8 AS k1, c.name AS k2, 'handler' AS kind, c.name AS target,
-         NULL::int8 AS hold
+         NULL::int8 AS hold, false AS fifo
     FROM {consumers} c
    WHERE ('*' = ANY(c.filter) OR :topic::text = ANY(c.filter) OR EXISTS (
            SELECT 1 FROM unnest(c.filter) AS fp(p)
@@ -31,7 +33,7 @@ dest AS (
   UNION ALL
   SELECT 1, e.created_at, e.id::text, 'webhook', e.id::text,
          (CASE e.status WHEN 'paused' THEN {never}::int8
-                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END)
+                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END), e.fifo
     FROM {endpoints} e
    WHERE e.tenant = :tenant::text
      AND ('*' = ANY(e.filter) OR :topic::text = ANY(e.filter) OR EXISTS (
@@ -39,7 +41,7 @@ dest AS (
             WHERE right(fp.p, 2) = '.*' AND length(:topic::text) > length(fp.p) - 1
               AND starts_with(:topic::text, left(fp.p, -1))))
   UNION ALL
-  SELECT 2, r.ord, '', 'email', r.rcpt, NULL::int8
+  SELECT 2, r.ord, '', 'email', r.rcpt, NULL::int8, false
     FROM unnest(:recipients::text[]) WITH ORDINALITY AS r(rcpt, ord)),
 known AS (
   SELECT dest.*, gr.id AS gid FROM dest
@@ -56,7 +58,8 @@ nd AS (
   SELECT encode(:did_hi::bytea || int8send(:did_lo::int8 #
                   row_number() OVER (ORDER BY k.grp, k.k1, k.k2)), 'hex')::uuid,
          ins.id, coalesce(k.gid, ng.id), CASE WHEN k.hold IS NULL THEN 0 ELSE 1 END,
-         coalesce(k.hold, :available_at::int8), hashtextextended(:ordering_key::text, 0),
+         coalesce(k.hold, :available_at::int8),
+         hashtextextended(CASE WHEN k.fifo THEN ' fifo' ELSE :ordering_key::text END, 0),
          :now::int8
     FROM ins CROSS JOIN known k
     LEFT JOIN newg ng ON ng.kind = k.kind AND ng.target = k.target
@@ -92,7 +95,7 @@ ins AS (
 good AS (SELECT input.* FROM input WHERE input.id IN (SELECT id FROM ins)),
 routes AS (
   SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, c.name AS k2,
-         'handler' AS kind, c.name AS target, NULL::int8 AS hold
+         'handler' AS kind, c.name AS target, NULL::int8 AS hold, false AS fifo
     FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
     JOIN {consumers} c
       ON ('*' = ANY(c.filter) OR t.topic = ANY(c.filter) OR EXISTS (
@@ -102,7 +105,7 @@ routes AS (
   UNION ALL
   SELECT t.tenant, t.topic, 1, e.created_at, e.id::text, 'webhook', e.id::text,
          (CASE e.status WHEN 'paused' THEN {never}::int8
-                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END)
+                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END), e.fifo
     FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
     JOIN {endpoints} e
       ON e.tenant = t.tenant
@@ -111,11 +114,11 @@ routes AS (
             WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
               AND starts_with(t.topic, left(fp.p, -1))))),
 dest AS (
-  SELECT g.ord AS mord, r.grp, r.k1, r.k2, r.kind, r.target, r.hold, g.id, g.tenant,
+  SELECT g.ord AS mord, r.grp, r.k1, r.k2, r.kind, r.target, r.hold, r.fifo, g.id, g.tenant,
          g.ordering_key, g.available_at, g.did_hi, g.did_lo
     FROM good g JOIN routes r ON r.tenant = g.tenant AND r.topic = g.topic
   UNION ALL
-  SELECT g.ord, 2, r.ord, '', 'email', r.rcpt, NULL::int8, g.id, g.tenant,
+  SELECT g.ord, 2, r.ord, '', 'email', r.rcpt, NULL::int8, false, g.id, g.tenant,
          g.ordering_key, g.available_at, g.did_hi, g.did_lo
     FROM unnest(:email_messages::int8[], :recipients::text[])
          WITH ORDINALITY AS r(mord, rcpt, ord)
@@ -139,7 +142,8 @@ nd AS (
                   row_number() OVER (PARTITION BY k.mord ORDER BY k.grp, k.k1, k.k2)),
                 'hex')::uuid,
          k.id, coalesce(k.gid, ng.id), CASE WHEN k.hold IS NULL THEN 0 ELSE 1 END,
-         coalesce(k.hold, k.available_at), hashtextextended(k.ordering_key, 0), :now::int8
+         coalesce(k.hold, k.available_at),
+         hashtextextended(CASE WHEN k.fifo THEN ' fifo' ELSE k.ordering_key END, 0), :now::int8
     FROM known k
     LEFT JOIN newg ng ON ng.tenant = k.tenant AND ng.kind = k.kind AND ng.target = k.target
    ORDER BY k.mord, k.grp, k.k1, k.k2

@@ -267,6 +267,7 @@ fn endpoint(tenant: &str, filter: &str, status: EndpointStatus, at: Timestamp) -
         previous_secret: None,
         body_format: Default::default(),
         rate_limit: None,
+        fifo: false,
         last_delivery: None,
         created_at: at,
         updated_at: at,

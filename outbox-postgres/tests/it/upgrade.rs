@@ -28,6 +28,7 @@ fn endpoint(tenant: &TenantId, now: Timestamp) -> Endpoint {
         previous_secret: None,
         body_format: Default::default(),
         rate_limit: None,
+        fifo: false,
         last_delivery: None,
         created_at: now,
         updated_at: now,

@@ -203,7 +203,7 @@ local function take(g)
     g.pos = g.pos + 1
     local id = member_id(m)
     local dk = k_d(id)
-    local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l', 'r')
+    local r = redis.call('HMGET', dk, 'h', 's', 'v', 'l', 'r', 'b')
     if not r[1] then
       if not peek then redis.call('ZREM', g.key, m) end
     else
@@ -211,6 +211,8 @@ local function take(g)
       -- mid, tenant, topic, kind, target and okey (the member is known, created is not needed).
       local mid, tenant, topic, kind, target, okey = string.match(r[2],
         '^[^\31]*\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
+      -- Its barrier key: a FIFO endpoint's one slot (`b`), else its ordering key.
+      if r[6] then okey = r[6] end
       if peek and (finished(st) or tonumber(nx) > now
           or (st ~= 'held' and tonumber(at) >= src.budget)) then
         -- A dry run leaves rows that would be cleaned up or killed as they are: they are

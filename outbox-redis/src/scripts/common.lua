@@ -112,14 +112,30 @@ local function make_h(status, attempts, next, token, updated)
 end
 
 -- A delivery's fields as a table (for the less frequent paths), or nil.
+-- `d.okey` is its barrier key (`b`, a FIFO endpoint's one slot, when the delivery has one;
+-- else its ordering key): the key of its ordering set.
 local function load(id)
-  local r = redis.call('HMGET', k_d(id), 'h', 's', 'v')
+  local r = redis.call('HMGET', k_d(id), 'h', 's', 'v', 'b')
   if not r[1] then return nil end
   local d = { id = id, v = r[3] }
   d.status, d.attempts, d.next, d.token, d.updated = parse_h(r[1])
   d.m, d.mid, d.tenant, d.topic, d.kind, d.target, d.created, d.okey = parse_s(r[2])
   if d.okey == '' then d.okey = false end
+  d.key = d.okey
+  if r[4] then d.okey = r[4] end
   return d
+end
+
+-- The barrier key of a delivery of `tenant` to (kind, target) with ordering key `key` (false
+-- when none) with the endpoint's flag as it is now (core's `barrier_key`): FIFO_BARRIER for a
+-- strict-FIFO endpoint's, else the key.
+local FIFO_BARRIER = ' fifo'
+local function barrier_of(tenant, kind, target, key)
+  if kind == 'webhook' then
+    local e = redis.call('HMGET', k_e(target), 'tenant', 'fifo')
+    if e[1] == tenant and e[2] == '1' then return FIFO_BARRIER end
+  end
+  return key
 end
 
 local function finished(s) return s == 'succeeded' or s == 'dead' end

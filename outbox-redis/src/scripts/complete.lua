@@ -16,13 +16,15 @@ local a = 3
 while a <= #ARGV do
   local id, tenant, token, status = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local dk = k_d(id)
-  local r = redis.call('HMGET', dk, 'h', 's', 'r', 'du')
+  local r = redis.call('HMGET', dk, 'h', 's', 'r', 'du', 'b')
   local st, tk, m, dtenant, kind, target, okey
   if r[1] then
     st, tk = string.match(r[1], '^(%l+)|%d+|%d+|(%x*)|')
     -- member, tenant, kind, target and okey.
     m, dtenant, kind, target, okey = string.match(r[2],
       '^([^\31]*)\31[^\31]*\31([^\31]*)\31[^\31]*\31([^\31]*)\31([^\31]*)\31[^\31]*\31(.*)$')
+    -- Its barrier key: a FIFO endpoint's one slot (`b`), else its ordering key.
+    if r[5] then okey = r[5] end
   end
   if not r[1] or token == '' or tk ~= token or dtenant ~= tenant
       or (st ~= 'processing' and st ~= 'sending') then

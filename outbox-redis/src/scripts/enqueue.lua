@@ -43,8 +43,8 @@ local function tenant_endpoints(t)
   local list = {}
   -- Ordered by (created_at, id): the score, then the id.
   for _, id in ipairs(redis.call('ZRANGE', k_te(t), 0, -1)) do
-    local r = redis.call('HMGET', k_e(id), 'status', 'filter')
-    if r[1] then list[#list + 1] = { id = id, status = r[1], filter = r[2] } end
+    local r = redis.call('HMGET', k_e(id), 'status', 'filter', 'fifo')
+    if r[1] then list[#list + 1] = { id = id, status = r[1], filter = r[2], fifo = r[3] == '1' } end
   end
   endpoints[t] = list
   return list
@@ -75,7 +75,7 @@ for msg_i = 1, count do
     end
     for _, e in ipairs(tenant_endpoints(tenant)) do
       if matches(e.filter, topic) then
-        dests[#dests + 1] = { 'webhook', e.id, hold_until(e.status, now) }
+        dests[#dests + 1] = { 'webhook', e.id, hold_until(e.status, now), e.fifo }
       end
     end
     for r in string.gmatch(emails, '[^\n]+') do dests[#dests + 1] = { 'email', r } end
@@ -101,7 +101,7 @@ for msg_i = 1, count do
       for i, dest in ipairs(dests) do
         local id = i == 1 and base or derive_id(base, i)
         local seq = last - n + i
-        local kind, target, hold = dest[1], dest[2], dest[3]
+        local kind, target, hold, fifo = dest[1], dest[2], dest[3], dest[4]
         local m = member(seq, id)
         local row_h, due = h, avail
         if hold then
@@ -122,7 +122,13 @@ for msg_i = 1, count do
           t.due, t.n = due, tonumber(due)
         end
         redis.call('ZADD', k_td(tenant), now, id)
-        if okey ~= '' then redis.call('ZADD', k_o(tenant, kind, target, okey), S(seq), m) end
+        -- The barrier key (core's `barrier_key`): a FIFO endpoint's one slot, kept in `b`.
+        if fifo then
+          redis.call('HSET', k_d(id), 'b', FIFO_BARRIER)
+          redis.call('ZADD', k_o(tenant, kind, target, FIFO_BARRIER), S(seq), m)
+        elseif okey ~= '' then
+          redis.call('ZADD', k_o(tenant, kind, target, okey), S(seq), m)
+        end
       end
       woke = true
     end

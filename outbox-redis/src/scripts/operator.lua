@@ -19,6 +19,9 @@ if op == 'replay' then
   d.attempts, d.next = '0', now
   local run = tonumber(redis.call('HGET', dk, 'r') or '1') + 1
   redis.call('HSET', dk, 'h', make_h('pending', '0', now, '', now), 'v', '0||', 'r', S(run))
+  -- A new run: its barrier key with the endpoint's FIFO flag as it is now.
+  d.okey = barrier_of(d.tenant, d.kind, d.target, d.key)
+  if d.okey == FIFO_BARRIER then redis.call('HSET', dk, 'b', d.okey) else redis.call('HDEL', dk, 'b') end
   place(d, true)
 elseif op == 'reset' then
   if d.status ~= 'held' then

@@ -64,6 +64,7 @@ pub(crate) async fn create(
         filter: b.filter,
         body_format: body_format(b.body_format.as_deref())?.unwrap_or_default(),
         rate_limit: b.rate_limit,
+        fifo: b.fifo,
         secret: b.secret,
     };
     let (e, secret) = admin(&s)?.create(&scope.tenant, new).await?;
@@ -114,6 +115,7 @@ pub(crate) async fn update(
         filter: b.filter.as_deref().map(TopicFilter::parse).transpose()?,
         body_format: body_format(b.body_format.as_deref())?,
         rate_limit: b.rate_limit.map(|r| (r > 0).then_some(r)),
+        fifo: b.fifo,
         ..EndpointUpdate::default()
     };
     update.validate()?;

@@ -456,13 +456,14 @@ async fn endpoints(
         let _ = write!(
             body,
             "<tr><td class=\"mono\"><a href=\"/console/deliveries?tenant={t}&endpoint={id}\">{id}</a><br>{desc}</td>\
-             <td class=\"mono\">{url}</td><td class=\"mono\">{filter}</td><td>{status}</td><td>{last}</td>\
+             <td class=\"mono\">{url}</td><td class=\"mono\">{filter}</td><td>{status}{fifo}</td><td>{last}</td>\
              <td><div class=\"actions\">{actions}</div></td></tr>",
             t = enc(t.as_str()),
             desc = esc(&e.description),
             url = esc(&display_url(&e.url)),
             filter = esc(&e.filter.to_string()),
             status = status_badge(e.status.as_str()),
+            fifo = if e.fifo { "<br>strict FIFO" } else { "" },
         );
     }
     body.push_str("</tbody></table>");

@@ -16,7 +16,8 @@ async fn every_route(app: &App) {
 
     // endpoints: create (secret shown once), list, show, update
     let body = serde_json::json!({
-        "url": receiver.url(), "description": "orders", "filter": "order.*", "rate_limit": 50
+        "url": receiver.url(), "description": "orders", "filter": "order.*", "rate_limit": 50,
+        "fifo": true
     })
     .to_string();
     let (s, created) = app.post("/v1/tenants/acme/endpoints", w, Some(&body)).await;
@@ -25,6 +26,7 @@ async fn every_route(app: &App) {
     assert!(secret.starts_with("whsec_"));
     let id = created["endpoint"]["id"].as_str().unwrap().to_owned();
     assert_eq!(created["endpoint"]["filter"], "order.*");
+    assert_eq!(created["endpoint"]["fifo"], true);
     let (s, list) = app.get("/v1/tenants/acme/endpoints", w).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(list["endpoints"].as_array().unwrap().len(), 1);
@@ -36,17 +38,27 @@ async fn every_route(app: &App) {
         (StatusCode::OK, Some("orders"))
     );
     assert!(!shown.to_string().contains(secret));
+    assert_eq!(shown["fifo"], true);
     let (s, _, updated) = app
         .call(
             Method::PATCH,
             &ep,
             Some(w),
-            Some(r#"{"description":"all orders","filter":"order.*,invoice.paid","rate_limit":0}"#),
+            Some(r#"{"description":"all orders","filter":"order.*,invoice.paid","rate_limit":0,"fifo":false}"#),
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{updated}");
     assert_eq!(updated["description"], "all orders");
     assert_eq!(updated["rate_limit"], serde_json::Value::Null);
+    assert_eq!(updated["fifo"], false);
+    let (_, doc) = app.get("/v1/openapi.json", w).await;
+    for schema in ["EndpointView", "NewEndpointBody", "EndpointPatch"] {
+        let props = &doc["components"]["schemas"][schema]["properties"];
+        assert!(
+            props["fifo"].is_object(),
+            "{schema} has fifo in the OpenAPI document"
+        );
+    }
 
     // test event: signed with the secret just shown
     let (s, tested) = app.post(&format!("{ep}/test"), w, None).await;

@@ -260,3 +260,20 @@ async fn an_enqueue_only_token_cannot_log_in() {
     // A read-only token still logs in (read-only in the console).
     login(&app, &app.reader).await;
 }
+
+#[tokio::test]
+async fn the_endpoints_page_shows_a_strict_fifo_endpoint() {
+    let app = App::sqlite().await;
+    let ep = app.endpoint("https://example.com/hooks").await;
+    let acme = TenantId::new("acme").unwrap();
+    let cookie = login(&app, &app.writer).await;
+    let (_, _, before) = raw(&app, get("/console/endpoints?tenant=acme", &cookie)).await;
+    assert!(!before.contains("strict FIFO"), "{before}");
+    let on = outboxkit_core::EndpointUpdate {
+        fifo: Some(true),
+        ..Default::default()
+    };
+    app.store.update_endpoint(&acme, ep, &on).await.unwrap();
+    let (_, _, after) = raw(&app, get("/console/endpoints?tenant=acme", &cookie)).await;
+    assert!(after.contains("strict FIFO"), "{after}");
+}

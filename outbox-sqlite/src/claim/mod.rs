@@ -270,7 +270,8 @@ struct Candidate {
 
 /// A group's first `:limit` due rows within their budget (core's `is_exhausted`: rows past
 /// it beyond the exhausted bound wait for the next claim to kill them) and not held back by
-/// the per-key ordering barrier, in claim order. Each row as the lease will leave it, in the
+/// the per-key ordering barrier (the `barrier` column: the key, or a FIFO endpoint's one slot),
+/// in claim order. Each row as the lease will leave it, in the
 /// columns `rows::leased` reads (the attempts counted, the status it is claimed from), and
 /// its due time: the lease statement then returns nothing (`RETURNING` buffered every row in
 /// an ephemeral table and read each again).
@@ -284,11 +285,11 @@ const CANDIDATES: &str = concat!(
     unfinished!(),
     " AND c.next_attempt_at <= :now \
        AND (c.status = 'held' OR c.attempts < :budget) \
-       AND (c.ordering_key IS NULL OR NOT EXISTS ( \
+       AND (c.barrier IS NULL OR NOT EXISTS ( \
          SELECT 1 FROM outbox_deliveries AS b \
          WHERE b.tenant = c.tenant AND b.kind = c.kind AND b.target = c.target \
-           AND b.ordering_key = c.ordering_key AND b.seq < c.seq \
-           AND b.ordering_key IS NOT NULL AND b.status NOT IN ('succeeded', 'dead') \
+           AND b.barrier = c.barrier AND b.seq < c.seq \
+           AND b.barrier IS NOT NULL AND b.status NOT IN ('succeeded', 'dead') \
            AND b.topic NOT IN (SELECT value FROM json_each(:dormant)))) \
      ORDER BY c.next_attempt_at, c.seq LIMIT :limit"
 );

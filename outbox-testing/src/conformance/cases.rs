@@ -12,6 +12,7 @@ mod endpoints;
 mod enqueue;
 mod fairness;
 mod fencing;
+mod fifo;
 mod held;
 mod helpers;
 mod history;
@@ -34,6 +35,7 @@ pub use endpoints::*;
 pub use enqueue::*;
 pub use fairness::*;
 pub use fencing::*;
+pub use fifo::*;
 pub use held::*;
 pub use history::*;
 pub use ledger::*;
@@ -75,6 +77,15 @@ macro_rules! __conformance_cases {
     ($setup:path) => {
         $crate::__conformance_case!($setup;
             empty_allowlist_is_refused,
+            fifo_endpoint_delivers_one_at_a_time_in_enqueue_order,
+            fifo_held_head_and_paused_endpoint_hold_everything_behind,
+            fifo_stranded_head_is_claimed_again_first,
+            fifo_exhausted_head_dies_and_the_next_is_claimed,
+            fifo_dormant_topic_does_not_hold_the_endpoint,
+            fifo_endpoint_leaves_the_batch_to_other_groups,
+            fifo_replay_takes_its_first_place,
+            fifo_toggle_applies_to_deliveries_enqueued_afterwards,
+            fifo_flag_round_trips,
             enqueue_claim_complete_round_trip,
             idempotent_enqueue,
             invalid_message_writes_nothing,

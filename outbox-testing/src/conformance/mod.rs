@@ -61,6 +61,7 @@ struct Inner {
     clock: Arc<ManualClock>,
     reopen: Option<Reopen>,
     cleanup: Mutex<Option<Cleanup>>,
+    keys_split_shards: bool,
 }
 
 /// A fresh, isolated store for one case, with its clock.
@@ -84,7 +85,26 @@ impl Fixture {
             clock,
             reopen: None,
             cleanup: Mutex::new(None),
+            keys_split_shards: false,
         }))
+    }
+
+    /// The store spreads messages of different ordering keys over shards that are claimed
+    /// apart (Redis Cluster with several shards): a strict-FIFO endpoint is then ordered per
+    /// shard only, and the FIFO cases send it messages without keys (all on the tenant's
+    /// shard), the limit such a store documents.
+    pub fn with_keys_split_over_shards(self) -> Self {
+        let inner = Arc::try_unwrap(self.0)
+            .unwrap_or_else(|_| panic!("configure a fixture before cloning it"));
+        Fixture(Arc::new(Inner {
+            keys_split_shards: true,
+            ..inner
+        }))
+    }
+
+    /// Whether [`Fixture::with_keys_split_over_shards`] was called.
+    pub fn keys_split_over_shards(&self) -> bool {
+        self.0.keys_split_shards
     }
 
     /// How to open a second, independent handle (its own connections) to the same data.

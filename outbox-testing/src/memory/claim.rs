@@ -63,7 +63,7 @@ impl State {
 
     /// Whether a due row may be handed out: within its budget and not behind its key.
     fn claimable(&self, r: &Row, req: &ClaimRequest, now: Timestamp) -> bool {
-        let older = slot(&r.d).and_then(|s| self.ordered.get(&s));
+        let older = slot(r).and_then(|s| self.ordered.get(&s));
         let older = older.into_iter().flat_map(|o| o.range(..r.seq));
         let topics = older.filter_map(|(_, id)| self.row(*id).map(|o| &o.d.topic));
         !row_is_exhausted(req, &r.d, now) && !barrier_blocks(topics, req.dormant())

@@ -112,7 +112,9 @@ impl State {
                 "only a dead delivery can be replayed",
             ));
         }
+        let barrier = super::state::barrier_of(&self.row_of(tenant, id)?.d, &self.endpoints);
         self.modify(id, |r| {
+            r.barrier = barrier;
             r.d.status = DeliveryStatus::Pending;
             r.d.attempts = 0;
             r.d.snoozes = 0;

@@ -21,9 +21,11 @@ pub(super) struct Row {
     pub(super) token: Option<ClaimToken>,
     /// When the current claim's attempt was due (the ledger's `scheduled_at`).
     pub(super) due_at: Option<Timestamp>,
+    /// Its barrier key (core's `barrier_key`, fixed at fan-out and at a replay).
+    pub(super) barrier: Option<String>,
 }
 
-type OrderingSlot = (TenantId, Destination, OrderingKey);
+type OrderingSlot = (TenantId, Destination, String);
 
 /// A claim group: a tenant and a destination.
 pub(super) type Group = (TenantId, Destination);
@@ -76,9 +78,22 @@ pub(super) fn claimable(s: DeliveryStatus) -> bool {
     )
 }
 
-pub(super) fn slot(d: &Delivery) -> Option<OrderingSlot> {
-    let key = d.ordering_key.as_ref()?;
-    Some((d.tenant.clone(), d.destination.clone(), key.clone()))
+pub(super) fn slot(r: &Row) -> Option<OrderingSlot> {
+    let key = r.barrier.as_ref()?;
+    Some((r.d.tenant.clone(), r.d.destination.clone(), key.clone()))
+}
+
+/// The barrier key of `d` with the endpoints of its tenant as they are now.
+pub(super) fn barrier_of(
+    d: &Delivery,
+    endpoints: &HashMap<EndpointId, Endpoint>,
+) -> Option<String> {
+    let fifo = d
+        .endpoint()
+        .and_then(|id| endpoints.get(&id))
+        .is_some_and(|e| e.fifo);
+    let key = d.ordering_key.as_ref().map(OrderingKey::as_str);
+    outboxkit_core::claim_rules::barrier_key(key, fifo).map(str::to_owned)
 }
 
 pub(super) fn spends(r: &Row) -> bool {
@@ -102,7 +117,7 @@ pub(super) fn index_add(
     if spends(r) {
         spent.insert((r.d.attempts, r.d.id));
     }
-    if let Some(s) = slot(&r.d).filter(|_| !r.d.status.is_finished()) {
+    if let Some(s) = slot(r).filter(|_| !r.d.status.is_finished()) {
         ordered.entry(s).or_default().insert(r.seq, r.d.id);
     }
 }
@@ -125,7 +140,7 @@ pub(super) fn index_remove(
         }
     }
     spent.remove(&(r.d.attempts, r.d.id));
-    if let Some(s) = slot(&r.d) {
+    if let Some(s) = slot(r) {
         if let Some(m) = ordered.get_mut(&s) {
             m.remove(&r.seq);
             if m.is_empty() {
@@ -182,7 +197,9 @@ impl State {
     }
 
     pub(super) fn insert_row(&mut self, d: Delivery) {
+        let barrier = barrier_of(&d, &self.endpoints);
         let row = Row {
+            barrier,
             d,
             seq: self.next_seq,
             token: None,

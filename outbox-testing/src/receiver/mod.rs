@@ -116,6 +116,9 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     count: watch::Sender<usize>,
     connections: AtomicUsize,
+    /// Requests being answered now, and the most there ever were at once.
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) max_in_flight: AtomicUsize,
 }
 
 struct State {
@@ -157,6 +160,8 @@ impl WebhookReceiver {
             }),
             count: watch::channel(0).0,
             connections: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
         });
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(serve::accept_loop(listener, shared.clone(), stop_rx));
@@ -229,6 +234,12 @@ impl WebhookReceiver {
     /// How many TCP connections were accepted (with keep-alive, fewer than requests).
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::Relaxed)
+    }
+
+    /// The most requests that were being answered at once (a [`Reply::Delay`] keeps one open
+    /// while it waits).
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
     /// Wait until at least `n` requests arrived; false when `timeout` passed first.

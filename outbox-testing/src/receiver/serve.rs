@@ -99,6 +99,7 @@ async fn answer(
             )
         })
         .collect();
+    let _busy = InFlight::enter(shared);
     let reply = shared.record(
         parts.method.as_str().to_owned(),
         parts.uri.path().to_owned(),
@@ -154,6 +155,23 @@ async fn answer(
         }
     };
     Ok(response)
+}
+
+/// One request being answered (`Shared::in_flight`), from its record to its answer.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A response with this status (an invalid status becomes 500).

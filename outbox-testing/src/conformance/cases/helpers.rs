@@ -66,6 +66,7 @@ pub(super) fn endpoint_row(fx: &Fixture, tenant_name: &str, filter: &str) -> End
         previous_secret: None,
         body_format: Default::default(),
         rate_limit: None,
+        fifo: false,
         last_delivery: None,
         created_at: now,
         updated_at: now,
