@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{
     ConsumerName, DeliveryId, EndpointId, MessageId, OrderingKey, Recipient, TenantId, Topic,
 };
@@ -153,6 +153,23 @@ impl DeliveryStatus {
     pub fn is_finished(self) -> bool {
         matches!(self, DeliveryStatus::Succeeded | DeliveryStatus::Dead)
     }
+
+    /// Whether an operator may cancel a delivery in this status (`OperatorStore::cancel`):
+    /// only one that waits (`pending`, `held`). An in-flight one may already be sent and a
+    /// finished one has nothing left to cancel: each is a `Conflict` saying which.
+    pub fn check_cancel(self) -> Result<()> {
+        match self {
+            DeliveryStatus::Pending | DeliveryStatus::Held => Ok(()),
+            DeliveryStatus::Processing | DeliveryStatus::Sending => Err(Error::new(
+                ErrorKind::Conflict,
+                "the delivery is in flight (it may already be sent) and cannot be cancelled",
+            )),
+            DeliveryStatus::Succeeded | DeliveryStatus::Dead => Err(Error::new(
+                ErrorKind::Conflict,
+                "the delivery is already finished and cannot be cancelled",
+            )),
+        }
+    }
 }
 
 impl fmt::Display for DeliveryStatus {
@@ -183,6 +200,8 @@ pub enum DeadReason {
     /// The message could not be rendered for its channel (e.g. an e-mail payload without a
     /// subject).
     Unrenderable,
+    /// An operator cancelled it before it was sent (`OperatorStore::cancel`).
+    Cancelled,
 }
 
 impl DeadReason {
@@ -197,6 +216,7 @@ impl DeadReason {
             DeadReason::MailRefused => "mail-refused",
             DeadReason::UnknownOutcome => "unknown-outcome",
             DeadReason::Unrenderable => "unrenderable",
+            DeadReason::Cancelled => "cancelled",
         }
     }
 
@@ -212,6 +232,7 @@ impl DeadReason {
             MailRefused,
             UnknownOutcome,
             Unrenderable,
+            Cancelled,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
