@@ -64,19 +64,20 @@ SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified
 
 -- name: cancel
 -- A waiting delivery (pending, held) is cancelled: it leaves the queue for the history as
--- dead (`cancelled`), its attempts and ledger kept, as a claim-time kill writes it. Being
+-- dead (`cancelled`), its attempts and ledger kept, as a claim-time kill writes it (its
+-- next_attempt_at NULL: read as completed_at, as a completion's dead row is). Being
 -- finished, it no longer holds back its ordering key, so the change NOTIFYs.
 WITH k AS (
   DELETE FROM {queue} x USING {groups} g
    WHERE x.id = :delivery AND g.id = x.group_id AND g.tenant = :tenant AND x.state IN (0, 1)
   RETURNING x.id, x.seq, x.message_id, x.group_id, g.tenant, x.attempts, x.snoozes,
-            x.ledger_len, x.run, abs(x.due_at) AS next_at),
+            x.ledger_len, x.run),
 ins AS (
   INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
                          status, attempts, snoozes, ledger_len, run, dead_reason,
                          next_attempt_at)
   SELECT k.id, k.seq, k.message_id, k.group_id, k.tenant, m.created_at, :now::int8, 5,
-         k.attempts, k.snoozes, k.ledger_len, k.run, 'cancelled', nullif(k.next_at, :now::int8)
+         k.attempts, k.snoozes, k.ledger_len, k.run, 'cancelled', NULL
     FROM k JOIN {messages} m ON m.id = k.message_id),
 n AS (SELECT count(*) AS n FROM k)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
@@ -94,13 +95,13 @@ k AS (
    WHERE x.message_id = msg.id AND g.id = x.group_id AND g.tenant = :tenant
      AND x.state IN (0, 1)
   RETURNING x.id, x.seq, x.message_id, x.group_id, g.tenant, x.attempts, x.snoozes,
-            x.ledger_len, x.run, abs(x.due_at) AS next_at, msg.created_at),
+            x.ledger_len, x.run, msg.created_at),
 ins AS (
   INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
                          status, attempts, snoozes, ledger_len, run, dead_reason,
                          next_attempt_at)
   SELECT k.id, k.seq, k.message_id, k.group_id, k.tenant, k.created_at, :now::int8, 5,
-         k.attempts, k.snoozes, k.ledger_len, k.run, 'cancelled', nullif(k.next_at, :now::int8)
+         k.attempts, k.snoozes, k.ledger_len, k.run, 'cancelled', NULL
     FROM k),
 n AS (SELECT count(*) AS n FROM k)
 SELECT n.n,
