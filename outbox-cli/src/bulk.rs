@@ -1,5 +1,6 @@
-//! `outbox replay | retry | release-held`: one delivery by id, or every delivery of the
-//! tenant matching filters, with `--dry-run` and a progress bar on a terminal.
+//! `outbox replay | retry | release-held | cancel`: one delivery by id, or every delivery of
+//! the tenant matching filters, with `--dry-run` and a progress bar on a terminal
+//! (`cancel --message` is in `cancel.rs`).
 //!
 //! A bulk run reads the whole match first (page by page), then changes each delivery with the
 //! same single-delivery operation an operator would run by hand. A delivery that changed in
@@ -39,14 +40,14 @@ pub struct Filters {
     all: bool,
     /// Print what would change and change nothing.
     #[arg(long)]
-    dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Print one JSON document instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl Filters {
-    fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.endpoint.is_some()
             || self.topic.is_some()
             || self.since.is_some()
@@ -128,6 +129,26 @@ pub struct ReleaseHeldArgs {
     filters: Filters,
 }
 
+/// `cancel`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox cancel --store sqlite:./outbox.sqlite 0193a0c4-…\n  outbox cancel --store sqlite:./outbox.sqlite --message 0193a0c4-… --json\n  outbox cancel --store sqlite:./outbox.sqlite --endpoint 0193… --topic order.created --dry-run"
+)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    /// One delivery id (instead of --message or filters).
+    pub(crate) id: Option<String>,
+    /// Cancel every pending or held delivery of this message (instead of an id or filters).
+    #[arg(long)]
+    pub(crate) message: Option<String>,
+    /// Only `pending` or only `held` deliveries (default: both).
+    #[arg(long)]
+    status: Option<String>,
+    #[command(flatten)]
+    pub(crate) filters: Filters,
+}
+
 /// Which operation a bulk run applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Action {
@@ -135,6 +156,7 @@ enum Action {
     Retry,
     Reset,
     ReleaseHeld,
+    Cancel,
 }
 
 impl Action {
@@ -144,6 +166,7 @@ impl Action {
             Action::Retry => "retry",
             Action::Reset => "retry --reset",
             Action::ReleaseHeld => "release-held",
+            Action::Cancel => "cancel",
         }
     }
 
@@ -153,6 +176,7 @@ impl Action {
             Action::Retry => "made due now",
             Action::Reset => "reset to a fresh budget",
             Action::ReleaseHeld => "released",
+            Action::Cancel => "cancelled",
         }
     }
 
@@ -160,6 +184,7 @@ impl Action {
         match self {
             Action::Replay => op.replay(&env.tenant, id).await,
             Action::Reset => op.reset(&env.tenant, id).await,
+            Action::Cancel => op.cancel(&env.tenant, id).await,
             // A held delivery made due now is released: the same store operation.
             Action::Retry | Action::ReleaseHeld => op.retry_now(&env.tenant, id).await,
         }
@@ -268,6 +293,42 @@ pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
     }
 }
 
+/// `cancel`: one delivery by id, every waiting delivery of `--message`, or every pending or
+/// held delivery matching filters. A delivery in flight or finished is refused (exit 1) by
+/// id and skipped in bulk.
+pub async fn cancel(a: CancelArgs) -> CliResult<()> {
+    let statuses = match a.status.as_deref() {
+        None => vec![DeliveryStatus::Pending, DeliveryStatus::Held],
+        Some(s) => match DeliveryStatus::parse(s)? {
+            st @ (DeliveryStatus::Pending | DeliveryStatus::Held) => vec![st],
+            _ => {
+                return Err(CliError::usage(
+                    "invalid input: --status: cancel acts on pending or held deliveries",
+                ))
+            }
+        },
+    };
+    if a.message.is_some() {
+        if a.id.is_some() || a.status.is_some() || a.filters.any() || a.filters.all {
+            return Err(CliError::usage(
+                "invalid input: give either --message or a delivery id or filters, not both",
+            ));
+        }
+        return crate::cancel::message(a).await;
+    }
+    if let Some(id) = &a.id {
+        single_only(&a.filters, a.status.is_some())?;
+        let id = parse_id(id)?;
+        let env = a.store.open().await?;
+        return single(Action::Cancel, &env, id, &a.filters).await;
+    }
+    let filter = a.filters.parse(now())?;
+    require_filter(&a.filters, a.status.is_some())?;
+    let env = a.store.open().await?;
+    let matched = collect(&env, &filter, &statuses, |_| true).await?;
+    run_bulk(Action::Cancel, &env, matched, &a.filters).await
+}
+
 fn now() -> outboxkit_core::Timestamp {
     outboxkit_core::Clock::now(&outboxkit_core::SystemClock)
 }
@@ -293,7 +354,7 @@ fn require_filter(f: &Filters, extra: bool) -> CliResult<()> {
 }
 
 /// Every delivery of the tenant in one of `statuses` that passes `filter` and `keep`.
-async fn collect(
+pub(crate) async fn collect(
     env: &Env,
     filter: &DeliveryFilter,
     statuses: &[DeliveryStatus],
@@ -336,6 +397,7 @@ async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliRe
         let applies = match action {
             Action::Replay => d.status == DeliveryStatus::Dead,
             Action::Reset => d.status == DeliveryStatus::Held,
+            Action::Cancel => d.status.check_cancel().is_ok(),
             Action::Retry | Action::ReleaseHeld => {
                 matches!(d.status, DeliveryStatus::Pending | DeliveryStatus::Held)
             }
@@ -356,6 +418,7 @@ async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliRe
     match action {
         Action::Replay => outln!("replayed delivery {id}: due now with a fresh budget"),
         Action::Reset => outln!("delivery {id} is due now with a fresh budget"),
+        Action::Cancel => outln!("cancelled delivery {id}: dead (cancelled), never sent"),
         Action::Retry | Action::ReleaseHeld => outln!("delivery {id} is due now"),
     }
     Ok(())
