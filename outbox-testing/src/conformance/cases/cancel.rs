@@ -151,8 +151,17 @@ pub async fn cancel_finished_is_a_conflict(fx: Fixture) {
 }
 
 /// Another tenant's delivery or message, and an unknown id, are `NotFound`, and nothing
-/// changes; the owner can cancel.
+/// changes; the owner can cancel. A message without deliveries cancels nothing.
 pub async fn cancel_across_tenants_is_not_found(fx: Fixture) {
+    let empty = enqueue(&fx, msg("nobody.listens").tenant("alpha")).await;
+    assert_eq!(empty.deliveries, 0);
+    assert_eq!(
+        fx.store()
+            .cancel_message(&tenant("alpha"), empty.message_id)
+            .await
+            .expect("cancel_message without deliveries"),
+        CancelReport::default()
+    );
     add_consumer(&fx, "worker", "*").await;
     let e = enqueue(&fx, msg("order.created").tenant("alpha")).await;
     let (alpha, beta) = (tenant("alpha"), tenant("beta"));
