@@ -1,6 +1,6 @@
 //! `outbox replay | retry | release-held | cancel`: one delivery by id, or every delivery of
 //! the tenant matching filters, with `--dry-run` and a progress bar on a terminal
-//! (`cancel --message` is in `cancel.rs`).
+//! (`cancel`'s arguments and `--message` are in `cancel.rs`).
 //!
 //! A bulk run reads the whole match first (page by page), then changes each delivery with the
 //! same single-delivery operation an operator would run by hand. A delivery that changed in
@@ -37,7 +37,7 @@ pub struct Filters {
     until: Option<String>,
     /// Act on every matching delivery of the tenant even when no filter is given.
     #[arg(long)]
-    all: bool,
+    pub(crate) all: bool,
     /// Print what would change and change nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
@@ -55,7 +55,7 @@ impl Filters {
     }
 
     /// Check every filter (before the store is opened) and build the store filter.
-    fn parse(&self, env_now: outboxkit_core::Timestamp) -> CliResult<DeliveryFilter> {
+    pub(crate) fn parse(&self, env_now: outboxkit_core::Timestamp) -> CliResult<DeliveryFilter> {
         Ok(DeliveryFilter {
             endpoint: self
                 .endpoint
@@ -129,29 +129,9 @@ pub struct ReleaseHeldArgs {
     filters: Filters,
 }
 
-/// `cancel`.
-#[derive(Debug, Args)]
-#[command(
-    after_help = "Examples:\n  outbox cancel --store sqlite:./outbox.sqlite 0193a0c4-…\n  outbox cancel --store sqlite:./outbox.sqlite --message 0193a0c4-… --json\n  outbox cancel --store sqlite:./outbox.sqlite --endpoint 0193… --topic order.created --dry-run"
-)]
-pub struct CancelArgs {
-    #[command(flatten)]
-    pub(crate) store: StoreArgs,
-    /// One delivery id (instead of --message or filters).
-    pub(crate) id: Option<String>,
-    /// Cancel every pending or held delivery of this message (instead of an id or filters).
-    #[arg(long)]
-    pub(crate) message: Option<String>,
-    /// Only `pending` or only `held` deliveries (default: both).
-    #[arg(long)]
-    status: Option<String>,
-    #[command(flatten)]
-    pub(crate) filters: Filters,
-}
-
 /// Which operation a bulk run applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
+pub(crate) enum Action {
     Replay,
     Retry,
     Reset,
@@ -191,7 +171,7 @@ impl Action {
     }
 }
 
-fn parse_id(id: &str) -> CliResult<DeliveryId> {
+pub(crate) fn parse_id(id: &str) -> CliResult<DeliveryId> {
     Ok(DeliveryId::parse(id)?)
 }
 
@@ -293,48 +273,12 @@ pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
     }
 }
 
-/// `cancel`: one delivery by id, every waiting delivery of `--message`, or every pending or
-/// held delivery matching filters. A delivery in flight or finished is refused (exit 1) by
-/// id and skipped in bulk.
-pub async fn cancel(a: CancelArgs) -> CliResult<()> {
-    let statuses = match a.status.as_deref() {
-        None => vec![DeliveryStatus::Pending, DeliveryStatus::Held],
-        Some(s) => match DeliveryStatus::parse(s)? {
-            st @ (DeliveryStatus::Pending | DeliveryStatus::Held) => vec![st],
-            _ => {
-                return Err(CliError::usage(
-                    "invalid input: --status: cancel acts on pending or held deliveries",
-                ))
-            }
-        },
-    };
-    if a.message.is_some() {
-        if a.id.is_some() || a.status.is_some() || a.filters.any() || a.filters.all {
-            return Err(CliError::usage(
-                "invalid input: give either --message or a delivery id or filters, not both",
-            ));
-        }
-        return crate::cancel::message(a).await;
-    }
-    if let Some(id) = &a.id {
-        single_only(&a.filters, a.status.is_some())?;
-        let id = parse_id(id)?;
-        let env = a.store.open().await?;
-        return single(Action::Cancel, &env, id, &a.filters).await;
-    }
-    let filter = a.filters.parse(now())?;
-    require_filter(&a.filters, a.status.is_some())?;
-    let env = a.store.open().await?;
-    let matched = collect(&env, &filter, &statuses, |_| true).await?;
-    run_bulk(Action::Cancel, &env, matched, &a.filters).await
-}
-
-fn now() -> outboxkit_core::Timestamp {
+pub(crate) fn now() -> outboxkit_core::Timestamp {
     outboxkit_core::Clock::now(&outboxkit_core::SystemClock)
 }
 
 /// With a delivery id, filters make no sense: refuse them rather than ignore them.
-fn single_only(f: &Filters, extra: bool) -> CliResult<()> {
+pub(crate) fn single_only(f: &Filters, extra: bool) -> CliResult<()> {
     if f.any() || f.all || extra {
         return Err(CliError::usage(
             "invalid input: give either a delivery id or filters, not both",
@@ -344,7 +288,7 @@ fn single_only(f: &Filters, extra: bool) -> CliResult<()> {
 }
 
 /// A bulk run needs at least one filter, or `--all`.
-fn require_filter(f: &Filters, extra: bool) -> CliResult<()> {
+pub(crate) fn require_filter(f: &Filters, extra: bool) -> CliResult<()> {
     if !f.any() && !f.all && !extra {
         return Err(CliError::usage(
             "invalid input: give a delivery id, at least one filter (--endpoint, --topic, --since, --until, …) or --all",
@@ -390,7 +334,12 @@ pub(crate) async fn collect(
 }
 
 /// One delivery by id; `--dry-run` reads it and says whether the operation would apply.
-async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliResult<()> {
+pub(crate) async fn single(
+    action: Action,
+    env: &Env,
+    id: DeliveryId,
+    f: &Filters,
+) -> CliResult<()> {
     let op = Operator::new(env.store.clone(), env.clock.clone());
     if f.dry_run {
         let d = env.store.get_delivery(&env.tenant, id).await?;
@@ -424,7 +373,12 @@ async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliRe
     Ok(())
 }
 
-async fn run_bulk(action: Action, env: &Env, matched: Vec<Delivery>, f: &Filters) -> CliResult<()> {
+pub(crate) async fn run_bulk(
+    action: Action,
+    env: &Env,
+    matched: Vec<Delivery>,
+    f: &Filters,
+) -> CliResult<()> {
     if f.dry_run {
         return report(action, f, &matched, matched.len(), &[]);
     }

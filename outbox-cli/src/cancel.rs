@@ -1,6 +1,6 @@
-//! `outbox cancel --message <id>`: every waiting delivery of one message, cancelled in one
-//! store step (`OperatorStore::cancel_message`); the in-flight and finished ones are
-//! counted as skipped.
+//! `outbox cancel`: one delivery by id or every match of filters (through `bulk.rs`), or
+//! `--message <id>`: every waiting delivery of one message, cancelled in one store step
+//! (`OperatorStore::cancel_message`), the in-flight and finished ones counted as skipped.
 
 use std::time::Duration;
 
@@ -8,15 +8,75 @@ use outboxkit_core::{Delivery, DeliveryFilter, DeliveryStatus, Message, MessageI
 use outboxkit_dispatch::Operator;
 use serde_json::json;
 
-use crate::bulk::{collect, CancelArgs};
+use clap::Args;
+
+use crate::bulk::{
+    collect, parse_id, require_filter, run_bulk, single, single_only, Action, Filters,
+};
 use crate::deliveries::{row, HEADER};
-use crate::error::CliResult;
-use crate::store::Env;
+use crate::error::{CliError, CliResult};
+use crate::store::{Env, StoreArgs};
 use crate::util::{emit_json, table};
 use crate::{json, outln};
 
+/// `cancel`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  outbox cancel --store sqlite:./outbox.sqlite 0193a0c4-…\n  outbox cancel --store sqlite:./outbox.sqlite --message 0193a0c4-… --json\n  outbox cancel --store sqlite:./outbox.sqlite --endpoint 0193… --topic order.created --dry-run"
+)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// One delivery id (instead of --message or filters).
+    id: Option<String>,
+    /// Cancel every pending or held delivery of this message (instead of an id or filters).
+    #[arg(long)]
+    message: Option<String>,
+    /// Only `pending` or only `held` deliveries (default: both).
+    #[arg(long)]
+    status: Option<String>,
+    #[command(flatten)]
+    filters: Filters,
+}
+
+/// `cancel`: one delivery by id, every waiting delivery of `--message`, or every pending or
+/// held delivery matching filters. A delivery in flight or finished is refused (exit 1) by
+/// id and skipped in bulk.
+pub async fn cancel(a: CancelArgs) -> CliResult<()> {
+    let statuses = match a.status.as_deref() {
+        None => vec![DeliveryStatus::Pending, DeliveryStatus::Held],
+        Some(s) => match DeliveryStatus::parse(s)? {
+            st @ (DeliveryStatus::Pending | DeliveryStatus::Held) => vec![st],
+            _ => {
+                return Err(CliError::usage(
+                    "invalid input: --status: cancel acts on pending or held deliveries",
+                ))
+            }
+        },
+    };
+    if a.message.is_some() {
+        if a.id.is_some() || a.status.is_some() || a.filters.any() || a.filters.all {
+            return Err(CliError::usage(
+                "invalid input: give either --message or a delivery id or filters, not both",
+            ));
+        }
+        return message(a).await;
+    }
+    if let Some(id) = &a.id {
+        single_only(&a.filters, a.status.is_some())?;
+        let id = parse_id(id)?;
+        let env = a.store.open().await?;
+        return single(Action::Cancel, &env, id, &a.filters).await;
+    }
+    let filter = a.filters.parse(crate::bulk::now())?;
+    require_filter(&a.filters, a.status.is_some())?;
+    let env = a.store.open().await?;
+    let matched = collect(&env, &filter, &statuses, |_| true).await?;
+    run_bulk(Action::Cancel, &env, matched, &a.filters).await
+}
+
 /// `cancel --message`.
-pub async fn message(a: CancelArgs) -> CliResult<()> {
+async fn message(a: CancelArgs) -> CliResult<()> {
     let id = MessageId::parse(a.message.as_deref().unwrap_or_default())?;
     let env = a.store.open().await?;
     // Another tenant's message is not found (exit 1), as for every cross-tenant call.

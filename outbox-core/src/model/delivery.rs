@@ -154,9 +154,7 @@ impl DeliveryStatus {
         matches!(self, DeliveryStatus::Succeeded | DeliveryStatus::Dead)
     }
 
-    /// Whether an operator may cancel a delivery in this status (`OperatorStore::cancel`):
-    /// only one that waits (`pending`, `held`). An in-flight one may already be sent and a
-    /// finished one has nothing left to cancel: each is a `Conflict` saying which.
+    /// `Ok` when `OperatorStore::cancel` may cancel (`pending`, `held`), else the `Conflict`.
     pub fn check_cancel(self) -> Result<()> {
         match self {
             DeliveryStatus::Pending | DeliveryStatus::Held => Ok(()),
