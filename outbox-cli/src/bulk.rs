@@ -89,7 +89,7 @@ pub struct ReplayArgs {
     /// One delivery id (instead of filters).
     id: Option<String>,
     /// Only deliveries dead for this reason (max_attempts, permanent, gone, endpoint-removed,
-    /// endpoint-disabled, mail-refused, unknown-outcome, unrenderable).
+    /// endpoint-disabled, mail-refused, unknown-outcome, unrenderable, cancelled).
     #[arg(long)]
     dead_reason: Option<String>,
     #[command(flatten)]
