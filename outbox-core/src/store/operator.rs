@@ -43,8 +43,8 @@ use super::{CancelReport, Stats};
 ///   (`queue_stats_are_the_unfinished_part_of_stats`).
 /// - `tenant_stats` MUST count only that tenant (and endpoint)
 ///   (`stats_are_scoped_by_tenant_and_endpoint`).
-/// - Every call that makes work due MUST wake the store's listener
-///   (`wake_listener_wakes_on_operator_calls`).
+/// - Every call that makes work due MUST wake the store's listener, and so MUST a `cancel`,
+///   which may free its key's next delivery (`wake_listener_wakes_on_operator_calls`).
 ///
 /// # Cancel safety
 /// Each change is one atomic step: a dropped call has made it whole or not at all, and the
