@@ -168,6 +168,18 @@ impl OperatorStore for Timed {
         self.inner.reset(tenant, delivery).await
     }
 
+    async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.inner.cancel(tenant, delivery).await
+    }
+
+    async fn cancel_message(
+        &self,
+        tenant: &TenantId,
+        message: outboxkit_core::MessageId,
+    ) -> Result<outboxkit_core::CancelReport> {
+        self.inner.cancel_message(tenant, message).await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         self.inner.stats().await
     }

@@ -1,5 +1,6 @@
-//! `outbox replay | retry | release-held`: one delivery by id, or every delivery of the
-//! tenant matching filters, with `--dry-run` and a progress bar on a terminal.
+//! `outbox replay | retry | release-held | cancel`: one delivery by id, or every delivery of
+//! the tenant matching filters, with `--dry-run` and a progress bar on a terminal
+//! (`cancel`'s arguments and `--message` are in `cancel.rs`).
 //!
 //! A bulk run reads the whole match first (page by page), then changes each delivery with the
 //! same single-delivery operation an operator would run by hand. A delivery that changed in
@@ -36,17 +37,17 @@ pub struct Filters {
     until: Option<String>,
     /// Act on every matching delivery of the tenant even when no filter is given.
     #[arg(long)]
-    all: bool,
+    pub(crate) all: bool,
     /// Print what would change and change nothing.
     #[arg(long)]
-    dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Print one JSON document instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 impl Filters {
-    fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.endpoint.is_some()
             || self.topic.is_some()
             || self.since.is_some()
@@ -54,7 +55,7 @@ impl Filters {
     }
 
     /// Check every filter (before the store is opened) and build the store filter.
-    fn parse(&self, env_now: outboxkit_core::Timestamp) -> CliResult<DeliveryFilter> {
+    pub(crate) fn parse(&self, env_now: outboxkit_core::Timestamp) -> CliResult<DeliveryFilter> {
         Ok(DeliveryFilter {
             endpoint: self
                 .endpoint
@@ -88,7 +89,7 @@ pub struct ReplayArgs {
     /// One delivery id (instead of filters).
     id: Option<String>,
     /// Only deliveries dead for this reason (max_attempts, permanent, gone, endpoint-removed,
-    /// endpoint-disabled, mail-refused, unknown-outcome, unrenderable).
+    /// endpoint-disabled, mail-refused, unknown-outcome, unrenderable, cancelled).
     #[arg(long)]
     dead_reason: Option<String>,
     #[command(flatten)]
@@ -130,11 +131,12 @@ pub struct ReleaseHeldArgs {
 
 /// Which operation a bulk run applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
+pub(crate) enum Action {
     Replay,
     Retry,
     Reset,
     ReleaseHeld,
+    Cancel,
 }
 
 impl Action {
@@ -144,6 +146,7 @@ impl Action {
             Action::Retry => "retry",
             Action::Reset => "retry --reset",
             Action::ReleaseHeld => "release-held",
+            Action::Cancel => "cancel",
         }
     }
 
@@ -153,6 +156,7 @@ impl Action {
             Action::Retry => "made due now",
             Action::Reset => "reset to a fresh budget",
             Action::ReleaseHeld => "released",
+            Action::Cancel => "cancelled",
         }
     }
 
@@ -160,13 +164,14 @@ impl Action {
         match self {
             Action::Replay => op.replay(&env.tenant, id).await,
             Action::Reset => op.reset(&env.tenant, id).await,
+            Action::Cancel => op.cancel(&env.tenant, id).await,
             // A held delivery made due now is released: the same store operation.
             Action::Retry | Action::ReleaseHeld => op.retry_now(&env.tenant, id).await,
         }
     }
 }
 
-fn parse_id(id: &str) -> CliResult<DeliveryId> {
+pub(crate) fn parse_id(id: &str) -> CliResult<DeliveryId> {
     Ok(DeliveryId::parse(id)?)
 }
 
@@ -268,12 +273,12 @@ pub async fn release_held(a: ReleaseHeldArgs) -> CliResult<()> {
     }
 }
 
-fn now() -> outboxkit_core::Timestamp {
+pub(crate) fn now() -> outboxkit_core::Timestamp {
     outboxkit_core::Clock::now(&outboxkit_core::SystemClock)
 }
 
 /// With a delivery id, filters make no sense: refuse them rather than ignore them.
-fn single_only(f: &Filters, extra: bool) -> CliResult<()> {
+pub(crate) fn single_only(f: &Filters, extra: bool) -> CliResult<()> {
     if f.any() || f.all || extra {
         return Err(CliError::usage(
             "invalid input: give either a delivery id or filters, not both",
@@ -283,7 +288,7 @@ fn single_only(f: &Filters, extra: bool) -> CliResult<()> {
 }
 
 /// A bulk run needs at least one filter, or `--all`.
-fn require_filter(f: &Filters, extra: bool) -> CliResult<()> {
+pub(crate) fn require_filter(f: &Filters, extra: bool) -> CliResult<()> {
     if !f.any() && !f.all && !extra {
         return Err(CliError::usage(
             "invalid input: give a delivery id, at least one filter (--endpoint, --topic, --since, --until, …) or --all",
@@ -293,7 +298,7 @@ fn require_filter(f: &Filters, extra: bool) -> CliResult<()> {
 }
 
 /// Every delivery of the tenant in one of `statuses` that passes `filter` and `keep`.
-async fn collect(
+pub(crate) async fn collect(
     env: &Env,
     filter: &DeliveryFilter,
     statuses: &[DeliveryStatus],
@@ -329,13 +334,19 @@ async fn collect(
 }
 
 /// One delivery by id; `--dry-run` reads it and says whether the operation would apply.
-async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliResult<()> {
+pub(crate) async fn single(
+    action: Action,
+    env: &Env,
+    id: DeliveryId,
+    f: &Filters,
+) -> CliResult<()> {
     let op = Operator::new(env.store.clone(), env.clock.clone());
     if f.dry_run {
         let d = env.store.get_delivery(&env.tenant, id).await?;
         let applies = match action {
             Action::Replay => d.status == DeliveryStatus::Dead,
             Action::Reset => d.status == DeliveryStatus::Held,
+            Action::Cancel => d.status.check_cancel().is_ok(),
             Action::Retry | Action::ReleaseHeld => {
                 matches!(d.status, DeliveryStatus::Pending | DeliveryStatus::Held)
             }
@@ -356,12 +367,18 @@ async fn single(action: Action, env: &Env, id: DeliveryId, f: &Filters) -> CliRe
     match action {
         Action::Replay => outln!("replayed delivery {id}: due now with a fresh budget"),
         Action::Reset => outln!("delivery {id} is due now with a fresh budget"),
+        Action::Cancel => outln!("cancelled delivery {id}: dead (cancelled), never sent"),
         Action::Retry | Action::ReleaseHeld => outln!("delivery {id} is due now"),
     }
     Ok(())
 }
 
-async fn run_bulk(action: Action, env: &Env, matched: Vec<Delivery>, f: &Filters) -> CliResult<()> {
+pub(crate) async fn run_bulk(
+    action: Action,
+    env: &Env,
+    matched: Vec<Delivery>,
+    f: &Filters,
+) -> CliResult<()> {
     if f.dry_run {
         return report(action, f, &matched, matched.len(), &[]);
     }

@@ -5,6 +5,7 @@
 
 mod broker;
 mod bulk;
+mod cancel;
 mod config;
 mod consumers;
 mod deliveries;
@@ -93,6 +94,9 @@ enum Command {
     /// Make pending or held deliveries due now: one by id, or every match of filters
     /// (`--reset`: held ones with a fresh budget).
     Retry(bulk::RetryArgs),
+    /// Cancel pending or held deliveries before they are sent (dead: cancelled; `replay`
+    /// sends one again): one by id, every one of `--message`, or every match of filters.
+    Cancel(cancel::CancelArgs),
     /// Remove finished deliveries older than a cutoff: every tenant in rotation, each with
     /// its own window (`--tenant-window acme=90d`), or only `--tenant`.
     Purge(tenancy::PurgeArgs),
@@ -150,6 +154,7 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Replay(a) => bulk::replay(a).await,
         Command::ReleaseHeld(a) => bulk::release_held(a).await,
         Command::Retry(a) => bulk::retry(a).await,
+        Command::Cancel(a) => cancel::cancel(a).await,
         Command::Purge(a) => tenancy::purge(a).await,
         Command::Stats(a) => tenancy::stats(a).await,
         Command::Tenants(c) => tenancy::tenants(c).await,

@@ -64,10 +64,10 @@ pub use signing::{
     sign, sign_keyed, sign_with, verify, HeaderNames, SigningKey, VerifyError, WebhookSecret,
 };
 pub use store::{
-    Cursor, DeliveryFilter, DeliveryStore, DeliveryStoreExt, DynDeliveryStore, DynEndpointStore,
-    DynLedger, DynMessageStore, DynOperatorStore, DynStore, EndpointStore, Enqueued, Ledger,
-    LedgerExt, MessageStore, OperatorStore, Page, PageRequest, PurgeReport, Stats, Store,
-    TenantStats,
+    CancelReport, Cursor, DeliveryFilter, DeliveryStore, DeliveryStoreExt, DynDeliveryStore,
+    DynEndpointStore, DynLedger, DynMessageStore, DynOperatorStore, DynStore, EndpointStore,
+    Enqueued, Ledger, LedgerExt, MessageStore, OperatorStore, Page, PageRequest, PurgeReport,
+    Stats, Store, TenantStats,
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};

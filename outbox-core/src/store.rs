@@ -292,6 +292,16 @@ pub struct PurgeReport {
     pub tenant: Option<TenantId>,
 }
 
+/// What [`OperatorStore::cancel_message`] did to one message's deliveries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CancelReport {
+    /// Deliveries that were `pending` or `held` and are now `dead` (`cancelled`).
+    pub cancelled: u64,
+    /// Deliveries left as they were: in flight (`processing`, `sending`) or already
+    /// finished (`succeeded`, `dead`).
+    pub skipped: u64,
+}
+
 /// Everything a backend provides: the hot path, the operator's calls, messages, endpoints
 /// and the ledger (the admin API's tokens are a separate [`crate::TokenStore`]).
 pub trait Store: DeliveryStore + OperatorStore + MessageStore + EndpointStore + Ledger {}

@@ -1,12 +1,13 @@
 //! The operator's changes and reads on deliveries (`DeliveryStore`): release the held
-//! deliveries of an endpoint, replay, retry now, reset, and the counts.
+//! deliveries of an endpoint, replay, retry now, reset, cancel, and the counts.
 //!
 //! # Cancel safety
 //!
 //! Each change is one statement: dropping its future leaves it applied or not, never half.
 
 use outboxkit_core::{
-    DeliveryId, DeliveryStatus, EndpointId, Error, ErrorKind, Result, Stats, TenantId,
+    CancelReport, DeliveryId, DeliveryStatus, EndpointId, Error, ErrorKind, MessageId, Result,
+    Stats, TenantId,
 };
 
 use crate::error::DbResult;
@@ -109,6 +110,77 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
+    /// `OperatorStore::cancel`: `cancel` of `sql/deliveries.sql`; when it moves nothing,
+    /// `NotFound` (not the tenant's) or the `Conflict` of the status it found.
+    pub(crate) async fn cancel_now(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let now = self.inner.clock.now();
+        self.ensure_history(now).await?;
+        let params = Params::new()
+            .set("delivery", delivery.as_uuid())
+            .set("tenant", tenant.as_str())
+            .set("now", ms(now))
+            .set("channel", self.inner.channel.as_str());
+        if self
+            .counted(&self.inner.sql.deliveries.cancel, params)
+            .await?
+            > 0
+        {
+            return Ok(());
+        }
+        let params = Params::new()
+            .set("delivery", delivery.as_uuid())
+            .set("tenant", tenant.as_str());
+        let found = (self.inner.sql.deliveries.status_of.bind(params)?)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .db()?;
+        let Some(row) = found else {
+            return Err(Error::not_found("delivery"));
+        };
+        let status: String = get(&row, "status")?;
+        DeliveryStatus::parse(&status)?.check_cancel()?;
+        // Waiting when read again: it was claimed and released between the two statements.
+        Err(Error::new(
+            ErrorKind::Conflict,
+            "the delivery changed while it was cancelled; try again",
+        ))
+    }
+
+    /// `OperatorStore::cancel_message`: `cancel_message` of `sql/deliveries.sql`.
+    pub(crate) async fn cancel_message_now(
+        &self,
+        tenant: &TenantId,
+        message: MessageId,
+    ) -> Result<CancelReport> {
+        let now = self.inner.clock.now();
+        self.ensure_history(now).await?;
+        let params = Params::new()
+            .set("message", message.as_uuid())
+            .set("tenant", tenant.as_str())
+            .set("now", ms(now))
+            .set("channel", self.inner.channel.as_str());
+        let row = (self.inner.sql.deliveries.cancel_message.bind(params)?)
+            .fetch_one(&self.inner.pool)
+            .await
+            .db()?;
+        let found: i64 = get(&row, "found")?;
+        if found == 0 {
+            return Err(Error::not_found("message"));
+        }
+        let n: i64 = get(&row, "n")?;
+        let total: i64 = get(&row, "total")?;
+        if n > 0 {
+            self.inner.wake.wakeups().wake();
+        }
+        let cancelled = u64::try_from(n).unwrap_or(0);
+        Ok(CancelReport {
+            cancelled,
+            skipped: u64::try_from(total).unwrap_or(0).saturating_sub(cancelled),
+        })
+    }
+}
+
+impl PostgresStore {
     /// `OperatorStore::stats`: `stats`, over every delivery, finished ones included.
     pub(crate) async fn stats_now(&self) -> Result<Stats> {
         self.stats_of(&self.inner.sql.deliveries.stats).await
@@ -166,6 +238,14 @@ impl OperatorStore for PostgresStore {
 
     async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.operator_change(Change::Reset, tenant, delivery).await
+    }
+
+    async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.cancel_now(tenant, delivery).await
+    }
+
+    async fn cancel_message(&self, tenant: &TenantId, message: MessageId) -> Result<CancelReport> {
+        self.cancel_message_now(tenant, message).await
     }
 
     async fn tenant_stats(&self, tenant: &TenantId, endpoint: Option<EndpointId>) -> Result<Stats> {

@@ -1,8 +1,10 @@
 //! Operator reads and changes on deliveries of [`RedisStore`]: release held deliveries,
-//! replay, retry now, reset (`scripts/operator.lua`) and the store-wide stats
+//! replay, retry now, reset, cancel (`scripts/operator.lua`) and the store-wide stats
 //! (`scripts/stats.lua`).
 
-use outboxkit_core::{DeliveryStatus, EndpointId, Result, Stats, TenantId};
+use outboxkit_core::{
+    CancelReport, DeliveryStatus, EndpointId, MessageId, Result, Stats, TenantId,
+};
 use redis::Value;
 
 use crate::error::corrupt;
@@ -107,6 +109,33 @@ impl OperatorStore for RedisStore {
         self.operator("reset", tenant, delivery.to_string())
             .await
             .map(drop)
+    }
+
+    async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.operator("cancel", tenant, delivery.to_string())
+            .await
+            .map(drop)
+    }
+
+    /// A message and its deliveries share one shard: the first shard that has the message
+    /// answers for all of them.
+    async fn cancel_message(&self, tenant: &TenantId, message: MessageId) -> Result<CancelReport> {
+        let v = self
+            .operator("cancel_message", tenant, message.to_string())
+            .await?;
+        let counts = items(v)?;
+        let [cancelled, skipped] = counts.as_slice() else {
+            return Err(corrupt("reply"));
+        };
+        let count = |v: &Value| {
+            int(v)
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| corrupt("reply"))
+        };
+        Ok(CancelReport {
+            cancelled: count(cancelled)?,
+            skipped: count(skipped)?,
+        })
     }
 
     async fn stats(&self) -> Result<Stats> {

@@ -30,6 +30,7 @@ impl Modify for Bearer {
         openapi_json,
         api::stats,
         api::messages::enqueue,
+        api::messages::cancel,
         api::endpoints::list,
         api::endpoints::create,
         api::endpoints::show,
@@ -46,6 +47,7 @@ impl Modify for Bearer {
         api::deliveries::show,
         api::deliveries::replay,
         api::deliveries::retry,
+        api::deliveries::cancel,
     ),
     components(schemas(
         Problem,
@@ -58,6 +60,7 @@ impl Modify for Bearer {
         views::RotateBody,
         views::TestResult,
         views::Changed,
+        views::CancelledView,
         views::LastOutcomeView,
         views::DestinationView,
         views::DeliveryView,

@@ -18,6 +18,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/openapi.json"),
     ("get", "/v1/tenants/{tenant}/stats"),
     ("post", "/v1/tenants/{tenant}/messages"),
+    ("post", "/v1/tenants/{tenant}/messages/{id}/cancel"),
     ("get", "/v1/tenants/{tenant}/endpoints"),
     ("post", "/v1/tenants/{tenant}/endpoints"),
     ("get", "/v1/tenants/{tenant}/endpoints/{id}"),
@@ -37,6 +38,7 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/tenants/{tenant}/deliveries/{id}"),
     ("post", "/v1/tenants/{tenant}/deliveries/{id}/replay"),
     ("post", "/v1/tenants/{tenant}/deliveries/{id}/retry"),
+    ("post", "/v1/tenants/{tenant}/deliveries/{id}/cancel"),
 ];
 
 /// The Content-Security-Policy of every answer: nothing but this origin's own styles and
@@ -141,6 +143,14 @@ fn router(state: Serve) -> Router {
         .route(
             &format!("{t}/deliveries/{{id}}/retry"),
             post(deliveries::retry),
+        )
+        .route(
+            &format!("{t}/deliveries/{{id}}/cancel"),
+            post(deliveries::cancel),
+        )
+        .route(
+            &format!("{t}/messages/{{id}}/cancel"),
+            post(messages::cancel),
         );
     Router::new()
         .merge(api)

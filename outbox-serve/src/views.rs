@@ -235,6 +235,15 @@ pub struct Changed {
     pub changed: u64,
 }
 
+/// What cancelling a message did to its deliveries.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CancelledView {
+    /// Deliveries that were pending or held and are now dead (`cancelled`).
+    pub cancelled: u64,
+    /// Deliveries left alone: in flight (`processing`, `sending`) or already finished.
+    pub skipped: u64,
+}
+
 /// The last outcome of a delivery.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct LastOutcomeView {
@@ -412,6 +421,8 @@ pub enum BulkAction {
     Retry,
     /// Give held deliveries a fresh budget.
     Reset,
+    /// Cancel pending or held deliveries before they are sent (dead: `cancelled`).
+    Cancel,
 }
 
 /// A bulk operation over every delivery that matches a filter.

@@ -1,9 +1,9 @@
 //! Operator reads and changes on deliveries: list, show, replay, retry now,
-//! reset, release of held deliveries, stats.
+//! reset, cancel, release of held deliveries, stats.
 
 use outboxkit_core::{
-    Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, Error, Message,
-    MessageId, Page, PageRequest, Stats, TenantId, Timestamp,
+    CancelReport, Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, Error,
+    Message, MessageId, Page, PageRequest, Stats, TenantId, Timestamp,
 };
 use rusqlite::{named_params, params, Connection, OptionalExtension};
 
@@ -135,6 +135,76 @@ pub(crate) fn reset(
         now,
         "only a held delivery can be reset",
     )
+}
+
+/// A waiting delivery becomes finished `dead` (`cancelled`), attempts and ledger kept.
+const CANCEL: &str = "UPDATE outbox_deliveries \
+     SET status = 'dead', dead_reason = 'cancelled', completed_at = ?3, next_attempt_at = ?3, \
+         updated_at = ?3, claim_token = NULL, lease_until = NULL, claimed_from = NULL \
+     WHERE id = ?1 AND tenant = ?2 AND status IN ('pending', 'held')";
+
+/// Cancel a pending or held delivery: `NotFound` when the tenant has no such delivery, a
+/// `Conflict` naming why (in flight, finished) otherwise; nothing changes on an error.
+pub(crate) fn cancel(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: DeliveryId,
+    now: Timestamp,
+) -> Result<()> {
+    let n =
+        conn.prepare_cached(CANCEL)?
+            .execute(params![id.to_string(), tenant.as_str(), ms(now)])?;
+    if n > 0 {
+        return Ok(());
+    }
+    let status: Option<String> = conn
+        .prepare_cached(DELIVERY_STATUS)?
+        .query_row(params![id.to_string(), tenant.as_str()], |r| r.get(0))
+        .optional()?;
+    let status = status.ok_or_else(|| Error::not_found("delivery"))?;
+    let status = DeliveryStatus::parse(&status).map_err(|_| SqliteError::Corrupt("delivery"))?;
+    status.check_cancel()?;
+    Err(SqliteError::Corrupt("delivery"))
+}
+
+const MESSAGE_OF_TENANT: &str = "SELECT 1 FROM outbox_messages WHERE id = ?1 AND tenant = ?2";
+
+const CANCEL_MESSAGE: &str = "UPDATE outbox_deliveries \
+     SET status = 'dead', dead_reason = 'cancelled', completed_at = ?3, next_attempt_at = ?3, \
+         updated_at = ?3, claim_token = NULL, lease_until = NULL, claimed_from = NULL \
+     WHERE message_id = ?1 AND tenant = ?2 AND status IN ('pending', 'held')";
+
+const MESSAGE_DELIVERIES: &str =
+    "SELECT count(*) FROM outbox_deliveries WHERE message_id = ?1 AND tenant = ?2";
+
+/// Cancel every pending or held delivery of a tenant's message (in the caller's
+/// transaction); the others are counted as skipped.
+pub(crate) fn cancel_message(
+    conn: &Connection,
+    tenant: &TenantId,
+    id: MessageId,
+    now: Timestamp,
+) -> Result<CancelReport> {
+    let args = params![id.to_string(), tenant.as_str()];
+    let found = conn
+        .prepare_cached(MESSAGE_OF_TENANT)?
+        .query_row(args, |_| Ok(()))
+        .optional()?;
+    if found.is_none() {
+        return Err(Error::not_found("message").into());
+    }
+    let total: i64 = conn
+        .prepare_cached(MESSAGE_DELIVERIES)?
+        .query_row(args, |r| r.get(0))?;
+    let cancelled = conn.prepare_cached(CANCEL_MESSAGE)?.execute(params![
+        id.to_string(),
+        tenant.as_str(),
+        ms(now)
+    ])? as u64;
+    Ok(CancelReport {
+        cancelled,
+        skipped: u64::try_from(total).unwrap_or(0).saturating_sub(cancelled),
+    })
 }
 
 const STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries GROUP BY status";
@@ -318,6 +388,28 @@ impl OperatorStore for SqliteStore {
             .await?;
         self.wake_if(true);
         Ok(())
+    }
+
+    async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> outboxkit_core::Result<()> {
+        let tenant = tenant.clone();
+        self.write(move |tx, now, _| self::cancel(tx, &tenant, delivery, now))
+            .await?;
+        // A later delivery of its ordering key may be claimable now.
+        self.wake_if(true);
+        Ok(())
+    }
+
+    async fn cancel_message(
+        &self,
+        tenant: &TenantId,
+        message: MessageId,
+    ) -> outboxkit_core::Result<CancelReport> {
+        let tenant = tenant.clone();
+        let report = self
+            .write(move |tx, now, _| self::cancel_message(tx, &tenant, message, now))
+            .await?;
+        self.wake_if(report.cancelled > 0);
+        Ok(report)
     }
 
     async fn stats(&self) -> outboxkit_core::Result<Stats> {

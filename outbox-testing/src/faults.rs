@@ -236,6 +236,20 @@ impl<S: OperatorStore> OperatorStore for FaultyStore<S> {
         self.inner.reset(tenant, delivery).await
     }
 
+    async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.gate("cancel").await?;
+        self.inner.cancel(tenant, delivery).await
+    }
+
+    async fn cancel_message(
+        &self,
+        tenant: &TenantId,
+        message: outboxkit_core::MessageId,
+    ) -> Result<outboxkit_core::CancelReport> {
+        self.gate("cancel_message").await?;
+        self.inner.cancel_message(tenant, message).await
+    }
+
     async fn stats(&self) -> Result<Stats> {
         self.gate("stats").await?;
         self.inner.stats().await

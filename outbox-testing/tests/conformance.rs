@@ -157,6 +157,16 @@ mod without_tokens {
         async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
             self.0.reset(tenant, delivery).await
         }
+        async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+            self.0.cancel(tenant, delivery).await
+        }
+        async fn cancel_message(
+            &self,
+            tenant: &TenantId,
+            message: outboxkit_core::MessageId,
+        ) -> Result<outboxkit_core::CancelReport> {
+            self.0.cancel_message(tenant, message).await
+        }
         async fn stats(&self) -> Result<Stats> {
             self.0.stats().await
         }

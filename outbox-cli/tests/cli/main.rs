@@ -5,6 +5,7 @@ mod alerts;
 mod bad_input;
 mod broker;
 mod bulk;
+mod cancel;
 mod claims;
 mod config;
 // The real local Redis Cluster the Redis adapter's tests start (free loopback ports).

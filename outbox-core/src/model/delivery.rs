@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{
     ConsumerName, DeliveryId, EndpointId, MessageId, OrderingKey, Recipient, TenantId, Topic,
 };
@@ -153,6 +153,21 @@ impl DeliveryStatus {
     pub fn is_finished(self) -> bool {
         matches!(self, DeliveryStatus::Succeeded | DeliveryStatus::Dead)
     }
+
+    /// `Ok` when `OperatorStore::cancel` may cancel (`pending`, `held`), else the `Conflict`.
+    pub fn check_cancel(self) -> Result<()> {
+        match self {
+            DeliveryStatus::Pending | DeliveryStatus::Held => Ok(()),
+            DeliveryStatus::Processing | DeliveryStatus::Sending => Err(Error::new(
+                ErrorKind::Conflict,
+                "the delivery is in flight (it may already be sent) and cannot be cancelled",
+            )),
+            DeliveryStatus::Succeeded | DeliveryStatus::Dead => Err(Error::new(
+                ErrorKind::Conflict,
+                "the delivery is already finished and cannot be cancelled",
+            )),
+        }
+    }
 }
 
 impl fmt::Display for DeliveryStatus {
@@ -183,6 +198,8 @@ pub enum DeadReason {
     /// The message could not be rendered for its channel (e.g. an e-mail payload without a
     /// subject).
     Unrenderable,
+    /// An operator cancelled it before it was sent (`OperatorStore::cancel`).
+    Cancelled,
 }
 
 impl DeadReason {
@@ -197,6 +214,7 @@ impl DeadReason {
             DeadReason::MailRefused => "mail-refused",
             DeadReason::UnknownOutcome => "unknown-outcome",
             DeadReason::Unrenderable => "unrenderable",
+            DeadReason::Cancelled => "cancelled",
         }
     }
 
@@ -212,6 +230,7 @@ impl DeadReason {
             MailRefused,
             UnknownOutcome,
             Unrenderable,
+            Cancelled,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Result;
-use crate::ids::{DeliveryId, EndpointId, TenantId};
-use crate::store::{check_purge_limit, DynStore, LedgerExt, PurgeReport, Stats};
+use crate::ids::{DeliveryId, EndpointId, MessageId, TenantId};
+use crate::store::{check_purge_limit, CancelReport, DynStore, LedgerExt, PurgeReport, Stats};
 use crate::time::DynClock;
 
 /// What an operator does: replay dead letters, release held deliveries, retry now, purge,
@@ -54,6 +54,29 @@ impl Operator {
     /// One store call: dropping the future leaves the change made or not made, never half.
     pub async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
         self.store.reset(tenant, delivery).await
+    }
+
+    /// Cancel a pending or held delivery before it is sent: it becomes `dead` with reason
+    /// `cancelled` (replay sends it again). An in-flight or finished delivery is a
+    /// `Conflict`.
+    ///
+    /// # Cancel safety
+    /// One store call: dropping the future leaves the change made or not made, never half.
+    pub async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        self.store.cancel(tenant, delivery).await
+    }
+
+    /// Cancel every pending or held delivery of a message; the in-flight and finished ones
+    /// are reported as skipped.
+    ///
+    /// # Cancel safety
+    /// One store call: dropping the future leaves the change made or not made, never half.
+    pub async fn cancel_message(
+        &self,
+        tenant: &TenantId,
+        message: MessageId,
+    ) -> Result<CancelReport> {
+        self.store.cancel_message(tenant, message).await
     }
 
     /// Remove finished deliveries older than `older_than`, `batch` at a time, visiting

@@ -18,8 +18,8 @@ use crate::time::Timestamp;
 use crate::wake::WakeListener;
 
 use super::{
-    DeliveryFilter, DeliveryStore, EndpointStore, Enqueued, Ledger, MessageStore, OperatorStore,
-    Page, PageRequest, PurgeReport, Stats, TenantStats,
+    CancelReport, DeliveryFilter, DeliveryStore, EndpointStore, Enqueued, Ledger, MessageStore,
+    OperatorStore, Page, PageRequest, PurgeReport, Stats, TenantStats,
 };
 
 macro_rules! forward {
@@ -76,6 +76,16 @@ macro_rules! forward {
             }
             async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
                 (**self).reset(tenant, delivery).await
+            }
+            async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+                (**self).cancel(tenant, delivery).await
+            }
+            async fn cancel_message(
+                &self,
+                tenant: &TenantId,
+                message: MessageId,
+            ) -> Result<CancelReport> {
+                (**self).cancel_message(tenant, message).await
             }
             async fn stats(&self) -> Result<Stats> {
                 (**self).stats().await

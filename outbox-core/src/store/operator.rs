@@ -6,9 +6,9 @@ use std::fmt;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::ids::{DeliveryId, EndpointId, TenantId};
+use crate::ids::{DeliveryId, EndpointId, MessageId, TenantId};
 
-use super::Stats;
+use super::{CancelReport, Stats};
 
 /// Releases, replays, retries and resets deliveries by hand, and counts them.
 ///
@@ -25,6 +25,19 @@ use super::Stats;
 ///   attempts; any other status is a `Conflict` (`retry_now_makes_due`).
 /// - `reset` MUST give only a `held` delivery a fresh budget, due now; else `Conflict`, and
 ///   `NotFound` across tenants (`reset_held_gives_fresh_budget`).
+/// - `cancel` MUST make a `pending` (`cancel_pending_makes_it_dead`) or `held`
+///   (`cancel_held_makes_it_dead`) delivery finished `dead` with reason `cancelled`, its
+///   attempts and ledger kept; an in-flight one (`processing`, `sending`) is a `Conflict`
+///   (`cancel_in_flight_is_a_conflict`), a finished one a `Conflict`
+///   (`cancel_finished_is_a_conflict`), another tenant's or an unknown id `NotFound`
+///   (`cancel_across_tenants_is_not_found`); nothing changes on an error. A cancelled
+///   delivery no longer holds back later deliveries of its ordering key
+///   (`cancel_releases_the_key_barrier`), and `replay` sends it again
+///   (`replay_after_cancel_sends_again`).
+/// - `cancel_message` MUST cancel every `pending` or `held` delivery of the message in one
+///   atomic step and count the others as skipped; an unknown message, or another tenant's,
+///   is `NotFound` (`cancel_message_cancels_what_waits`,
+///   `cancel_message_across_tenants_is_not_found`).
 /// - `stats` MUST count every delivery by status over every tenant, with the oldest due one
 ///   (`stats_counts_and_oldest_due_age`,
 ///   `stats_oldest_due_counts_a_deleted_consumers_deliveries`).
@@ -32,8 +45,8 @@ use super::Stats;
 ///   (`queue_stats_are_the_unfinished_part_of_stats`).
 /// - `tenant_stats` MUST count only that tenant (and endpoint)
 ///   (`stats_are_scoped_by_tenant_and_endpoint`).
-/// - Every call that makes work due MUST wake the store's listener
-///   (`wake_listener_wakes_on_operator_calls`).
+/// - Every call that makes work due MUST wake the store's listener, and so MUST a `cancel`,
+///   which may free its key's next delivery (`wake_listener_wakes_on_operator_calls`).
 ///
 /// # Cancel safety
 /// Each change is one atomic step: a dropped call has made it whole or not at all, and the
@@ -71,6 +84,25 @@ pub trait OperatorStore: Send + Sync + fmt::Debug + 'static {
     /// Written whole or not at all; a retry after a reset that was written is a `Conflict`
     /// (the delivery is no longer `held`).
     async fn reset(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
+    /// Cancel a `pending` or `held` delivery before it is sent: it becomes finished `dead`
+    /// with reason [`crate::DeadReason::Cancelled`], spending no attempt; its ledger is kept
+    /// and `replay` sends it again. An in-flight (`processing`, `sending`) or finished
+    /// delivery is a `Conflict`; another tenant's delivery is `NotFound`.
+    ///
+    /// # Cancel safety
+    /// Written whole or not at all; a retry after a cancel that was written is a `Conflict`
+    /// (the delivery is finished).
+    async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()>;
+
+    /// Cancel every `pending` or `held` delivery of a message in one atomic step, as
+    /// [`OperatorStore::cancel`] does one; the others (in flight or finished) are counted as
+    /// skipped. An unknown message, or another tenant's, is `NotFound`.
+    ///
+    /// # Cancel safety
+    /// Written whole or not at all; a retry after a call that was written cancels nothing
+    /// and counts every delivery as skipped.
+    async fn cancel_message(&self, tenant: &TenantId, message: MessageId) -> Result<CancelReport>;
 
     /// Counts by status and the age of the oldest due delivery.
     async fn stats(&self) -> Result<Stats>;

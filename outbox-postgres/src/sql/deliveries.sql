@@ -67,6 +67,56 @@ WITH u AS (
 n AS (SELECT count(*) AS n FROM u)
 SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
 
+-- name: cancel
+-- A waiting delivery (pending, held) is cancelled: it leaves the queue for the history as
+-- dead (`cancelled`), its attempts and ledger kept, as a claim-time kill writes it (its
+-- next_attempt_at NULL: read as completed_at, as a completion's dead row is). Being
+-- finished, it no longer holds back its ordering key, so the change NOTIFYs.
+WITH k AS (
+  DELETE FROM {queue} x USING {groups} g
+   WHERE x.id = :delivery AND g.id = x.group_id AND g.tenant = :tenant AND x.state IN (0, 1)
+  RETURNING x.id, x.seq, x.message_id, x.group_id, g.tenant, x.attempts, x.snoozes,
+            x.ledger_len, x.run),
+ins AS (
+  INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
+                         status, attempts, snoozes, ledger_len, run, dead_reason,
+                         next_attempt_at)
+  SELECT k.id, k.seq, k.message_id, k.group_id, k.tenant, m.created_at, :now::int8, 5,
+         k.attempts, k.snoozes, k.ledger_len, k.run, 'cancelled', NULL
+    FROM k JOIN {messages} m ON m.id = k.message_id),
+n AS (SELECT count(*) AS n FROM k)
+SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
+
+-- name: cancel_message
+-- Every waiting delivery of a tenant's message is cancelled as `cancel` does one, in one
+-- statement. `total` counts the message's deliveries in both tables as the statement found
+-- them (so one claimed meanwhile is skipped, not lost from the report); `found` is 0 for a
+-- message the tenant does not have. The queue has no message index: an operator call scans
+-- the unfinished rows, the history is found by its listing index.
+WITH msg AS (
+  SELECT id, created_at FROM {messages} WHERE id = :message AND tenant = :tenant),
+k AS (
+  DELETE FROM {queue} x USING {groups} g, msg
+   WHERE x.message_id = msg.id AND g.id = x.group_id AND g.tenant = :tenant
+     AND x.state IN (0, 1)
+  RETURNING x.id, x.seq, x.message_id, x.group_id, g.tenant, x.attempts, x.snoozes,
+            x.ledger_len, x.run, msg.created_at),
+ins AS (
+  INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
+                         status, attempts, snoozes, ledger_len, run, dead_reason,
+                         next_attempt_at)
+  SELECT k.id, k.seq, k.message_id, k.group_id, k.tenant, k.created_at, :now::int8, 5,
+         k.attempts, k.snoozes, k.ledger_len, k.run, 'cancelled', NULL
+    FROM k),
+n AS (SELECT count(*) AS n FROM k)
+SELECT n.n,
+       (SELECT count(*) FROM msg) AS found,
+       (SELECT count(*) FROM {queue} x JOIN msg ON x.message_id = msg.id)
+       + (SELECT count(*) FROM {history} h JOIN msg ON h.tenant = :tenant
+                AND h.created_at = msg.created_at AND h.message_id = msg.id) AS total,
+       CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified
+  FROM n
+
 -- name: status_of
 -- Whether the tenant has this delivery (in either table), to tell NotFound from Conflict.
 SELECT CASE x.state WHEN 0 THEN 'pending' WHEN 1 THEN 'held' WHEN 2 THEN 'processing'

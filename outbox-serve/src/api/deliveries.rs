@@ -154,7 +154,26 @@ pub(crate) async fn retry(
     Ok(Json(Changed { changed: 1 }))
 }
 
-/// Replay, retry or reset every delivery that matches a filter (at most `max`); with
+/// Cancel a pending or held delivery before it is sent: it becomes dead (`cancelled`) and a
+/// replay sends it again. 409 for a delivery in flight (it may already be sent) or finished.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/deliveries/{id}/cancel", tag = "deliveries",
+    params(("tenant" = String, Path, description = "The tenant"), ("id" = String, Path, description = "The delivery id")),
+    responses((status = 200, body = Changed), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem), (status = 409, body = Problem)),
+    security(("bearer" = [])))]
+pub(crate) async fn cancel(
+    State(s): State<Serve>,
+    scope: Scoped,
+    Path((_, id)): Path<(String, String)>,
+) -> ApiResult<Json<Changed>> {
+    s.inner
+        .operator()
+        .cancel(&scope.tenant, delivery_id(&id)?)
+        .await?;
+    Ok(Json(Changed { changed: 1 }))
+}
+
+/// Replay, retry, reset or cancel every delivery that matches a filter (at most `max`); with
 /// `dry_run`, list them and change nothing.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/deliveries/bulk", tag = "deliveries",
     params(("tenant" = String, Path, description = "The tenant")),
@@ -176,6 +195,7 @@ pub(crate) async fn bulk(
         BulkAction::Replay => vec![DeliveryStatus::Dead],
         BulkAction::Retry => vec![DeliveryStatus::Pending, DeliveryStatus::Held],
         BulkAction::Reset => vec![DeliveryStatus::Held],
+        BulkAction::Cancel => vec![DeliveryStatus::Pending, DeliveryStatus::Held],
     };
     match f.status {
         Some(st) if !applies.contains(&st) => {
@@ -219,6 +239,7 @@ pub(crate) async fn bulk(
                 BulkAction::Replay => op.replay(&scope.tenant, *id).await,
                 BulkAction::Retry => op.retry_now(&scope.tenant, *id).await,
                 BulkAction::Reset => op.reset(&scope.tenant, *id).await,
+                BulkAction::Cancel => op.cancel(&scope.tenant, *id).await,
             };
             match r {
                 Ok(()) => changed += 1,

@@ -8,7 +8,7 @@
 //! with the same `Idempotency-Key` answers 200 with the first message's id — and the same
 //! wake-up of the relays.
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use std::time::Duration;
@@ -18,10 +18,10 @@ use outboxkit_core::{
 };
 
 use super::Body;
-use crate::auth::Enqueuer;
+use crate::auth::{Enqueuer, Scoped};
 use crate::problem::{ApiResult, Problem};
 use crate::state::Serve;
-use crate::views::{EnqueuedView, NewMessageBody};
+use crate::views::{CancelledView, EnqueuedView, NewMessageBody};
 
 /// The header that carries the idempotency key.
 pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -61,6 +61,27 @@ pub(crate) async fn enqueue(
             duplicate: r.duplicate,
         }),
     ))
+}
+
+/// Cancel every pending or held delivery of a message in one step; those in flight or
+/// finished are counted as skipped (an unknown message, or another tenant's, is 404).
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/messages/{id}/cancel", tag = "messages",
+    params(("tenant" = String, Path, description = "The tenant"), ("id" = String, Path, description = "The message id")),
+    responses((status = 200, body = CancelledView), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 404, body = Problem)),
+    security(("bearer" = [])))]
+pub(crate) async fn cancel(
+    State(s): State<Serve>,
+    scope: Scoped,
+    Path((_, id)): Path<(String, String)>,
+) -> ApiResult<Json<CancelledView>> {
+    let id = outboxkit_core::MessageId::parse(&id)
+        .map_err(|_| Problem::bad_request("the message id is not a UUIDv7").field("message_id"))?;
+    let r = s.inner.operator().cancel_message(&scope.tenant, id).await?;
+    Ok(Json(CancelledView {
+        cancelled: r.cancelled,
+        skipped: r.skipped,
+    }))
 }
 
 /// The message a request asks for; the store validates every field again before writing.

@@ -31,6 +31,7 @@ fn describe(action: &str) -> Option<&'static str> {
         "replay" => "Replay this dead delivery with a fresh budget, due now",
         "retry" => "Make this delivery due now, keeping its attempts",
         "reset" => "Give this held delivery a fresh budget, due now",
+        "cancel" => "Cancel this delivery before it is sent: it becomes dead (cancelled) and is never sent unless you replay it",
         "pause" => "Pause this endpoint: what is queued waits until it is resumed",
         "resume" => "Resume this endpoint: its waiting deliveries go out at once",
         "release-held" => "Release this endpoint's held deliveries",
@@ -77,7 +78,13 @@ pub(super) async fn confirm(
         return error_page(&user, &Problem::forbidden("this token is read-only"));
     }
     let tq = enc(user.tenant.as_str());
-    let cancel = format!("<a class=\"button secondary\" href=\"/console?tenant={tq}\">Cancel</a>");
+    // "Cancel" would be ambiguous on the page that confirms a cancel.
+    let back = if q.action == "cancel" {
+        "Back"
+    } else {
+        "Cancel"
+    };
+    let cancel = format!("<a class=\"button secondary\" href=\"/console?tenant={tq}\">{back}</a>");
     // A rotation while one is in progress: offer to finish it, or to rotate anyway.
     let in_progress = if q.action == "rotate" {
         match endpoint_id(&q.target) {
@@ -111,7 +118,17 @@ pub(super) async fn confirm(
             "<h1>Confirm</h1><p>{what}?</p><p class=\"mono\">{target}</p>\
              <div class=\"actions\">{form}{cancel}</div>",
             target = esc(&q.target),
-            form = action_form(&user, &q.action, &q.target, false, "Confirm"),
+            form = action_form(
+                &user,
+                &q.action,
+                &q.target,
+                false,
+                if q.action == "cancel" {
+                    "Cancel delivery"
+                } else {
+                    "Confirm"
+                }
+            ),
         )
     };
     page(Some((&user, "")), "Confirm", &body).into_response()
@@ -169,11 +186,12 @@ async fn run(s: &Serve, user: &User, f: &ActForm) -> Result<Done, Problem> {
     let tq = enc(t.as_str());
     let flash = |what: &str| Done::To(format!("/console/endpoints?tenant={tq}&done={}", enc(what)));
     Ok(match f.action.as_str() {
-        "replay" | "retry" | "reset" => {
+        "replay" | "retry" | "reset" | "cancel" => {
             let id = delivery_id(&f.target)?;
             match f.action.as_str() {
                 "replay" => op.replay(t, id).await?,
                 "retry" => op.retry_now(t, id).await?,
+                "cancel" => op.cancel(t, id).await?,
                 _ => op.reset(t, id).await?,
             }
             Done::To(format!(

@@ -363,10 +363,14 @@ async fn delivery(
     body.push_str("<div class=\"actions\">");
     match v.status.as_str() {
         "dead" => body.push_str(&action_link(&user, "replay", &v.id, "Replay")),
-        "pending" => body.push_str(&action_link(&user, "retry", &v.id, "Retry now")),
+        "pending" => {
+            body.push_str(&action_link(&user, "retry", &v.id, "Retry now"));
+            body.push_str(&action_link(&user, "cancel", &v.id, "Cancel"));
+        }
         "held" => {
             body.push_str(&action_link(&user, "retry", &v.id, "Retry now"));
             body.push_str(&action_link(&user, "reset", &v.id, "Reset budget"));
+            body.push_str(&action_link(&user, "cancel", &v.id, "Cancel"));
         }
         _ => {}
     }

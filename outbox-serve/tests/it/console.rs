@@ -277,3 +277,78 @@ async fn the_endpoints_page_shows_a_strict_fifo_endpoint() {
     let (_, _, after) = raw(&app, get("/console/endpoints?tenant=acme", &cookie)).await;
     assert!(after.contains("strict FIFO"), "{after}");
 }
+
+/// A pending delivery's page offers Cancel behind a confirmation (which changes nothing);
+/// confirming makes it dead (`cancelled`) and the page then offers Replay; cancelling it
+/// again shows the conflict; a read-only session gets no Cancel and is refused.
+#[tokio::test]
+async fn cancelling_a_pending_delivery_in_the_console() {
+    let app = App::sqlite().await;
+    let receiver = outboxkit_testing::WebhookReceiver::start().await.unwrap();
+    app.endpoint(&receiver.url()).await;
+    app.enqueue("order.created", 1).await;
+    let (_, v) = app
+        .get("/v1/tenants/acme/deliveries?status=pending", &app.writer)
+        .await;
+    let d = v["deliveries"][0]["id"].as_str().unwrap().to_owned();
+    let status = || async {
+        let (_, dv) = app
+            .get(&format!("/v1/tenants/acme/deliveries/{d}"), &app.writer)
+            .await;
+        (
+            dv["delivery"]["status"].as_str().unwrap().to_owned(),
+            dv["delivery"]["dead_reason"].clone(),
+        )
+    };
+    let page_of = format!("/console/deliveries/{d}?tenant=acme");
+
+    // A read-only session sees no Cancel and cannot confirm one.
+    let reader = login(&app, &app.reader).await;
+    let (s, _, html) = raw(&app, get(&page_of, &reader)).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    assert!(!html.contains("id=\"action-cancel\""), "{html}");
+    let (s, _, _) = raw(
+        &app,
+        get(
+            &format!("/console/confirm?tenant=acme&action=cancel&target={d}"),
+            &reader,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    let cookie = login(&app, &app.writer).await;
+    let (s, _, html) = raw(&app, get(&page_of, &cookie)).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    assert!(html.contains("id=\"action-cancel\""), "{html}");
+    let (s, _, confirm) = raw(
+        &app,
+        get(
+            &format!("/console/confirm?tenant=acme&action=cancel&target={d}"),
+            &cookie,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{confirm}");
+    assert!(confirm.contains("Cancel delivery"), "{confirm}");
+    assert_eq!(
+        status().await.0,
+        "pending",
+        "the confirmation changes nothing"
+    );
+
+    let (s, h, html) = act(&app, &cookie, "acme", "cancel", &d, "").await;
+    assert_eq!(s, StatusCode::SEE_OTHER, "{html}");
+    assert!(h[header::LOCATION].to_str().unwrap().contains(&d));
+    assert_eq!(
+        status().await,
+        ("dead".to_owned(), serde_json::Value::from("cancelled"))
+    );
+    let (_, _, html) = raw(&app, get(&page_of, &cookie)).await;
+    assert!(!html.contains("id=\"action-cancel\""), "{html}");
+    assert!(html.contains("id=\"action-replay\""), "{html}");
+
+    let (s, _, html) = act(&app, &cookie, "acme", "cancel", &d, "").await;
+    assert_eq!(s, StatusCode::CONFLICT, "{html}");
+    assert!(html.contains("already finished"), "{html}");
+}

@@ -5,6 +5,7 @@
 mod api;
 mod auth;
 mod browser;
+mod cancel;
 mod common;
 mod connections;
 mod console;

@@ -111,6 +111,10 @@ struct Fixtures {
     dead: String,
     dead_kept: String,
     pending: String,
+    /// A pending delivery of its own, which the cancel route's success cancels, and its
+    /// message.
+    cancellable: String,
+    cancellable_message: String,
 }
 
 /// A message to enqueue.
@@ -135,9 +139,13 @@ async fn case<'a>(
     let target = if on_deliveries {
         if path.ends_with("/replay") {
             fx.dead.clone()
+        } else if path.ends_with("/cancel") {
+            fx.cancellable.clone()
         } else {
             fx.pending.clone()
         }
+    } else if path.contains("/messages/{id}") {
+        fx.cancellable_message.clone()
     } else if method == "delete" || path.ends_with("/rotate-secret") {
         app.endpoint("https://example.com/fresh").await.to_string()
     } else {
@@ -213,7 +221,7 @@ async fn case<'a>(
                 uri: uri(&fx.pending),
                 ..ok
             },
-            p if p.ends_with("/retry") => Case {
+            p if p.ends_with("/retry") || p.ends_with("/deliveries/{id}/cancel") => Case {
                 uri: uri(&fx.dead_kept),
                 ..ok
             },
@@ -329,6 +337,15 @@ async fn every_documented_answer_is_served_as_documented() {
     app.enqueue("order.created", 2).await;
     app.dispatch_until(DeliveryStatus::Dead, 2).await;
     app.enqueue("order.created", 1).await;
+    let extra = app
+        .store
+        .enqueue(
+            outboxkit_core::NewMessage::new("order.created", serde_json::json!({ "n": 9 }))
+                .tenant("acme"),
+        )
+        .await
+        .unwrap();
+    let extra_message = extra.message_id.to_string();
     let (_, dead) = app
         .get("/v1/tenants/acme/deliveries?status=dead", &app.writer)
         .await;
@@ -347,12 +364,25 @@ async fn every_documented_answer_is_served_as_documented() {
         )
         .await;
     assert_eq!(s, StatusCode::OK);
+    // The pending delivery of the extra message (`true`) or of the other one.
+    let of = |extra: bool| {
+        pending["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| (d["message_id"] == extra_message.as_str()) == extra)
+            .and_then(|d| d["id"].as_str())
+            .unwrap()
+            .to_owned()
+    };
     let fx = Fixtures {
         endpoint,
         rotating,
         dead: dead["deliveries"][0]["id"].as_str().unwrap().to_owned(),
         dead_kept: dead["deliveries"][1]["id"].as_str().unwrap().to_owned(),
-        pending: pending["deliveries"][0]["id"].as_str().unwrap().to_owned(),
+        pending: of(false),
+        cancellable: of(true),
+        cancellable_message: extra_message,
     };
     let dir = tempfile::tempdir().unwrap();
     let (down, down_admin) = unavailable(dir.path()).await;

@@ -6,6 +6,7 @@
 //! re-exported here, so each is `outboxkit_testing::conformance::cases::<name>`.
 
 mod budget;
+mod cancel;
 mod claim;
 mod delayed;
 mod endpoints;
@@ -29,6 +30,7 @@ mod verdicts;
 mod waiting;
 
 pub use budget::*;
+pub use cancel::*;
 pub use claim::*;
 pub use delayed::*;
 pub use endpoints::*;
@@ -184,6 +186,14 @@ macro_rules! __conformance_cases {
             replay_starts_a_new_run,
             ledger_filters_by_ordering_key_and_text,
             endpoint_shows_last_delivery,
+            cancel_pending_makes_it_dead,
+            cancel_held_makes_it_dead,
+            cancel_in_flight_is_a_conflict,
+            cancel_finished_is_a_conflict,
+            cancel_across_tenants_is_not_found,
+            cancel_message_cancels_what_waits,
+            cancel_releases_the_key_barrier,
+            replay_after_cancel_sends_again,
         );
     };
 }

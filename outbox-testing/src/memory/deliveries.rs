@@ -1,10 +1,11 @@
-//! The operator calls on [`State`] (release held, hold, reset, replay, retry now, stats),
+//! The operator calls on [`State`] (release held, hold, reset, replay, retry now, cancel,
+//! stats),
 //! and `OperatorStore` for [`InMemoryStore`].
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    Delivery, DeliveryId, DeliveryStatus, Destination, EndpointId, Error, ErrorKind, OperatorStore,
-    Result, Stats, TenantId, Timestamp,
+    CancelReport, DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, EndpointId, Error,
+    ErrorKind, MessageId, OperatorStore, Result, Stats, TenantId, Timestamp,
 };
 
 use super::state::*;
@@ -151,6 +152,60 @@ impl State {
         Ok(())
     }
 
+    /// A pending or held delivery becomes finished `dead` (`cancelled`), attempts and ledger
+    /// kept; any other status is a `Conflict` and changes nothing.
+    pub(super) fn cancel(
+        &mut self,
+        tenant: &TenantId,
+        id: DeliveryId,
+        now: Timestamp,
+    ) -> Result<()> {
+        self.row_of(tenant, id)?.d.status.check_cancel()?;
+        self.modify(id, |r| {
+            r.d.status = DeliveryStatus::Dead;
+            r.d.dead_reason = Some(DeadReason::Cancelled);
+            r.d.completed_at = Some(now);
+            r.d.next_attempt_at = now;
+            r.d.lease_until = None;
+            r.token = None;
+            r.d.updated_at = now;
+        });
+        Ok(())
+    }
+
+    /// Every pending or held delivery of the tenant's message is cancelled; the others are
+    /// counted as skipped.
+    pub(super) fn cancel_message(
+        &mut self,
+        tenant: &TenantId,
+        message: MessageId,
+        now: Timestamp,
+    ) -> Result<CancelReport> {
+        if self
+            .messages
+            .get(&message)
+            .is_none_or(|m| &m.tenant != tenant)
+        {
+            return Err(not_found("message"));
+        }
+        let mine: Vec<(DeliveryId, DeliveryStatus)> = self
+            .rows
+            .values()
+            .filter(|r| r.d.message_id == message && &r.d.tenant == tenant)
+            .map(|r| (r.d.id, r.d.status))
+            .collect();
+        let mut report = CancelReport::default();
+        for (id, status) in mine {
+            if status.check_cancel().is_ok() {
+                self.cancel(tenant, id, now)?;
+                report.cancelled += 1;
+            } else {
+                report.skipped += 1;
+            }
+        }
+        Ok(report)
+    }
+
     /// Counts per status and the oldest due claimable delivery.
     pub(super) fn stats(&self, now: Timestamp) -> Stats {
         let mut s = Stats::default();
@@ -207,6 +262,23 @@ impl OperatorStore for InMemoryStore {
         self.lock().reset(tenant, delivery, now)?;
         self.wake();
         Ok(())
+    }
+
+    async fn cancel(&self, tenant: &TenantId, delivery: DeliveryId) -> Result<()> {
+        let now = self.now();
+        self.lock().cancel(tenant, delivery, now)?;
+        // A later delivery of its ordering key may be claimable now.
+        self.wake();
+        Ok(())
+    }
+
+    async fn cancel_message(&self, tenant: &TenantId, message: MessageId) -> Result<CancelReport> {
+        let now = self.now();
+        let report = self.lock().cancel_message(tenant, message, now)?;
+        if report.cancelled > 0 {
+            self.wake();
+        }
+        Ok(report)
     }
 
     async fn stats(&self) -> Result<Stats> {

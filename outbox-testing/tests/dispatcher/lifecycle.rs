@@ -246,6 +246,22 @@ impl outboxkit_core::OperatorStore for Doubling {
         self.0.reset(t, d).await
     }
 
+    async fn cancel(
+        &self,
+        t: &outboxkit_core::TenantId,
+        d: DeliveryId,
+    ) -> outboxkit_core::Result<()> {
+        self.0.cancel(t, d).await
+    }
+
+    async fn cancel_message(
+        &self,
+        t: &outboxkit_core::TenantId,
+        m: outboxkit_core::MessageId,
+    ) -> outboxkit_core::Result<outboxkit_core::CancelReport> {
+        self.0.cancel_message(t, m).await
+    }
+
     async fn stats(&self) -> outboxkit_core::Result<Stats> {
         self.0.stats().await
     }

@@ -507,6 +507,12 @@ pub async fn wake_listener_wakes_on_operator_calls(fx: Fixture) {
         tokio::time::timeout(wait, listener.woken()).await.is_ok(),
         "release_held did not wake"
     );
+    // A cancel may free the next delivery of its ordering key.
+    fx.store().cancel(&t, delayed[0].id).await.expect("cancel");
+    assert!(
+        tokio::time::timeout(wait, listener.woken()).await.is_ok(),
+        "cancel did not wake"
+    );
 }
 
 /// Concurrent enqueues with one idempotency key, from independent handles, write one
