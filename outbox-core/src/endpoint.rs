@@ -4,6 +4,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::endpoint_headers::{
+    check_headers, merge_headers, CustomHeader, HeaderInput, HeaderValue,
+};
 use crate::error::{Error, Result};
 use crate::ids::{ConsumerName, EndpointId, TenantId, Topic, TopicFilter};
 use crate::model::{AttemptOutcome, AttemptRecord};
@@ -323,6 +326,10 @@ pub struct Endpoint {
     pub secret: SealedSecret,
     /// The previous secret during a rotation: both sign until it is dropped.
     pub previous_secret: Option<SealedSecret>,
+    /// Static headers sent with every request to it (secret values sealed); at most
+    /// [`MAX_HEADERS`](crate::endpoint_headers::MAX_HEADERS), names lowercase and unique.
+    #[serde(default)]
+    pub headers: Vec<CustomHeader>,
     /// How the body is built.
     pub body_format: BodyFormat,
     /// At most this many deliveries per second to this endpoint (dispatcher-enforced);
@@ -388,6 +395,13 @@ pub struct EndpointUpdate {
     pub body_format: Option<BodyFormat>,
     /// A new rate limit (`Some(None)` removes it).
     pub rate_limit: Option<Option<u32>>,
+    /// Replace every custom header (`Some(vec![])` removes them all); applied first.
+    pub headers: Option<Vec<CustomHeader>>,
+    /// Take out the custom headers of these names (any case); applied second.
+    pub remove_headers: Vec<String>,
+    /// Set these custom headers (one of the same name is replaced in place, a new one is
+    /// appended); applied last.
+    pub set_headers: Vec<CustomHeader>,
 }
 
 impl EndpointUpdate {
@@ -420,6 +434,25 @@ impl EndpointUpdate {
         if let Some(r) = self.rate_limit {
             check_rate_limit(r)?;
         }
+        if let Some(h) = &self.headers {
+            check_headers(h)?;
+        }
+        check_headers(&self.set_headers)?;
+        for r in &self.remove_headers {
+            if self
+                .set_headers
+                .iter()
+                .any(|s| s.name.eq_ignore_ascii_case(r))
+            {
+                return Err(Error::invalid_input(
+                    "headers",
+                    format!(
+                        "header `{}` is both set and removed",
+                        r.to_ascii_lowercase()
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -449,6 +482,14 @@ impl EndpointUpdate {
         if let Some(r) = self.rate_limit {
             endpoint.rate_limit = r;
         }
+        if let Some(h) = &self.headers {
+            endpoint.headers = h.clone();
+        }
+        merge_headers(
+            &mut endpoint.headers,
+            &self.set_headers,
+            &self.remove_headers,
+        );
         endpoint.updated_at = now;
     }
 }

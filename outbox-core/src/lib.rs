@@ -5,6 +5,7 @@ pub mod broker;
 pub mod claim;
 pub mod claim_rules;
 pub mod endpoint;
+pub mod endpoint_headers;
 pub mod error;
 pub mod fanout;
 pub mod ids;
@@ -40,6 +41,7 @@ pub use endpoint::{
     AnyUrl, BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate,
     EndpointUrl, HttpsOnly, LastDelivery, SealedSecret, UrlPolicy,
 };
+pub use endpoint_headers::{CustomHeader, HeaderInput, HeaderValue};
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{
     ClaimToken, ConsumerName, DeliveryId, EndpointId, IdempotencyKey, MessageId, OrderingKey,
