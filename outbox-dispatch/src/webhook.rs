@@ -180,6 +180,7 @@ mod tests {
             status: EndpointStatus::Active,
             secret: SealedSecret(vec![]),
             previous_secret: None,
+            headers: vec![],
             body_format: BodyFormat::Envelope,
             rate_limit: None,
             last_delivery: None,

@@ -28,6 +28,10 @@ use crate::ids::{ConsumerName, EndpointId, TenantId};
 /// - An endpoint read back MUST equal what was written; a description or rate limit out of
 ///   range MUST be `InvalidInput` and write nothing (`endpoints_round_trip`); it shows its
 ///   last delivery (`endpoint_shows_last_delivery`).
+/// - Custom headers MUST read back exactly, in order, and updates apply them as
+///   [`EndpointUpdate::apply`] does (`endpoint_headers_round_trip`); a list that fails
+///   [`crate::endpoint::check_headers`], on create or after an update, MUST be `InvalidInput`
+///   and write nothing (`bad_endpoint_headers_change_nothing`).
 /// - `put_consumer` MUST upsert by name and `list_consumers` list by name
 ///   (`consumers_upsert_and_list`).
 ///

@@ -156,6 +156,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
         status: EndpointStatus::Active,
         secret: SealedSecret(vec![1; 8]),
         previous_secret: None,
+        headers: vec![],
         body_format: Default::default(),
         rate_limit: None,
         last_delivery: None,

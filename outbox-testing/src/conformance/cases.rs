@@ -7,6 +7,7 @@
 
 mod budget;
 mod claim;
+mod endpoint_headers;
 mod endpoints;
 mod enqueue;
 mod fairness;
@@ -27,6 +28,7 @@ mod waiting;
 
 pub use budget::*;
 pub use claim::*;
+pub use endpoint_headers::*;
 pub use endpoints::*;
 pub use enqueue::*;
 pub use fairness::*;
@@ -128,6 +130,8 @@ macro_rules! __conformance_cases {
             secret_rotation_releases_held,
             url_change_releases_held,
             endpoint_crud_round_trip,
+            endpoint_headers_round_trip,
+            bad_endpoint_headers_change_nothing,
             consumers_upsert_and_list,
             ledger_records_attempts,
             ledger_lists_newest_first_with_stable_cursor,
