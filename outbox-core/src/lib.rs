@@ -87,4 +87,7 @@ pub use wake::{WakeListener, Wakeups};
 pub mod ops;
 pub mod webhook_request;
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
-pub use webhook_request::{open_secrets, signed_request, signed_request_keyed, webhook_body};
+pub use webhook_request::{
+    open_headers, open_secrets, signed_request, signed_request_keyed, webhook_body,
+    with_custom_headers,
+};
