@@ -1,16 +1,12 @@
 //! `outbox endpoints …`: add, list, show, update, pause, resume, rotate-secret, delete, test.
 
-use std::sync::Arc;
-
 use clap::{Args, Subcommand};
 use outboxkit_core::{
-    BodyFormat, Clock, DisabledReason, EndpointId, EndpointStatus, EndpointUpdate, EndpointUrl,
-    HeaderNames, Message, MessageId, TenantId, Topic, TopicFilter, WebhookResponse,
-    WebhookTransport,
+    BodyFormat, EndpointId, EndpointStatus, EndpointUpdate, EndpointUrl, TopicFilter,
 };
-use outboxkit_dispatch::signed_request;
 use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
 
+use crate::endpoint_headers::{header_names, header_text, HeaderArgs};
 use crate::endpoints_view::{circuit_detail, circuit_text, last_delivery_text, parse_rate_limit};
 use crate::error::{CliError, CliResult};
 use crate::json::display_url;
@@ -27,7 +23,8 @@ pub enum EndpointsCmd {
     List(ListArgs),
     /// Show one endpoint (its URL without query string or userinfo unless --show-url).
     Show(ShowArgs),
-    /// Change an endpoint's URL, description, filter or body format.
+    /// Change an endpoint's URL, description, filter, body format, rate limit or custom
+    /// headers.
     Update(UpdateArgs),
     /// Pause an endpoint: what is queued and what is published meanwhile waits for it
     /// (held, not sent, no attempts spent) until it is resumed.
@@ -86,6 +83,8 @@ pub struct AddArgs {
     /// At most this many deliveries per second to this endpoint (1-1000000; none by default).
     #[arg(long, value_name = "PER_SECOND")]
     rate_limit: Option<u32>,
+    #[command(flatten)]
+    headers: HeaderArgs,
     #[command(flatten)]
     egress: EgressArgs,
 }
@@ -187,6 +186,11 @@ pub struct UpdateArgs {
     #[arg(long, value_name = "PER_SECOND|none")]
     rate_limit: Option<String>,
     #[command(flatten)]
+    headers: HeaderArgs,
+    /// Stop sending this custom header (repeatable).
+    #[arg(long = "remove-header", value_name = "NAME")]
+    remove_header: Vec<String>,
+    #[command(flatten)]
     egress: EgressArgs,
 }
 
@@ -224,19 +228,19 @@ pub struct RotateArgs {
 )]
 pub struct TestArgs {
     #[command(flatten)]
-    store: StoreArgs,
+    pub(crate) store: StoreArgs,
     #[command(flatten)]
-    vault: VaultArgs,
+    pub(crate) vault: VaultArgs,
     /// Print one JSON document instead of text.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// The endpoint id.
-    id: String,
+    pub(crate) id: String,
     #[command(flatten)]
-    egress: EgressArgs,
+    pub(crate) egress: EgressArgs,
 }
 
-fn endpoint_id(s: &str) -> CliResult<EndpointId> {
+pub(crate) fn endpoint_id(s: &str) -> CliResult<EndpointId> {
     Ok(EndpointId::parse(s)?)
 }
 
@@ -290,7 +294,7 @@ pub fn egress_policy(egress: EgressArgs) -> outboxkit_http::EgressPolicy {
         .allow_private(egress.allow_private)
 }
 
-fn admin(env: &Env) -> CliResult<EndpointAdmin> {
+pub(crate) fn admin(env: &Env) -> CliResult<EndpointAdmin> {
     Ok(EndpointAdmin::new(
         env.store.clone(),
         vault_from(env)?,
@@ -311,6 +315,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
     match cmd {
         EndpointsCmd::Add(a) => {
             let url = EndpointUrl::parse(&a.url)?;
+            let headers = a.headers.inputs()?;
             let env = a.store.open_with(&a.vault).await?;
             let new = NewEndpoint {
                 url: a.url,
@@ -323,6 +328,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 },
                 rate_limit: a.rate_limit,
                 secret: a.secret,
+                headers,
             };
             let (e, secret) = admin_for(&env, a.egress)?
                 .create(&env.tenant, new)
@@ -354,6 +360,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         e.filter.to_string(),
                         display_url(&e.url, a.show_url),
                         last_delivery_text(e.last_delivery.as_ref()),
+                        header_names(&e),
                         e.description,
                     ]
                 })
@@ -368,6 +375,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         "filter",
                         "url",
                         "last delivery",
+                        "headers",
                         "description"
                     ],
                     &rows
@@ -393,6 +401,10 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                     .map_or_else(|| "none".to_owned(), |r| format!("{r} per second"))
             );
             outln!("description:  {}", e.description);
+            for (i, h) in e.headers.iter().enumerate() {
+                let label = if i == 0 { "headers:" } else { "" };
+                outln!("{label:<13} {}", header_text(&h.name, &h.value));
+            }
             outln!(
                 "last delivery: {}",
                 last_delivery_text(e.last_delivery.as_ref())
@@ -426,8 +438,23 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 .map(BodyFormat::parse)
                 .transpose()?;
             update.rate_limit = a.rate_limit.as_deref().map(parse_rate_limit).transpose()?;
+            let headers = a.headers.inputs()?;
+            update.remove_headers = a.remove_header;
             update.validate()?;
+            if let Some(r) = update
+                .remove_headers
+                .iter()
+                .find(|r| headers.iter().any(|h| h.name.eq_ignore_ascii_case(r)))
+            {
+                return Err(CliError::usage(format!(
+                    "invalid input: headers: header `{}` is both set and removed",
+                    r.to_ascii_lowercase()
+                )));
+            }
             let env = a.store.open_with(&a.vault).await?;
+            if !headers.is_empty() {
+                update.set_headers = admin(&env)?.seal_headers(&env.tenant, id, &headers).await?;
+            }
             let url = update.url.clone();
             let e = admin_for(&env, a.egress)?
                 .update(&env.tenant, id, update)
@@ -489,7 +516,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             }
             outln!("deleted endpoint {id}");
         }
-        EndpointsCmd::Test(a) => test_endpoint(a).await?,
+        EndpointsCmd::Test(a) => crate::endpoints_test::test_endpoint(a).await?,
     }
     Ok(())
 }
@@ -503,83 +530,4 @@ async fn set_status(a: StatusArgs, status: EndpointStatus) -> CliResult<()> {
     }
     outln!("endpoint {} is {}", e.id, status_text(&e.status));
     Ok(())
-}
-
-async fn test_endpoint(a: TestArgs) -> CliResult<()> {
-    let id = endpoint_id(&a.id)?;
-    let env = a.store.open_with(&a.vault).await?;
-    let e = env.store.get_endpoint(&env.tenant, id).await?;
-    if let EndpointStatus::Disabled(DisabledReason::Gone) = e.status {
-        eprintln!("note: the endpoint is disabled (it answered 410 Gone)");
-    }
-    let secrets = admin(&env)?.secrets(&env.tenant, id).await?;
-    let now = env.clock.now();
-    let message = Message {
-        id: MessageId::generate(now, &*env.entropy),
-        topic: Topic::new("outbox.test")?,
-        payload: br#"{"test":true}"#.to_vec(),
-        tenant: TenantId::clone(&env.tenant),
-        ordering_key: None,
-        idempotency_key: None,
-        available_at: now,
-        headers: Default::default(),
-        cause: None,
-        created_at: now,
-    };
-    let delivery = outboxkit_core::DeliveryId::generate(now, &*env.entropy);
-    let req = signed_request(
-        &e,
-        &secrets,
-        &message,
-        delivery,
-        now,
-        &HeaderNames::default(),
-        std::time::Duration::from_secs(10),
-    );
-    let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
-    let response = Arc::new(transport).send(req).await;
-    if a.json {
-        let v = match &response {
-            WebhookResponse::Answered {
-                status, excerpt, ..
-            } => serde_json::json!({
-                "id": id.to_string(),
-                "answered": true,
-                "status_code": status,
-                "excerpt": excerpt,
-            }),
-            WebhookResponse::Failed { class, detail } => serde_json::json!({
-                "id": id.to_string(),
-                "answered": false,
-                "error_class": class.as_str(),
-                "detail": detail,
-                "hint": egress_hint(*class, &e.url, a.egress),
-            }),
-        };
-        emit_json(&v)?;
-    }
-    match response {
-        WebhookResponse::Answered {
-            status, excerpt, ..
-        } => {
-            if !a.json {
-                outln!("answered {status}");
-                if !excerpt.is_empty() {
-                    outln!("{excerpt}");
-                }
-            }
-            if (200..300).contains(&status) {
-                Ok(())
-            } else {
-                Err(CliError::failed(format!("the endpoint answered {status}")))
-            }
-        }
-        WebhookResponse::Failed { class, detail } => {
-            let hint =
-                egress_hint(class, &e.url, a.egress).map_or(String::new(), |h| format!(" ({h})"));
-            Err(CliError::failed(format!(
-                "no answer ({class}): {detail}{hint}"
-            )))
-        }
-    }
 }
