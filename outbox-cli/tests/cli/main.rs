@@ -13,6 +13,7 @@ mod cluster;
 mod defects;
 mod demo;
 mod features;
+mod headers;
 mod http_enqueue;
 mod listen;
 mod observability;
