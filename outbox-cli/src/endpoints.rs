@@ -1,16 +1,17 @@
 //! `outbox endpoints …`: add, list, show, update, pause, resume, rotate-secret, delete, test.
 
 use clap::{Args, Subcommand};
-use outboxkit_core::{
-    BodyFormat, EndpointId, EndpointStatus, EndpointUpdate, EndpointUrl, TopicFilter,
-};
-use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
+use outboxkit_core::{BodyFormat, EndpointStatus, EndpointUpdate, EndpointUrl, TopicFilter};
+use outboxkit_dispatch::NewEndpoint;
 
 use crate::endpoint_headers::{header_names, header_text, HeaderArgs};
+use crate::endpoints_common::{admin, admin_for, endpoint_id, with_hint};
+pub use crate::endpoints_common::{egress_hint, egress_policy, EgressArgs};
+use crate::endpoints_test::TestArgs;
 use crate::endpoints_view::{circuit_detail, circuit_text, last_delivery_text, parse_rate_limit};
 use crate::error::{CliError, CliResult};
 use crate::json::display_url;
-use crate::store::{vault_from, Env, StoreArgs, VaultArgs};
+use crate::store::{StoreArgs, VaultArgs};
 use crate::util::{emit_json, table};
 use crate::{json, out, outln};
 
@@ -39,17 +40,6 @@ pub enum EndpointsCmd {
     Delete(IdArgs),
     /// Send one signed test event to the endpoint now and print the answer.
     Test(TestArgs),
-}
-
-/// Where an endpoint may point.
-#[derive(Debug, Args, Clone, Copy)]
-pub struct EgressArgs {
-    /// Allow private, loopback and link-local addresses (internal receivers).
-    #[arg(long)]
-    pub allow_private: bool,
-    /// Allow plain http:// URLs.
-    #[arg(long)]
-    pub allow_http: bool,
 }
 
 /// `endpoints add`.
@@ -219,88 +209,6 @@ pub struct RotateArgs {
     /// End a rotation: drop the previous secret instead.
     #[arg(long)]
     finish: bool,
-}
-
-/// `endpoints test`.
-#[derive(Debug, Args)]
-#[command(
-    after_help = "Example:\n  outbox endpoints test --store sqlite:./outbox.sqlite 0193a0c4-… --allow-http --allow-private"
-)]
-pub struct TestArgs {
-    #[command(flatten)]
-    pub(crate) store: StoreArgs,
-    #[command(flatten)]
-    pub(crate) vault: VaultArgs,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    pub(crate) json: bool,
-    /// The endpoint id.
-    pub(crate) id: String,
-    #[command(flatten)]
-    pub(crate) egress: EgressArgs,
-}
-
-pub(crate) fn endpoint_id(s: &str) -> CliResult<EndpointId> {
-    Ok(EndpointId::parse(s)?)
-}
-
-/// An endpoint administration that refuses, before writing, any URL the relay's egress
-/// policy with these flags would refuse (the scheme and every resolved address).
-fn admin_for(env: &Env, egress: EgressArgs) -> CliResult<EndpointAdmin> {
-    Ok(admin(env)?.with_url_policy(std::sync::Arc::new(egress_policy(egress))))
-}
-
-/// Add a hint to a refused URL when a flag would change the answer.
-fn with_hint(e: outboxkit_core::Error, url: &EndpointUrl, egress: EgressArgs) -> CliError {
-    let mut err = CliError::from(e.clone());
-    if e.field() == Some("url") && e.kind() == outboxkit_core::ErrorKind::InvalidInput {
-        if url.scheme() == "http" && !egress.allow_http {
-            err.message
-                .push_str(" (use --allow-http for a plain http receiver)");
-        } else if !egress.allow_private && !e.message().contains("metadata") {
-            err.message
-                .push_str(" (use --allow-private for an internal receiver)");
-        }
-    }
-    err
-}
-
-/// What to say when the egress policy refused an endpoint: the flag that would allow it
-/// (none for addresses no flag allows, such as cloud metadata).
-pub fn egress_hint(
-    class: outboxkit_core::ErrorClass,
-    url: &EndpointUrl,
-    egress: EgressArgs,
-) -> Option<String> {
-    if class != outboxkit_core::ErrorClass::EgressRefused {
-        return None;
-    }
-    if url.scheme() == "http" && !egress.allow_http {
-        Some("the egress policy refuses plain http: --allow-http allows it".to_owned())
-    } else if !egress.allow_private {
-        Some(
-            "the egress policy refuses private, loopback and link-local addresses: --allow-private allows them (metadata addresses stay refused)"
-                .to_owned(),
-        )
-    } else {
-        None
-    }
-}
-
-/// The egress policy the flags describe.
-pub fn egress_policy(egress: EgressArgs) -> outboxkit_http::EgressPolicy {
-    outboxkit_http::EgressPolicy::default()
-        .allow_http(egress.allow_http)
-        .allow_private(egress.allow_private)
-}
-
-pub(crate) fn admin(env: &Env) -> CliResult<EndpointAdmin> {
-    Ok(EndpointAdmin::new(
-        env.store.clone(),
-        vault_from(env)?,
-        env.clock.clone(),
-        env.entropy.clone(),
-    ))
 }
 
 fn status_text(s: &EndpointStatus) -> String {

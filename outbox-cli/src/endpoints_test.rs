@@ -9,11 +9,33 @@ use outboxkit_core::{
 };
 use outboxkit_dispatch::{open_headers, signed_request, with_custom_headers};
 
-use crate::endpoints::{admin, egress_hint, egress_policy, endpoint_id, TestArgs};
+use clap::Args;
+
+use crate::endpoints_common::{admin, egress_hint, egress_policy, endpoint_id, EgressArgs};
 use crate::error::{CliError, CliResult};
 use crate::outln;
 use crate::store::vault_from;
+use crate::store::{StoreArgs, VaultArgs};
 use crate::util::emit_json;
+
+/// `endpoints test`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  outbox endpoints test --store sqlite:./outbox.sqlite 0193a0c4-… --allow-http --allow-private"
+)]
+pub struct TestArgs {
+    #[command(flatten)]
+    pub(crate) store: StoreArgs,
+    #[command(flatten)]
+    pub(crate) vault: VaultArgs,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The endpoint id.
+    pub(crate) id: String,
+    #[command(flatten)]
+    pub(crate) egress: EgressArgs,
+}
 
 /// Run `endpoints test`.
 pub async fn test_endpoint(a: TestArgs) -> CliResult<()> {

@@ -12,6 +12,7 @@ mod demo;
 mod demo_broker;
 mod endpoint_headers;
 mod endpoints;
+mod endpoints_common;
 mod endpoints_test;
 mod endpoints_view;
 mod error;

@@ -10,6 +10,7 @@ pub use crate::endpoint_headers::{
 use crate::error::{Error, Result};
 use crate::ids::{ConsumerName, EndpointId, TenantId, Topic, TopicFilter};
 use crate::model::{AttemptOutcome, AttemptRecord};
+pub use crate::sealed::SealedSecret;
 use crate::time::Timestamp;
 
 /// A syntactically valid webhook URL: `http` or `https`, a host, no credentials, no
@@ -293,17 +294,6 @@ impl BodyFormat {
                 "must be `envelope` or `raw`",
             )),
         }
-    }
-}
-
-/// A secret as stored: ciphertext produced by a [`crate::SecretVault`], bound to the
-/// endpoint's tenant and id. Debug output never shows it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SealedSecret(pub Vec<u8>);
-
-impl fmt::Debug for SealedSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SealedSecret({} bytes)", self.0.len())
     }
 }
 

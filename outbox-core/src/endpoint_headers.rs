@@ -13,8 +13,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use crate::endpoint::SealedSecret;
 use crate::error::{Error, Result};
+use crate::sealed::SealedSecret;
 use crate::signing::HeaderNames;
 
 /// The most custom headers an endpoint has.

@@ -13,6 +13,7 @@ pub mod mail;
 pub mod model;
 pub mod retention;
 pub mod retry;
+pub mod sealed;
 pub mod signing;
 pub mod store;
 pub mod system;
