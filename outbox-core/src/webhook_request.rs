@@ -89,12 +89,15 @@ pub async fn open_headers(
                         format!("the secret value of header `{}` cannot be opened", h.name),
                     )
                 })?;
-                String::from_utf8(plain).map_err(|_| {
+                let text = String::from_utf8(plain).map_err(|_| {
                     Error::invalid_input(
                         "headers",
                         format!("the secret value of header `{}` is not text", h.name),
                     )
-                })?
+                })?;
+                // Checked like a plain value (it was before it was sealed by the admin).
+                crate::endpoint_headers::check_header_value(&h.name, &text)?;
+                text
             }
         };
         out.push((h.name.clone(), value));
