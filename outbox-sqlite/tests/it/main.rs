@@ -13,5 +13,6 @@ mod script;
 mod transactions;
 mod upgrade;
 mod upgrade_claim;
+mod upgrade_headers;
 mod upgrade_lean;
 mod upgrade_ledger;
