@@ -1,22 +1,19 @@
 //! `outbox endpoints …`: add, list, show, update, pause, resume, rotate-secret, delete, test.
 
-use std::sync::Arc;
-
 use clap::{Args, Subcommand};
-use outboxkit_core::{
-    BodyFormat, Clock, DisabledReason, EndpointId, EndpointStatus, EndpointUpdate, EndpointUrl,
-    HeaderNames, Message, MessageId, TenantId, Topic, TopicFilter, WebhookResponse,
-    WebhookTransport,
-};
-use outboxkit_dispatch::signed_request;
-use outboxkit_dispatch::{EndpointAdmin, NewEndpoint};
+use outboxkit_core::{BodyFormat, EndpointStatus, EndpointUpdate, EndpointUrl, TopicFilter};
+use outboxkit_dispatch::NewEndpoint;
 
+use crate::endpoint_headers::{header_names, header_text, HeaderArgs};
+use crate::endpoints_common::{admin, admin_for, endpoint_id, with_hint};
+pub use crate::endpoints_common::{egress_hint, egress_policy, EgressArgs};
+use crate::endpoints_test::TestArgs;
 use crate::endpoints_view::{
     circuit_detail, circuit_text, fifo_text, last_delivery_text, parse_rate_limit,
 };
 use crate::error::{CliError, CliResult};
 use crate::json::display_url;
-use crate::store::{vault_from, Env, StoreArgs, VaultArgs};
+use crate::store::{StoreArgs, VaultArgs};
 use crate::util::{emit_json, table};
 use crate::{json, out, outln};
 
@@ -29,7 +26,8 @@ pub enum EndpointsCmd {
     List(ListArgs),
     /// Show one endpoint (its URL without query string or userinfo unless --show-url).
     Show(ShowArgs),
-    /// Change an endpoint's URL, description, filter or body format.
+    /// Change an endpoint's URL, description, filter, body format, rate limit or custom
+    /// headers.
     Update(UpdateArgs),
     /// Pause an endpoint: what is queued and what is published meanwhile waits for it
     /// (held, not sent, no attempts spent) until it is resumed.
@@ -44,17 +42,6 @@ pub enum EndpointsCmd {
     Delete(IdArgs),
     /// Send one signed test event to the endpoint now and print the answer.
     Test(TestArgs),
-}
-
-/// Where an endpoint may point.
-#[derive(Debug, Args, Clone, Copy)]
-pub struct EgressArgs {
-    /// Allow private, loopback and link-local addresses (internal receivers).
-    #[arg(long)]
-    pub allow_private: bool,
-    /// Allow plain http:// URLs.
-    #[arg(long)]
-    pub allow_http: bool,
 }
 
 /// `endpoints add`.
@@ -91,6 +78,8 @@ pub struct AddArgs {
     /// Strict FIFO: deliveries one at a time in enqueue order, across ordering keys.
     #[arg(long)]
     fifo: bool,
+    #[command(flatten)]
+    headers: HeaderArgs,
     #[command(flatten)]
     egress: EgressArgs,
 }
@@ -197,6 +186,11 @@ pub struct UpdateArgs {
     #[arg(long, hide_short_help = true)]
     no_fifo: bool,
     #[command(flatten)]
+    headers: HeaderArgs,
+    /// Stop sending this custom header (repeatable).
+    #[arg(long = "remove-header", value_name = "NAME")]
+    remove_header: Vec<String>,
+    #[command(flatten)]
     egress: EgressArgs,
 }
 
@@ -227,88 +221,6 @@ pub struct RotateArgs {
     finish: bool,
 }
 
-/// `endpoints test`.
-#[derive(Debug, Args)]
-#[command(
-    after_help = "Example:\n  outbox endpoints test --store sqlite:./outbox.sqlite 0193a0c4-… --allow-http --allow-private"
-)]
-pub struct TestArgs {
-    #[command(flatten)]
-    store: StoreArgs,
-    #[command(flatten)]
-    vault: VaultArgs,
-    /// Print one JSON document instead of text.
-    #[arg(long)]
-    json: bool,
-    /// The endpoint id.
-    id: String,
-    #[command(flatten)]
-    egress: EgressArgs,
-}
-
-fn endpoint_id(s: &str) -> CliResult<EndpointId> {
-    Ok(EndpointId::parse(s)?)
-}
-
-/// An endpoint administration that refuses, before writing, any URL the relay's egress
-/// policy with these flags would refuse (the scheme and every resolved address).
-fn admin_for(env: &Env, egress: EgressArgs) -> CliResult<EndpointAdmin> {
-    Ok(admin(env)?.with_url_policy(std::sync::Arc::new(egress_policy(egress))))
-}
-
-/// Add a hint to a refused URL when a flag would change the answer.
-fn with_hint(e: outboxkit_core::Error, url: &EndpointUrl, egress: EgressArgs) -> CliError {
-    let mut err = CliError::from(e.clone());
-    if e.field() == Some("url") && e.kind() == outboxkit_core::ErrorKind::InvalidInput {
-        if url.scheme() == "http" && !egress.allow_http {
-            err.message
-                .push_str(" (use --allow-http for a plain http receiver)");
-        } else if !egress.allow_private && !e.message().contains("metadata") {
-            err.message
-                .push_str(" (use --allow-private for an internal receiver)");
-        }
-    }
-    err
-}
-
-/// What to say when the egress policy refused an endpoint: the flag that would allow it
-/// (none for addresses no flag allows, such as cloud metadata).
-pub fn egress_hint(
-    class: outboxkit_core::ErrorClass,
-    url: &EndpointUrl,
-    egress: EgressArgs,
-) -> Option<String> {
-    if class != outboxkit_core::ErrorClass::EgressRefused {
-        return None;
-    }
-    if url.scheme() == "http" && !egress.allow_http {
-        Some("the egress policy refuses plain http: --allow-http allows it".to_owned())
-    } else if !egress.allow_private {
-        Some(
-            "the egress policy refuses private, loopback and link-local addresses: --allow-private allows them (metadata addresses stay refused)"
-                .to_owned(),
-        )
-    } else {
-        None
-    }
-}
-
-/// The egress policy the flags describe.
-pub fn egress_policy(egress: EgressArgs) -> outboxkit_http::EgressPolicy {
-    outboxkit_http::EgressPolicy::default()
-        .allow_http(egress.allow_http)
-        .allow_private(egress.allow_private)
-}
-
-fn admin(env: &Env) -> CliResult<EndpointAdmin> {
-    Ok(EndpointAdmin::new(
-        env.store.clone(),
-        vault_from(env)?,
-        env.clock.clone(),
-        env.entropy.clone(),
-    ))
-}
-
 fn status_text(s: &EndpointStatus) -> String {
     match s {
         EndpointStatus::Disabled(r) => format!("disabled ({})", r.as_str()),
@@ -321,6 +233,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
     match cmd {
         EndpointsCmd::Add(a) => {
             let url = EndpointUrl::parse(&a.url)?;
+            let headers = a.headers.inputs()?;
             let env = a.store.open_with(&a.vault).await?;
             let new = NewEndpoint {
                 url: a.url,
@@ -334,6 +247,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 rate_limit: a.rate_limit,
                 fifo: a.fifo,
                 secret: a.secret,
+                headers,
             };
             let (e, secret) = admin_for(&env, a.egress)?
                 .create(&env.tenant, new)
@@ -366,6 +280,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         fifo_text(e.fifo).to_owned(),
                         display_url(&e.url, a.show_url),
                         last_delivery_text(e.last_delivery.as_ref()),
+                        header_names(&e),
                         e.description,
                     ]
                 })
@@ -381,6 +296,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                         "order",
                         "url",
                         "last delivery",
+                        "headers",
                         "description"
                     ],
                     &rows
@@ -407,6 +323,10 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             );
             outln!("order:        {}", fifo_text(e.fifo));
             outln!("description:  {}", e.description);
+            for (i, h) in e.headers.iter().enumerate() {
+                let label = if i == 0 { "headers:" } else { "" };
+                outln!("{label:<13} {}", header_text(&h.name, &h.value));
+            }
             outln!(
                 "last delivery: {}",
                 last_delivery_text(e.last_delivery.as_ref())
@@ -441,8 +361,23 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
                 .transpose()?;
             update.rate_limit = a.rate_limit.as_deref().map(parse_rate_limit).transpose()?;
             update.fifo = (a.fifo || a.no_fifo).then_some(a.fifo);
+            let headers = a.headers.inputs()?;
+            update.remove_headers = a.remove_header;
             update.validate()?;
+            if let Some(r) = update
+                .remove_headers
+                .iter()
+                .find(|r| headers.iter().any(|h| h.name.eq_ignore_ascii_case(r)))
+            {
+                return Err(CliError::usage(format!(
+                    "invalid input: headers: header `{}` is both set and removed",
+                    r.to_ascii_lowercase()
+                )));
+            }
             let env = a.store.open_with(&a.vault).await?;
+            if !headers.is_empty() {
+                update.set_headers = admin(&env)?.seal_headers(&env.tenant, id, &headers).await?;
+            }
             let url = update.url.clone();
             let e = admin_for(&env, a.egress)?
                 .update(&env.tenant, id, update)
@@ -504,7 +439,7 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
             }
             outln!("deleted endpoint {id}");
         }
-        EndpointsCmd::Test(a) => test_endpoint(a).await?,
+        EndpointsCmd::Test(a) => crate::endpoints_test::test_endpoint(a).await?,
     }
     Ok(())
 }
@@ -518,83 +453,4 @@ async fn set_status(a: StatusArgs, status: EndpointStatus) -> CliResult<()> {
     }
     outln!("endpoint {} is {}", e.id, status_text(&e.status));
     Ok(())
-}
-
-async fn test_endpoint(a: TestArgs) -> CliResult<()> {
-    let id = endpoint_id(&a.id)?;
-    let env = a.store.open_with(&a.vault).await?;
-    let e = env.store.get_endpoint(&env.tenant, id).await?;
-    if let EndpointStatus::Disabled(DisabledReason::Gone) = e.status {
-        eprintln!("note: the endpoint is disabled (it answered 410 Gone)");
-    }
-    let secrets = admin(&env)?.secrets(&env.tenant, id).await?;
-    let now = env.clock.now();
-    let message = Message {
-        id: MessageId::generate(now, &*env.entropy),
-        topic: Topic::new("outbox.test")?,
-        payload: br#"{"test":true}"#.to_vec(),
-        tenant: TenantId::clone(&env.tenant),
-        ordering_key: None,
-        idempotency_key: None,
-        available_at: now,
-        headers: Default::default(),
-        cause: None,
-        created_at: now,
-    };
-    let delivery = outboxkit_core::DeliveryId::generate(now, &*env.entropy);
-    let req = signed_request(
-        &e,
-        &secrets,
-        &message,
-        delivery,
-        now,
-        &HeaderNames::default(),
-        std::time::Duration::from_secs(10),
-    );
-    let transport = outboxkit_http::HttpTransport::new(egress_policy(a.egress))?;
-    let response = Arc::new(transport).send(req).await;
-    if a.json {
-        let v = match &response {
-            WebhookResponse::Answered {
-                status, excerpt, ..
-            } => serde_json::json!({
-                "id": id.to_string(),
-                "answered": true,
-                "status_code": status,
-                "excerpt": excerpt,
-            }),
-            WebhookResponse::Failed { class, detail } => serde_json::json!({
-                "id": id.to_string(),
-                "answered": false,
-                "error_class": class.as_str(),
-                "detail": detail,
-                "hint": egress_hint(*class, &e.url, a.egress),
-            }),
-        };
-        emit_json(&v)?;
-    }
-    match response {
-        WebhookResponse::Answered {
-            status, excerpt, ..
-        } => {
-            if !a.json {
-                outln!("answered {status}");
-                if !excerpt.is_empty() {
-                    outln!("{excerpt}");
-                }
-            }
-            if (200..300).contains(&status) {
-                Ok(())
-            } else {
-                Err(CliError::failed(format!("the endpoint answered {status}")))
-            }
-        }
-        WebhookResponse::Failed { class, detail } => {
-            let hint =
-                egress_hint(class, &e.url, a.egress).map_or(String::new(), |h| format!(" ({h})"));
-            Err(CliError::failed(format!(
-                "no answer ({class}): {detail}{hint}"
-            )))
-        }
-    }
 }

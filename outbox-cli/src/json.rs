@@ -73,6 +73,8 @@ pub fn endpoint(e: &Endpoint, show_url: bool) -> Value {
         "rate_limit": e.rate_limit,
         "fifo": e.fifo,
         "rotation_in_progress": e.previous_secret.is_some(),
+        // Names and plain values; a secret value is `null`.
+        "headers": crate::endpoint_headers::headers_json(e),
         // Not a live state: the circuit a relay starting now would adopt from the last
         // delivery (a running relay keeps its own; its report and observer show it).
         "circuit_at_start": outboxkit_dispatch::CircuitState::on_start(e.last_delivery.as_ref()).as_str(),

@@ -4,9 +4,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::endpoint_headers::{
+    check_headers, merge_headers, CustomHeader, HeaderInput, HeaderValue,
+};
 use crate::error::{Error, Result};
 use crate::ids::{ConsumerName, EndpointId, TenantId, Topic, TopicFilter};
 use crate::model::{AttemptOutcome, AttemptRecord};
+pub use crate::sealed::SealedSecret;
 use crate::time::Timestamp;
 
 /// A syntactically valid webhook URL: `http` or `https`, a host, no credentials, no
@@ -293,17 +297,6 @@ impl BodyFormat {
     }
 }
 
-/// A secret as stored: ciphertext produced by a [`crate::SecretVault`], bound to the
-/// endpoint's tenant and id. Debug output never shows it.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SealedSecret(pub Vec<u8>);
-
-impl fmt::Debug for SealedSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SealedSecret({} bytes)", self.0.len())
-    }
-}
-
 /// A webhook subscription.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
@@ -323,6 +316,10 @@ pub struct Endpoint {
     pub secret: SealedSecret,
     /// The previous secret during a rotation: both sign until it is dropped.
     pub previous_secret: Option<SealedSecret>,
+    /// Static headers sent with every request to it (secret values sealed); at most
+    /// [`MAX_HEADERS`](crate::endpoint_headers::MAX_HEADERS), names lowercase and unique.
+    #[serde(default)]
+    pub headers: Vec<CustomHeader>,
     /// How the body is built.
     pub body_format: BodyFormat,
     /// At most this many deliveries per second to this endpoint (dispatcher-enforced);
@@ -396,6 +393,13 @@ pub struct EndpointUpdate {
     pub rate_limit: Option<Option<u32>>,
     /// Strict FIFO on or off (applies to deliveries enqueued afterwards).
     pub fifo: Option<bool>,
+    /// Replace every custom header (`Some(vec![])` removes them all); applied first.
+    pub headers: Option<Vec<CustomHeader>>,
+    /// Take out the custom headers of these names (any case); applied second.
+    pub remove_headers: Vec<String>,
+    /// Set these custom headers (one of the same name is replaced in place, a new one is
+    /// appended); applied last.
+    pub set_headers: Vec<CustomHeader>,
 }
 
 impl EndpointUpdate {
@@ -427,6 +431,25 @@ impl EndpointUpdate {
         }
         if let Some(r) = self.rate_limit {
             check_rate_limit(r)?;
+        }
+        if let Some(h) = &self.headers {
+            check_headers(h)?;
+        }
+        check_headers(&self.set_headers)?;
+        for r in &self.remove_headers {
+            if self
+                .set_headers
+                .iter()
+                .any(|s| s.name.eq_ignore_ascii_case(r))
+            {
+                return Err(Error::invalid_input(
+                    "headers",
+                    format!(
+                        "header `{}` is both set and removed",
+                        r.to_ascii_lowercase()
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -460,6 +483,14 @@ impl EndpointUpdate {
         if let Some(f) = self.fifo {
             endpoint.fifo = f;
         }
+        if let Some(h) = &self.headers {
+            endpoint.headers = h.clone();
+        }
+        merge_headers(
+            &mut endpoint.headers,
+            &self.set_headers,
+            &self.remove_headers,
+        );
         endpoint.updated_at = now;
     }
 }

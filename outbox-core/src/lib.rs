@@ -5,6 +5,7 @@ pub mod broker;
 pub mod claim;
 pub mod claim_rules;
 pub mod endpoint;
+pub mod endpoint_headers;
 pub mod error;
 pub mod fanout;
 pub mod ids;
@@ -13,6 +14,7 @@ pub mod model;
 pub mod permits;
 pub mod retention;
 pub mod retry;
+pub mod sealed;
 pub mod signing;
 pub mod store;
 pub mod system;
@@ -41,6 +43,7 @@ pub use endpoint::{
     AnyUrl, BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate,
     EndpointUrl, HttpsOnly, LastDelivery, SealedSecret, UrlPolicy,
 };
+pub use endpoint_headers::{CustomHeader, HeaderInput, HeaderValue};
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{
     ClaimToken, ConsumerName, DeliveryId, EndpointId, IdempotencyKey, MessageId, OrderingKey,
@@ -88,4 +91,7 @@ pub use wake::{WakeListener, Wakeups};
 pub mod ops;
 pub mod webhook_request;
 pub use ops::{EndpointAdmin, NewEndpoint, Operator};
-pub use webhook_request::{open_secrets, signed_request, signed_request_keyed, webhook_body};
+pub use webhook_request::{
+    open_headers, open_secrets, signed_request, signed_request_keyed, webhook_body,
+    with_custom_headers,
+};

@@ -27,6 +27,14 @@ impl SecretContext {
         }
     }
 
+    /// The context of the secret value of an endpoint's custom header `name` (lowercase):
+    /// a sealed value moved to another tenant, endpoint or header does not open.
+    pub fn endpoint_header(tenant: &TenantId, endpoint: EndpointId, name: &str) -> Self {
+        SecretContext {
+            bytes: format!("outbox/endpoint-header/v1\n{tenant}\n{endpoint}\n{name}").into_bytes(),
+        }
+    }
+
     /// The bytes authenticated with the ciphertext.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes

@@ -232,6 +232,7 @@ async fn webhook_path(
         Err(e) => {
             // Our configuration, not the receiver: park it without spending an attempt, and
             // say why in the ledger (the error names no secret).
+            // (The error names a header whose value does not open, never a value.)
             tracing::error!(error = %e, endpoint = %endpoint.id, "cannot open the endpoint's secret; parking the delivery");
             let verdict = Verdict::Parked {
                 until: now.saturating_add(shared.config.park_delay),
@@ -322,13 +323,14 @@ async fn webhook_path(
     let started = shared.clock.now();
     let request = signed_request_keyed(
         &endpoint,
-        &secrets,
+        &secrets.keys,
         message,
         delivery.id,
         started,
         &shared.names,
         shared.config.webhook_timeout,
     );
+    let request = super::webhook::with_custom_headers(request, &secrets.headers);
     let request = super::webhook::forward_traceparent(request, message, &shared.config);
     // A transport that panics spends the attempt like a failed send (and the ledger says
     // so): a bug in it cannot hand the same delivery out again and again.

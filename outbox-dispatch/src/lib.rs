@@ -45,8 +45,8 @@ pub use report::{
 };
 pub use timer::{DynTimer, Timer, TimerExt};
 pub use webhook::{
-    endpoint_gate, forward_traceparent, open_secrets, signed_request, signed_request_keyed,
-    webhook_body,
+    endpoint_gate, forward_traceparent, open_headers, open_secrets, signed_request,
+    signed_request_keyed, webhook_body, with_custom_headers,
 };
 
 use self::attempt::RunState;

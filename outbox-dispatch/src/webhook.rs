@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
-use outboxkit_core::endpoint::{Endpoint, EndpointStatus, SealedSecret};
+use outboxkit_core::endpoint::{CustomHeader, Endpoint, EndpointStatus, SealedSecret};
 use outboxkit_core::error::Result;
 use outboxkit_core::ids::{EndpointId, TenantId};
 use outboxkit_core::model::Message;
@@ -17,7 +17,8 @@ use outboxkit_core::transport::SignedRequest;
 use outboxkit_core::vault::DynSecretVault;
 use outboxkit_core::verdict::Outcome;
 pub use outboxkit_core::webhook_request::{
-    open_secrets, signed_request, signed_request_keyed, webhook_body,
+    open_headers, open_secrets, signed_request, signed_request_keyed, webhook_body,
+    with_custom_headers,
 };
 
 use crate::DispatcherConfig;
@@ -103,12 +104,15 @@ pub(crate) struct SigningKeys {
     entries: Mutex<HashMap<EndpointId, Arc<KeyEntry>>>,
 }
 
-/// The keys of one endpoint of `tenant`, opened from `sealed` (current, then previous).
+/// The keys of one endpoint of `tenant`, opened from `sealed` (current, then previous),
+/// and its custom headers, opened from `headers` (as stored: a changed plain value or a
+/// newly sealed secret value makes the entry stale like a rotation).
 #[derive(Debug)]
 struct KeyEntry {
     tenant: TenantId,
     sealed: (SealedSecret, Option<SealedSecret>),
-    keys: OnceCell<Arc<Vec<SigningKey>>>,
+    headers: Vec<CustomHeader>,
+    keys: OnceCell<Arc<OpenedEndpoint>>,
 }
 
 impl KeyEntry {
@@ -116,6 +120,25 @@ impl KeyEntry {
         self.tenant == endpoint.tenant
             && self.sealed.0 == endpoint.secret
             && self.sealed.1 == endpoint.previous_secret
+            && self.headers == endpoint.headers
+    }
+}
+
+/// What a request to an endpoint needs opened: its signing keys (current first) and its
+/// custom headers with their secret values in clear (never logged).
+pub(crate) struct OpenedEndpoint {
+    pub(crate) keys: Vec<SigningKey>,
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for OpenedEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "OpenedEndpoint({} keys, {} headers)",
+            self.keys.len(),
+            self.headers.len()
+        )
     }
 }
 
@@ -124,13 +147,14 @@ impl KeyEntry {
 const KEPT_ENDPOINTS: usize = 10_000;
 
 impl SigningKeys {
-    /// `endpoint`'s secrets (current, then previous), keyed: from the cache when they were
-    /// opened from the same sealed bytes, else opened through `vault`.
+    /// `endpoint`'s secrets (current, then previous), keyed, and its custom headers: from
+    /// the cache when they were opened from the same sealed bytes and headers, else opened
+    /// through `vault`. A secret header value that does not open fails like a secret.
     pub(crate) async fn get(
         &self,
         vault: &DynSecretVault,
         endpoint: &Endpoint,
-    ) -> Result<Arc<Vec<SigningKey>>> {
+    ) -> Result<Arc<OpenedEndpoint>> {
         let entry = {
             let mut map = self.entries.lock().unwrap_or_else(|p| p.into_inner());
             match map.get(&endpoint.id) {
@@ -142,6 +166,7 @@ impl SigningKeys {
                     let e = Arc::new(KeyEntry {
                         tenant: endpoint.tenant.clone(),
                         sealed: (endpoint.secret.clone(), endpoint.previous_secret.clone()),
+                        headers: endpoint.headers.clone(),
                         keys: OnceCell::new(),
                     });
                     map.insert(endpoint.id, e.clone());
@@ -153,9 +178,11 @@ impl SigningKeys {
             .keys
             .get_or_try_init(|| async {
                 let secrets = open_secrets(vault, endpoint).await?;
-                Ok::<_, outboxkit_core::Error>(Arc::new(
-                    secrets.iter().map(SigningKey::new).collect(),
-                ))
+                let headers = open_headers(vault, endpoint).await?;
+                Ok::<_, outboxkit_core::Error>(Arc::new(OpenedEndpoint {
+                    keys: secrets.iter().map(SigningKey::new).collect(),
+                    headers,
+                }))
             })
             .await?;
         Ok(keys.clone())
@@ -180,6 +207,7 @@ mod tests {
             status: EndpointStatus::Active,
             secret: SealedSecret(vec![]),
             previous_secret: None,
+            headers: vec![],
             body_format: BodyFormat::Envelope,
             rate_limit: None,
             fifo: false,
@@ -227,8 +255,8 @@ mod tests {
             .unwrap()
     }
 
-    fn signature(keys: &[SigningKey]) -> String {
-        outboxkit_core::signing::sign_keyed(keys, "msg_1", "1700000000", b"{}")
+    fn signature(opened: &OpenedEndpoint) -> String {
+        outboxkit_core::signing::sign_keyed(&opened.keys, "msg_1", "1700000000", b"{}")
     }
 
     #[tokio::test]
@@ -284,6 +312,48 @@ mod tests {
         other.secret = sealed(&vault, &other, 3).await;
         keys.get(&vault, &other).await.unwrap();
         assert_eq!(vault.opened.load(SeqCst), 6);
+    }
+
+    #[tokio::test]
+    async fn secret_header_values_are_opened_once_and_again_when_changed() {
+        use outboxkit_core::endpoint::{CustomHeader, HeaderValue};
+        use outboxkit_core::vault::{SecretContext, SecretVault};
+        use std::sync::atomic::Ordering::SeqCst;
+        let vault = Counting::default();
+        let keys = SigningKeys::default();
+        let mut e = endpoint();
+        e.secret = sealed(&vault, &e, 1).await;
+        let ctx = SecretContext::endpoint_header(&e.tenant, e.id, "x-api-key");
+        let header = |sealed| CustomHeader {
+            name: "x-api-key".into(),
+            value: HeaderValue::Secret(sealed),
+        };
+        e.headers = vec![header(vault.seal(b"key-1", &ctx).await.unwrap())];
+        for _ in 0..3 {
+            let o = keys.get(&vault, &e).await.unwrap();
+            assert_eq!(o.headers, [("x-api-key".to_owned(), "key-1".to_owned())]);
+        }
+        assert_eq!(
+            vault.opened.load(SeqCst),
+            2,
+            "the secret and the header, once"
+        );
+        // A new sealed value (a rotation of the header's value): opened afresh.
+        e.headers = vec![header(vault.seal(b"key-2", &ctx).await.unwrap())];
+        let o = keys.get(&vault, &e).await.unwrap();
+        assert_eq!(o.headers, [("x-api-key".to_owned(), "key-2".to_owned())]);
+        assert_eq!(vault.opened.load(SeqCst), 4);
+        // A value that does not open fails, and is not kept.
+        vault.failing.store(true, SeqCst);
+        e.headers.push(CustomHeader {
+            name: "x-plain".into(),
+            value: HeaderValue::Plain("p".into()),
+        });
+        assert!(keys.get(&vault, &e).await.is_err());
+        vault.failing.store(false, SeqCst);
+        let o = keys.get(&vault, &e).await.unwrap();
+        assert_eq!(o.headers.len(), 2);
+        assert!(!format!("{o:?}").contains("key-2"));
     }
 
     #[test]

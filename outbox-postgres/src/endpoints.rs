@@ -61,7 +61,11 @@ impl PostgresStore {
             .set("body_format", e.body_format.as_str())
             .set("rate_limit", e.rate_limit.map(rows::int4))
             .set("fifo", e.fifo)
-            .set("updated_at", ms(e.updated_at));
+            .set("updated_at", ms(e.updated_at))
+            .set(
+                "headers",
+                outboxkit_core::endpoint_headers::encode_headers(&e.headers),
+            );
         let q = if insert {
             sql.insert_endpoint
                 .bind(params.set("created_at", ms(e.created_at)))?
@@ -77,6 +81,7 @@ impl EndpointStore for PostgresStore {
     async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
         check_description(&endpoint.description)?;
         outboxkit_core::endpoint::check_rate_limit(endpoint.rate_limit)?;
+        outboxkit_core::endpoint::check_headers(&endpoint.headers)?;
         let mut conn = self.inner.pool.acquire().await.db()?;
         // A second endpoint with the same id is a unique violation: `Conflict`.
         self.write_endpoint(&mut conn, endpoint, true).await?;
@@ -121,6 +126,7 @@ impl EndpointStore for PostgresStore {
             .ok_or_else(|| Error::not_found("endpoint"))?;
         let mut endpoint = rows::endpoint(&row)?;
         update.apply(&mut endpoint, now);
+        outboxkit_core::endpoint::check_headers(&endpoint.headers)?;
         self.write_endpoint(&mut tx, &endpoint, false).await?;
         let mut released = 0;
         if update.releases_held(&endpoint.status) {

@@ -273,6 +273,8 @@ pub(crate) fn endpoint(row: &PgRow) -> Result<Endpoint> {
             .map_err(corrupt("status"))?,
         secret: SealedSecret(get(row, "secret")?),
         previous_secret: get::<Option<Vec<u8>>>(row, "previous_secret")?.map(SealedSecret),
+        headers: outboxkit_core::endpoint_headers::decode_headers(&get::<String>(row, "headers")?)
+            .map_err(|_| StoreError::Corrupt("headers"))?,
         body_format: BodyFormat::parse(&get::<String>(row, "body_format")?)
             .map_err(corrupt("body_format"))?,
         rate_limit: rate_limit

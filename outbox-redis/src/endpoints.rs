@@ -67,6 +67,7 @@ impl EndpointStore for RedisStore {
     async fn create_endpoint(&self, e: &Endpoint) -> Result<()> {
         check_description(&e.description)?;
         outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
+        outboxkit_core::endpoint::check_headers(&e.headers)?;
         let mut a = Args::new();
         a.s("create")
             .s(e.id.to_string())
@@ -104,6 +105,7 @@ impl EndpointStore for RedisStore {
             let (mut e, ver) = self.read_endpoint(tenant, id).await?;
             let now = self.now();
             update.apply(&mut e, now);
+            outboxkit_core::endpoint::check_headers(&e.headers)?;
             let fields = endpoint_fields(&e);
             let mut a = Args::new();
             a.s("update")

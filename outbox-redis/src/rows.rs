@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use outboxkit_core::endpoint_headers::{decode_headers, encode_headers};
 use outboxkit_core::{
     Attempt, AttemptRecord, BodyFormat, Cause, ClaimToken, Consumer, ConsumerName, DeadReason,
     Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId, EndpointStatus,
@@ -349,11 +350,15 @@ pub(crate) fn endpoint_fields(e: &Endpoint) -> Vec<(&'static str, Vec<u8>)> {
     if e.fifo {
         f.push(("fifo", b"1".to_vec()));
     }
+    if !e.headers.is_empty() {
+        f.push(("hdrs", encode_headers(&e.headers).into_bytes()));
+    }
     f
 }
 
-/// The optional endpoint fields, deleted when absent on update.
-pub(crate) const ENDPOINT_OPTIONAL: [&str; 4] = ["reason", "prev", "rate", "fifo"];
+/// The optional endpoint fields, deleted when absent on update (`hdrs`, the custom headers,
+/// is absent on endpoints written before they existed and on those without any).
+pub(crate) const ENDPOINT_OPTIONAL: [&str; 5] = ["reason", "prev", "rate", "fifo", "hdrs"];
 
 /// An endpoint and its version from `HGETALL` pairs.
 pub(crate) fn endpoint(v: &[Value]) -> Result<(Endpoint, String)> {
@@ -383,6 +388,7 @@ pub(crate) fn endpoint(v: &[Value]) -> Result<(Endpoint, String)> {
             .map_err(|_| bad())?,
         secret: SealedSecret(h.get("secret").cloned().ok_or_else(bad)?),
         previous_secret: h.get("prev").cloned().map(SealedSecret),
+        headers: decode_headers(&opt("hdrs").unwrap_or_default()).map_err(|_| bad())?,
         body_format: BodyFormat::parse(&s("body")?).map_err(|_| bad())?,
         rate_limit: opt("rate")
             .map(|r| r.parse().map_err(|_| bad()))

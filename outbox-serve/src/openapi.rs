@@ -53,6 +53,8 @@ impl Modify for Bearer {
         Problem,
         views::EndpointView,
         views::LastDeliveryView,
+        views::HeaderView,
+        views::HeaderBody,
         views::EndpointList,
         views::EndpointWithSecret,
         views::NewEndpointBody,

@@ -52,12 +52,57 @@ pub struct EndpointView {
     pub fifo: bool,
     /// Whether a previous secret still signs.
     pub rotation_in_progress: bool,
+    /// Custom headers sent with every request to it; a secret value is `null`.
+    pub headers: Vec<HeaderView>,
     /// The last attempt to it.
     pub last_delivery: Option<LastDeliveryView>,
     /// When it was created.
     pub created_at: String,
     /// When it last changed.
     pub updated_at: String,
+}
+
+/// A custom header of an endpoint as shown: a secret value is never returned.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct HeaderView {
+    /// The name, lowercase.
+    pub name: String,
+    /// The value; `null` when secret.
+    pub value: Option<String>,
+    /// Whether the value is sealed.
+    pub secret: bool,
+}
+
+/// A custom header to set: sent with every request to the endpoint. The name is an HTTP
+/// token that neither HTTP (`host`, `content-*`, hop-by-hop names) nor outbox (`webhook-*`,
+/// `user-agent`, `traceparent`) sets; the value visible ASCII, at most 4 KiB.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderBody {
+    /// The name (any case; stored lowercase).
+    pub name: String,
+    /// The value.
+    pub value: String,
+    /// Seal the value with the vault: it is never returned (default false).
+    #[serde(default)]
+    pub secret: bool,
+}
+
+impl std::fmt::Debug for HeaderBody {
+    // The value stays out of debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeaderBody({}, secret: {})", self.name, self.secret)
+    }
+}
+
+impl From<HeaderBody> for outboxkit_core::HeaderInput {
+    fn from(h: HeaderBody) -> Self {
+        outboxkit_core::HeaderInput {
+            name: h.name,
+            value: h.value,
+            secret: h.secret,
+        }
+    }
 }
 
 /// The last attempt to an endpoint.
@@ -85,6 +130,15 @@ impl From<&Endpoint> for EndpointView {
             rate_limit: e.rate_limit,
             fifo: e.fifo,
             rotation_in_progress: e.previous_secret.is_some(),
+            headers: e
+                .headers
+                .iter()
+                .map(|h| HeaderView {
+                    name: h.name.clone(),
+                    value: h.value.plain().map(str::to_owned),
+                    secret: h.value.is_secret(),
+                })
+                .collect(),
             last_delivery: e.last_delivery.as_ref().map(|l| LastDeliveryView {
                 outcome: l.outcome.as_str().to_owned(),
                 status_code: l.status_code,
@@ -134,6 +188,9 @@ pub struct NewEndpointBody {
     pub fifo: bool,
     /// A `whsec_…` secret to use instead of a generated one.
     pub secret: Option<String>,
+    /// Custom headers (at most 20).
+    #[serde(default)]
+    pub headers: Vec<HeaderBody>,
 }
 
 /// A message to enqueue (`POST /v1/tenants/{tenant}/messages`). The idempotency key is the
@@ -201,6 +258,15 @@ pub struct EndpointPatch {
     pub rate_limit: Option<u32>,
     /// Strict FIFO on or off (applies to deliveries enqueued afterwards).
     pub fifo: Option<bool>,
+    /// Replace every custom header with these (`[]` removes them all); applied first.
+    pub headers: Option<Vec<HeaderBody>>,
+    /// Remove these custom headers (by name, any case; each must exist); applied second.
+    #[serde(default)]
+    pub remove_headers: Vec<String>,
+    /// Set these custom headers (one of the same name is replaced, a new one added);
+    /// applied last.
+    #[serde(default)]
+    pub set_headers: Vec<HeaderBody>,
 }
 
 /// A rotation.

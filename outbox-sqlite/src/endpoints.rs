@@ -1,5 +1,6 @@
 //! Endpoints and consumers (`EndpointStore`).
 
+use outboxkit_core::endpoint_headers::encode_headers;
 use outboxkit_core::{
     Consumer, ConsumerName, Endpoint, EndpointId, EndpointUpdate, Error, TenantId, Timestamp,
 };
@@ -13,7 +14,7 @@ use crate::store::SqliteStore;
 use async_trait::async_trait;
 use outboxkit_core::EndpointStore;
 
-fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 14] {
+fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 15] {
     [
         Box::new(e.id.to_string()),
         Box::new(e.tenant.as_str()),
@@ -29,19 +30,21 @@ fn endpoint_params(e: &Endpoint) -> [Box<dyn rusqlite::ToSql + '_>; 14] {
         Box::new(ms(e.created_at)),
         Box::new(ms(e.updated_at)),
         Box::new(i64::from(e.fifo)),
+        Box::new(encode_headers(&e.headers)),
     ]
 }
 
 const INSERT_ENDPOINT: &str = concat!(
     "INSERT INTO outbox_endpoints (",
     endpoint_cols!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
 );
 
 /// Store a new endpoint; an existing id is a `Conflict`.
 pub(crate) fn create_endpoint(conn: &Connection, e: &Endpoint) -> Result<()> {
     outboxkit_core::endpoint::check_description(&e.description)?;
     outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
+    outboxkit_core::endpoint::check_headers(&e.headers)?;
     let p = endpoint_params(e);
     conn.prepare_cached(INSERT_ENDPOINT)?
         .execute(rusqlite::params_from_iter(p.iter()))?;
@@ -83,7 +86,7 @@ const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
 const UPDATE_ENDPOINT: &str = "UPDATE outbox_endpoints \
      SET url = ?3, description = ?4, filter = ?5, status = ?6, disabled_reason = ?7, \
          secret = ?8, previous_secret = ?9, body_format = ?10, rate_limit = ?11, \
-         created_at = ?12, updated_at = ?13, fifo = ?14 \
+         created_at = ?12, updated_at = ?13, fifo = ?14, headers = ?15 \
      WHERE id = ?1 AND tenant = ?2";
 
 /// Apply an update (and release held deliveries when it changes the URL or secret).
@@ -98,6 +101,7 @@ pub(crate) fn update_endpoint(
     update.validate()?;
     let mut e = get_endpoint(conn, tenant, id)?;
     update.apply(&mut e, now);
+    outboxkit_core::endpoint::check_headers(&e.headers)?;
     conn.prepare_cached(UPDATE_ENDPOINT)?
         .execute(rusqlite::params_from_iter(endpoint_params(&e).iter()))?;
     let released = if update.releases_held(&e.status) {

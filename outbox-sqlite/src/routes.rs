@@ -145,7 +145,7 @@ mod tests {
                  filter TEXT, status TEXT, disabled_reason TEXT, secret BLOB, \
                  previous_secret BLOB, body_format TEXT, rate_limit INTEGER, \
                  created_at INTEGER, updated_at INTEGER, fifo INTEGER, last_outcome TEXT, \
-                 last_status_code INTEGER, last_at INTEGER); \
+                 last_status_code INTEGER, last_at INTEGER, headers TEXT); \
              INSERT INTO outbox_consumers VALUES ('a', '*', 0);",
         )
         .unwrap();

@@ -24,7 +24,7 @@ macro_rules! message_cols {
 macro_rules! endpoint_cols {
     () => {
         "id, tenant, url, description, filter, status, disabled_reason, secret, \
-         previous_secret, body_format, rate_limit, created_at, updated_at, fifo"
+         previous_secret, body_format, rate_limit, created_at, updated_at, fifo, headers"
     };
 }
 
@@ -40,6 +40,8 @@ macro_rules! endpoint_read_cols {
 }
 
 use std::collections::BTreeMap;
+
+use outboxkit_core::endpoint_headers::decode_headers;
 
 use outboxkit_core::{
     Attempt, AttemptOutcome, AttemptRecord, BodyFormat, Consumer, ConsumerName, DeadReason,
@@ -278,16 +280,17 @@ pub(crate) fn endpoint(row: &Row<'_>) -> Result<Endpoint> {
         status: parsed(W, EndpointStatus::from_parts(&status, reason.as_deref()))?,
         secret: SealedSecret(get(row, 7)?),
         previous_secret: get::<Option<Vec<u8>>>(row, 8)?.map(SealedSecret),
+        headers: parsed(W, decode_headers(&get::<String>(row, 14)?))?,
         body_format: parsed(W, BodyFormat::parse(&get::<String>(row, 9)?))?,
         rate_limit: get::<Option<i64>>(row, 10)?
             .map(|r| parsed(W, u32::try_from(r)))
             .transpose()?,
         fifo: get::<i64>(row, 13)? != 0,
-        last_delivery: match get::<Option<String>>(row, 14)? {
+        last_delivery: match get::<Option<String>>(row, 15)? {
             Some(o) => Some(LastDelivery {
                 outcome: parsed(W, AttemptOutcome::parse(&o))?,
-                status_code: opt_status_code(row, 15, W)?,
-                at: time(row, 16, W)?,
+                status_code: opt_status_code(row, 16, W)?,
+                at: time(row, 17, W)?,
             }),
             None => None,
         },

@@ -16,6 +16,7 @@ mod delayed;
 mod demo;
 mod features;
 mod fifo;
+mod headers;
 mod http_enqueue;
 mod listen;
 mod observability;

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use crate::endpoint::{
-    check_description, check_rate_limit, BodyFormat, Endpoint, EndpointStatus, EndpointUpdate,
-    EndpointUrl, HttpsOnly, UrlPolicy,
+    check_description, check_headers, check_rate_limit, BodyFormat, CustomHeader, Endpoint,
+    EndpointStatus, EndpointUpdate, EndpointUrl, HeaderInput, HeaderValue, HttpsOnly, UrlPolicy,
 };
-use crate::error::Result;
+use crate::endpoint_headers::check_inputs;
+use crate::error::{Error, Result};
 use crate::ids::{EndpointId, TenantId, TopicFilter};
-use crate::signing::WebhookSecret;
+use crate::signing::{HeaderNames, WebhookSecret};
 use crate::store::DynStore;
 use crate::time::{DynClock, DynEntropy};
 use crate::vault::{DynSecretVault, SecretContext};
@@ -32,6 +33,8 @@ pub struct NewEndpoint {
     pub fifo: bool,
     /// A `whsec_…` secret to use; `None` generates one.
     pub secret: Option<String>,
+    /// Custom headers sent with every request (the secret ones are sealed).
+    pub headers: Vec<HeaderInput>,
 }
 
 /// Creates and changes endpoints, sealing their secrets. Every input is checked before
@@ -43,6 +46,7 @@ pub struct EndpointAdmin {
     clock: Arc<DynClock>,
     entropy: Arc<DynEntropy>,
     urls: Arc<dyn UrlPolicy>,
+    names: HeaderNames,
 }
 
 impl EndpointAdmin {
@@ -60,7 +64,37 @@ impl EndpointAdmin {
             clock,
             entropy,
             urls: Arc::new(HttpsOnly),
+            names: HeaderNames::default(),
         }
+    }
+
+    /// Refuse custom headers named like the signature headers under the dispatcher's
+    /// header prefix too (`webhook-*` is always refused).
+    pub fn with_header_names(mut self, names: HeaderNames) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// Check `inputs` and seal the secret values for endpoint `id` of `tenant`: the
+    /// headers as stored. Nothing is written.
+    pub async fn seal_headers(
+        &self,
+        tenant: &TenantId,
+        id: EndpointId,
+        inputs: &[HeaderInput],
+    ) -> Result<Vec<CustomHeader>> {
+        let names = check_inputs(inputs, &self.names)?;
+        let mut out = Vec::with_capacity(inputs.len());
+        for (input, name) in inputs.iter().zip(names) {
+            let value = if input.secret {
+                let ctx = SecretContext::endpoint_header(tenant, id, &name);
+                HeaderValue::Secret(self.vault.seal(input.value.as_bytes(), &ctx).await?)
+            } else {
+                HeaderValue::Plain(input.value.clone())
+            };
+            out.push(CustomHeader { name, value });
+        }
+        Ok(out)
     }
 
     /// Check new and changed URLs with `policy` (e.g. `outboxkit_http::EgressPolicy`, which also
@@ -96,6 +130,7 @@ impl EndpointAdmin {
             TopicFilter::parse(&new.filter)?
         };
         check_rate_limit(new.rate_limit)?;
+        check_inputs(&new.headers, &self.names)?;
         let secret = self.secret(new.secret.as_deref())?;
         // Last, as it may resolve the host: every other field is checked first.
         self.urls.check(&url).await?;
@@ -105,6 +140,7 @@ impl EndpointAdmin {
             .vault
             .seal(secret.key(), &SecretContext::endpoint(tenant, id))
             .await?;
+        let headers = self.seal_headers(tenant, id, &new.headers).await?;
         let endpoint = Endpoint {
             id,
             tenant: tenant.clone(),
@@ -114,6 +150,7 @@ impl EndpointAdmin {
             status: EndpointStatus::Active,
             secret: sealed,
             previous_secret: None,
+            headers,
             body_format: new.body_format,
             rate_limit: new.rate_limit,
             fifo: new.fifo,
@@ -169,7 +206,9 @@ impl EndpointAdmin {
         self.store.update_endpoint(tenant, id, &update).await
     }
 
-    /// Apply a change (URL, filter, status, …).
+    /// Apply a change (URL, filter, status, headers, …). A change to the custom headers is
+    /// checked against the endpoint as it is: removing a header it does not have, or
+    /// ending with more than the most headers, is refused before anything is written.
     ///
     /// # Cancel safety
     /// One store write: dropping the future leaves the change made or not made, never half.
@@ -180,6 +219,32 @@ impl EndpointAdmin {
         update: EndpointUpdate,
     ) -> Result<Endpoint> {
         update.validate()?;
+        for h in update.headers.iter().flatten().chain(&update.set_headers) {
+            crate::endpoint_headers::check_header_name(&h.name, &self.names)?;
+        }
+        if update.headers.is_some()
+            || !update.set_headers.is_empty()
+            || !update.remove_headers.is_empty()
+        {
+            let mut after = self.store.get_endpoint(tenant, id).await?;
+            let base = update.headers.as_ref().unwrap_or(&after.headers);
+            if let Some(r) = update
+                .remove_headers
+                .iter()
+                .find(|r| !base.iter().any(|h| h.name.eq_ignore_ascii_case(r)))
+            {
+                return Err(Error::invalid_input(
+                    "headers",
+                    format!(
+                        "the endpoint has no header `{}` to remove",
+                        r.to_ascii_lowercase()
+                    ),
+                ));
+            }
+            let at = after.updated_at;
+            update.apply(&mut after, at);
+            check_headers(&after.headers)?;
+        }
         if let Some(url) = &update.url {
             self.urls.check(url).await?;
         }

@@ -34,6 +34,10 @@ use crate::ids::{ConsumerName, EndpointId, TenantId};
 ///   range MUST be `InvalidInput` and write nothing (`endpoints_round_trip`); it shows its
 ///   last delivery (`endpoint_shows_last_delivery`); `fifo` round-trips through create,
 ///   update, read and list (`fifo_flag_round_trips`).
+/// - Custom headers MUST read back exactly, in order, and updates apply them as
+///   [`EndpointUpdate::apply`] does (`endpoint_headers_round_trip`); a list that fails
+///   [`crate::endpoint::check_headers`], on create or after an update, MUST be `InvalidInput`
+///   and write nothing (`bad_endpoint_headers_change_nothing`).
 /// - `put_consumer` MUST upsert by name and `list_consumers` list by name
 ///   (`consumers_upsert_and_list`).
 ///

@@ -32,6 +32,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("0010_endpoint_permits.sql"),
     ),
     (11, "fifo", include_str!("0011_fifo.sql")),
+    (
+        12,
+        "endpoint_headers",
+        include_str!("0012_endpoint_headers.sql"),
+    ),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

@@ -3,11 +3,11 @@
 -- name: insert_endpoint
 INSERT INTO {endpoints} (id, tenant, url, description, filter, status, disabled_reason,
                          secret, previous_secret, body_format, rate_limit, fifo, created_at,
-                         updated_at)
+                         updated_at, headers)
 VALUES (:id::uuid, :tenant::text, :url::text, :description::text, :filter::text[],
         :status::text, :disabled_reason::text, :secret::bytea, :previous_secret::bytea,
         :body_format::text, :rate_limit::int4, :fifo::bool, :created_at::int8,
-        :updated_at::int8)
+        :updated_at::int8, :headers::text)
 
 -- name: update_endpoint
 UPDATE {endpoints}
@@ -15,26 +15,26 @@ UPDATE {endpoints}
        status = :status::text, disabled_reason = :disabled_reason::text,
        secret = :secret::bytea, previous_secret = :previous_secret::bytea,
        body_format = :body_format::text, rate_limit = :rate_limit::int4, fifo = :fifo::bool,
-       updated_at = :updated_at::int8
+       updated_at = :updated_at::int8, headers = :headers::text
  WHERE id = :id::uuid AND tenant = :tenant::text
 
 -- name: get_endpoint
 SELECT id, tenant, url, description, filter, status, disabled_reason, secret,
        previous_secret, body_format, rate_limit, fifo, created_at, updated_at, last_outcome,
-       last_status_code, last_at
+       last_status_code, last_at, headers
   FROM {endpoints} WHERE id = :id::uuid AND tenant = :tenant::text
 
 -- name: lock_endpoint
 SELECT id, tenant, url, description, filter, status, disabled_reason, secret,
        previous_secret, body_format, rate_limit, fifo, created_at, updated_at, last_outcome,
-       last_status_code, last_at
+       last_status_code, last_at, headers
   FROM {endpoints} WHERE id = :id::uuid AND tenant = :tenant::text
    FOR UPDATE
 
 -- name: list_endpoints
 SELECT id, tenant, url, description, filter, status, disabled_reason, secret,
        previous_secret, body_format, rate_limit, fifo, created_at, updated_at, last_outcome,
-       last_status_code, last_at
+       last_status_code, last_at, headers
   FROM {endpoints} WHERE tenant = :tenant::text
  ORDER BY created_at, id
 

@@ -265,6 +265,7 @@ fn endpoint(tenant: &str, filter: &str, status: EndpointStatus, at: Timestamp) -
         status,
         secret: SealedSecret(vec![1, 2, 3, 4, 5, 6, 7, 8]),
         previous_secret: None,
+        headers: vec![],
         body_format: Default::default(),
         rate_limit: None,
         fifo: false,

@@ -26,6 +26,7 @@ fn endpoint(tenant: &TenantId, now: Timestamp) -> Endpoint {
         status: EndpointStatus::Active,
         secret: SealedSecret(vec![1; 8]),
         previous_secret: None,
+        headers: vec![],
         body_format: Default::default(),
         rate_limit: None,
         fifo: false,

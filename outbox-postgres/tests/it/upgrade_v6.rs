@@ -45,6 +45,15 @@ async fn every_status_upgrades_from(from: i32) {
             "every message, delivery, attempt, endpoint and consumer kept every field"
         );
         assert_eq!(
+            count(
+                &db,
+                "SELECT count(*) FROM {s}.endpoints WHERE headers <> '[]'"
+            )
+            .await,
+            0,
+            "an endpoint from before version 12 has no custom headers"
+        );
+        assert_eq!(
             count(&db, "SELECT count(*) FROM {s}.history").await,
             3,
             "the 2 succeeded and the dead delivery are in the history"

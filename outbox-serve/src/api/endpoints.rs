@@ -6,10 +6,16 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use outboxkit_core::endpoint::{BodyFormat, EndpointStatus, EndpointUpdate, EndpointUrl};
+use outboxkit_core::endpoint_headers::check_inputs;
 use outboxkit_core::ops::{EndpointAdmin, NewEndpoint};
-use outboxkit_core::webhook_request::{open_secrets, signed_request};
+use outboxkit_core::vault::{SecretContext, SecretVault};
+use outboxkit_core::webhook_request::{
+    open_headers, open_secrets, signed_request, with_custom_headers,
+};
+use outboxkit_core::SealedSecret;
 use outboxkit_core::{
-    DisabledReason, Message, MessageId, TenantId, Topic, TopicFilter, WebhookResponse,
+    DisabledReason, HeaderInput, HeaderNames, Message, MessageId, TenantId, Topic, TopicFilter,
+    WebhookResponse,
 };
 
 use super::{endpoint_id, Body, OptBody};
@@ -27,6 +33,27 @@ fn admin(s: &Serve) -> ApiResult<EndpointAdmin> {
             "endpoint secrets need a vault key: start the server with OUTBOX_VAULT_KEY",
         )
     })
+}
+
+/// The vault of a server started without a key, for header changes that seal nothing:
+/// it refuses every call.
+#[derive(Debug)]
+struct NoVault;
+
+#[async_trait::async_trait]
+impl SecretVault for NoVault {
+    async fn seal(&self, _: &[u8], _: &SecretContext) -> outboxkit_core::Result<SealedSecret> {
+        Err(outboxkit_core::Error::misconfigured(
+            "vault",
+            "no vault key",
+        ))
+    }
+    async fn open(&self, _: &SealedSecret, _: &SecretContext) -> outboxkit_core::Result<Vec<u8>> {
+        Err(outboxkit_core::Error::misconfigured(
+            "vault",
+            "no vault key",
+        ))
+    }
 }
 
 fn body_format(s: Option<&str>) -> ApiResult<Option<BodyFormat>> {
@@ -66,6 +93,7 @@ pub(crate) async fn create(
         rate_limit: b.rate_limit,
         fifo: b.fifo,
         secret: b.secret,
+        headers: b.headers.into_iter().map(Into::into).collect(),
     };
     let (e, secret) = admin(&s)?.create(&scope.tenant, new).await?;
     Ok((
@@ -95,7 +123,7 @@ pub(crate) async fn show(
     Ok(Json(EndpointView::from(&e)))
 }
 
-/// Change an endpoint's URL, description, filter, body format or rate limit.
+/// Change an endpoint's URL, description, filter, body format, rate limit or custom headers.
 #[utoipa::path(patch, path = "/v1/tenants/{tenant}/endpoints/{id}", tag = "endpoints",
     params(("tenant" = String, Path, description = "The tenant"), ("id" = String, Path, description = "The endpoint id")),
     request_body = EndpointPatch,
@@ -109,25 +137,59 @@ pub(crate) async fn update(
     Body(b): Body<EndpointPatch>,
 ) -> ApiResult<Json<EndpointView>> {
     let id = endpoint_id(&id)?;
-    let update = EndpointUpdate {
+    let replace: Option<Vec<HeaderInput>> =
+        b.headers.map(|h| h.into_iter().map(Into::into).collect());
+    let set: Vec<HeaderInput> = b.set_headers.into_iter().map(Into::into).collect();
+    let mut update = EndpointUpdate {
         url: b.url.as_deref().map(EndpointUrl::parse).transpose()?,
         description: b.description,
         filter: b.filter.as_deref().map(TopicFilter::parse).transpose()?,
         body_format: body_format(b.body_format.as_deref())?,
         rate_limit: b.rate_limit.map(|r| (r > 0).then_some(r)),
         fifo: b.fifo,
+        remove_headers: b.remove_headers,
         ..EndpointUpdate::default()
     };
     update.validate()?;
     outboxkit_core::endpoint::check_rate_limit(update.rate_limit.flatten())?;
-    if let Some(url) = &update.url {
-        s.inner.urls.check(url).await?;
+    if replace.is_none() && set.is_empty() && update.remove_headers.is_empty() {
+        if let Some(url) = &update.url {
+            s.inner.urls.check(url).await?;
+        }
+        let e = s
+            .inner
+            .store
+            .update_endpoint(&scope.tenant, id, &update)
+            .await?;
+        return Ok(Json(EndpointView::from(&e)));
     }
-    let e = s
-        .inner
-        .store
-        .update_endpoint(&scope.tenant, id, &update)
-        .await?;
+    // Headers: checked (all of them, before any is sealed) and sealed by the admin, which
+    // also checks the change against the endpoint as it is.
+    if let Some(r) = &replace {
+        check_inputs(r, &HeaderNames::default())?;
+    }
+    check_inputs(&set, &HeaderNames::default())?;
+    let admin = if replace.iter().flatten().chain(&set).any(|h| h.secret) {
+        admin(&s)?
+    } else {
+        // Plain headers need no vault; the admin seals nothing with this one.
+        EndpointAdmin::new(
+            s.inner.store.clone(),
+            s.inner
+                .vault
+                .clone()
+                .unwrap_or_else(|| std::sync::Arc::new(NoVault)),
+            s.inner.clock.clone(),
+            s.inner.entropy.clone(),
+        )
+        .with_url_policy(s.inner.urls.clone())
+    };
+    if let Some(r) = &replace {
+        update.headers = Some(admin.seal_headers(&scope.tenant, id, r).await?);
+    }
+    update.set_headers = admin.seal_headers(&scope.tenant, id, &set).await?;
+    update.validate()?;
+    let e = admin.update(&scope.tenant, id, update).await?;
     Ok(Json(EndpointView::from(&e)))
 }
 
@@ -297,6 +359,7 @@ pub(crate) async fn test(
         tracing::info!(endpoint = %id, "testing an endpoint that answered 410 Gone");
     }
     let secrets = open_secrets(&**vault, &e).await?;
+    let headers = open_headers(&**vault, &e).await?;
     let now = inner.now();
     let message = Message {
         id: MessageId::generate(now, &*inner.entropy),
@@ -320,6 +383,7 @@ pub(crate) async fn test(
         &Default::default(),
         Duration::from_secs(10),
     );
+    let req = with_custom_headers(req, &headers);
     Ok(Json(match transport.send(req).await {
         WebhookResponse::Answered {
             status, excerpt, ..

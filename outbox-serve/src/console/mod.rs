@@ -406,6 +406,21 @@ async fn delivery(
     page(Some((&user, "deliveries")), "Delivery", &body).into_response()
 }
 
+/// An endpoint's custom headers, one a line, escaped; a secret value is masked.
+fn header_cells(e: &outboxkit_core::Endpoint) -> String {
+    if e.headers.is_empty() {
+        return "—".into();
+    }
+    e.headers
+        .iter()
+        .map(|h| match h.value.plain() {
+            Some(v) => format!("{}: {}", esc(&h.name), esc(v)),
+            None => format!("{}: ******** <em>(secret)</em>", esc(&h.name)),
+        })
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
 async fn endpoints(
     State(s): State<Serve>,
     user: User,
@@ -426,7 +441,7 @@ async fn endpoints(
     }
     body.push_str(
         "<h1>Endpoints</h1><table><thead><tr><th>Endpoint</th><th>URL</th><th>Filter</th>\
-         <th>Status</th><th>Last delivery</th><th>Actions</th></tr></thead><tbody>",
+         <th>Headers</th><th>Status</th><th>Last delivery</th><th>Actions</th></tr></thead><tbody>",
     );
     for e in &eps {
         let id = e.id.to_string();
@@ -460,12 +475,13 @@ async fn endpoints(
         let _ = write!(
             body,
             "<tr><td class=\"mono\"><a href=\"/console/deliveries?tenant={t}&endpoint={id}\">{id}</a><br>{desc}</td>\
-             <td class=\"mono\">{url}</td><td class=\"mono\">{filter}</td><td>{status}{fifo}</td><td>{last}</td>\
+             <td class=\"mono\">{url}</td><td class=\"mono\">{filter}</td><td class=\"mono\">{headers}</td><td>{status}{fifo}</td><td>{last}</td>\
              <td><div class=\"actions\">{actions}</div></td></tr>",
             t = enc(t.as_str()),
             desc = esc(&e.description),
             url = esc(&display_url(&e.url)),
             filter = esc(&e.filter.to_string()),
+            headers = header_cells(e),
             status = status_badge(e.status.as_str()),
             fifo = if e.fifo { "<br>strict FIFO" } else { "" },
         );

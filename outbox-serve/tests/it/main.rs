@@ -9,6 +9,7 @@ mod cancel;
 mod common;
 mod connections;
 mod console;
+mod headers;
 mod limiter;
 mod messages;
 mod openapi;

@@ -20,10 +20,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("0007_enqueue_tokens.sql")),
     (8, include_str!("0008_endpoint_permits.sql")),
     (9, include_str!("0009_fifo.sql")),
+    (10, include_str!("0010_endpoint_headers.sql")),
 ];
 
 /// The version of every migration, oldest first.
-pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9];
+pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
 
 const _: () = {
     // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.

@@ -14,5 +14,6 @@ mod transactions;
 mod upgrade;
 mod upgrade_claim;
 mod upgrade_fifo;
+mod upgrade_headers;
 mod upgrade_lean;
 mod upgrade_ledger;

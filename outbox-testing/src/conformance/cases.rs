@@ -9,6 +9,7 @@ mod budget;
 mod cancel;
 mod claim;
 mod delayed;
+mod endpoint_headers;
 mod endpoints;
 mod enqueue;
 mod fairness;
@@ -33,6 +34,7 @@ pub use budget::*;
 pub use cancel::*;
 pub use claim::*;
 pub use delayed::*;
+pub use endpoint_headers::*;
 pub use endpoints::*;
 pub use enqueue::*;
 pub use fairness::*;
@@ -145,6 +147,8 @@ macro_rules! __conformance_cases {
             secret_rotation_releases_held,
             url_change_releases_held,
             endpoint_crud_round_trip,
+            endpoint_headers_round_trip,
+            bad_endpoint_headers_change_nothing,
             consumers_upsert_and_list,
             ledger_records_attempts,
             ledger_lists_newest_first_with_stable_cursor,

@@ -17,6 +17,7 @@ impl State {
     pub(super) fn create_endpoint(&mut self, e: &Endpoint) -> Result<()> {
         check_description(&e.description)?;
         outboxkit_core::endpoint::check_rate_limit(e.rate_limit)?;
+        outboxkit_core::endpoint::check_headers(&e.headers)?;
         if self.endpoints.contains_key(&e.id) {
             return Err(Error::new(
                 ErrorKind::Conflict,
@@ -61,8 +62,12 @@ impl State {
             .endpoints
             .get_mut(&id)
             .ok_or_else(|| not_found("endpoint"))?;
-        update.apply(e, now);
-        let e = e.clone();
+        // Checked on a copy: a refused update changes nothing.
+        let mut after = e.clone();
+        update.apply(&mut after, now);
+        outboxkit_core::endpoint::check_headers(&after.headers)?;
+        *e = after.clone();
+        let e = after;
         let released = if update.releases_held(&e.status) {
             self.release_held(tenant, id, now)
         } else {

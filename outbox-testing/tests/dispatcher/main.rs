@@ -6,6 +6,7 @@ mod dedup;
 mod fidelity;
 mod followups;
 mod handlers;
+mod headers;
 mod isolation;
 mod leases;
 mod lifecycle;

@@ -64,6 +64,7 @@ pub(super) fn endpoint_row(fx: &Fixture, tenant_name: &str, filter: &str) -> End
         status: EndpointStatus::Active,
         secret: SealedSecret(vec![1, 2, 3, 4, 5, 6, 7, 8]),
         previous_secret: None,
+        headers: vec![],
         body_format: Default::default(),
         rate_limit: None,
         fifo: false,

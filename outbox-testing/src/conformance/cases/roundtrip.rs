@@ -244,6 +244,18 @@ pub async fn endpoints_round_trip(fx: Fixture) {
             BodyFormat::Raw
         };
         e.rate_limit = [None, Some(1), Some(MAX_RATE_LIMIT)][i % 3];
+        if i % 2 == 0 {
+            e.headers = vec![
+                outboxkit_core::CustomHeader {
+                    name: format!("x-h{i}"),
+                    value: outboxkit_core::HeaderValue::Plain("\"q\" \\ 'v'\t~".to_owned()),
+                },
+                outboxkit_core::CustomHeader {
+                    name: "x-sealed".to_owned(),
+                    value: outboxkit_core::HeaderValue::Secret(SealedSecret(every_byte(40 + i))),
+                },
+            ];
+        }
         fx.store()
             .create_endpoint(&e)
             .await
