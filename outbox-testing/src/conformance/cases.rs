@@ -6,6 +6,7 @@
 //! re-exported here, so each is `outboxkit_testing::conformance::cases::<name>`.
 
 mod budget;
+mod catalogue;
 mod claim;
 mod endpoints;
 mod enqueue;
@@ -26,6 +27,7 @@ mod verdicts;
 mod waiting;
 
 pub use budget::*;
+pub use catalogue::*;
 pub use claim::*;
 pub use endpoints::*;
 pub use enqueue::*;
@@ -70,6 +72,13 @@ macro_rules! __token_conformance_cases {
 macro_rules! __conformance_cases {
     ($setup:path) => {
         $crate::__conformance_case!($setup;
+            event_types_round_trip,
+            event_type_with_a_bad_schema_writes_nothing,
+            catalogue_off_accepts_anything,
+            refuse_unknown_refuses_and_writes_nothing,
+            catalogue_refuses_a_batch_whole,
+            validate_refuses_a_failing_payload_naming_the_path,
+            a_catalogue_change_through_another_handle_is_enforced,
             empty_allowlist_is_refused,
             enqueue_claim_complete_round_trip,
             idempotent_enqueue,
