@@ -89,6 +89,8 @@ DECLARE
     v_r text;
     v_w record;
     v_existing uuid;
+    v_mode text;
+    v_schema text;
     v_out {schema}.enqueue_result;
 BEGIN
     -- Core's messages, as "invalid input: <field>: <why>" with SQLSTATE 22023.
@@ -174,6 +176,24 @@ BEGIN
             in_recipients := in_recipients || v_r;
         END IF;
     END LOOP;
+
+    -- The event-type catalogue (migration 10), as `enqueue_in` enforces it after core's
+    -- validation: in refuse-unknown and validate a topic that is not registered is refused. A
+    -- JSON Schema cannot be checked in PL/pgSQL without an extension, so in validate a topic
+    -- that has a schema is refused here too (enqueue it through `enqueue_in`, `outbox
+    -- enqueue` or the HTTP API, which check it); a topic without one is accepted.
+    SELECT c.mode INTO v_mode FROM {schema}.catalogue c;
+    IF v_mode IS NOT NULL AND v_mode <> 'off' THEN
+        SELECT t.json_schema INTO v_schema FROM {schema}.event_types t WHERE t.topic = in_topic;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'invalid input: topic: `%` is not in the event-type catalogue (mode %)', in_topic, v_mode
+                USING ERRCODE = '22023';
+        END IF;
+        IF v_mode = 'validate' AND v_schema IS NOT NULL THEN
+            RAISE EXCEPTION 'invalid input: payload: `%` has a JSON Schema, which the SQL enqueue function cannot check (mode validate): enqueue it through enqueue_in or the HTTP API', in_topic
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
 
     -- UUIDv7: 48 bits of milliseconds, version 7, the variant, random bits.
     in_id := {schema}.enqueue_uuid7(in_now);
