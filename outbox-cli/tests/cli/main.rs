@@ -12,6 +12,7 @@ mod config;
 mod cluster;
 mod defects;
 mod demo;
+mod event_types;
 mod features;
 mod http_enqueue;
 mod listen;
