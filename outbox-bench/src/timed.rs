@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
-    DeliveryId, DeliveryStore, DynStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
-    Enqueued, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore, Page,
-    PageRequest, Permits, PurgeReport, ReleaseReport, Result, Stats, Stopwatch, TenantId,
-    Timestamp, WakeListener,
+    Attempt, CatalogueMode, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery,
+    DeliveryFilter, DeliveryId, DeliveryStore, DynStore, Endpoint, EndpointId, EndpointStore,
+    EndpointUpdate, Enqueued, EventType, EventTypeStore, Lease, Ledger, Message, MessageId,
+    MessageStore, NewEventType, NewMessage, OperatorStore, Page, PageRequest, Permits, PurgeReport,
+    ReleaseReport, Result, Stats, Stopwatch, TenantId, Timestamp, Topic, WakeListener,
 };
 
 /// Time spent in the claim path, in nanoseconds.
@@ -205,6 +205,29 @@ impl MessageStore for Timed {
     }
     async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
         self.inner.enqueue_batch(messages).await
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl EventTypeStore for Timed {
+    async fn put_event_type(&self, event_type: &NewEventType) -> Result<EventType> {
+        self.inner.put_event_type(event_type).await
+    }
+    async fn get_event_type(&self, topic: &Topic) -> Result<EventType> {
+        self.inner.get_event_type(topic).await
+    }
+    async fn list_event_types(&self) -> Result<Vec<EventType>> {
+        self.inner.list_event_types().await
+    }
+    async fn delete_event_type(&self, topic: &Topic) -> Result<()> {
+        self.inner.delete_event_type(topic).await
+    }
+    async fn catalogue_mode(&self) -> Result<CatalogueMode> {
+        self.inner.catalogue_mode().await
+    }
+    async fn set_catalogue_mode(&self, mode: CatalogueMode) -> Result<()> {
+        self.inner.set_catalogue_mode(mode).await
     }
 }
 

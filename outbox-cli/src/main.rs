@@ -17,6 +17,7 @@ mod endpoints_common;
 mod endpoints_test;
 mod endpoints_view;
 mod error;
+mod event_types;
 mod json;
 mod listen;
 mod logging;
@@ -87,6 +88,10 @@ enum Command {
     /// List or remove registered in-process consumers (handlers).
     #[command(subcommand)]
     Consumers(consumers::ConsumersCmd),
+    /// The event-type catalogue: registered topics, their JSON Schemas, and whether
+    /// enqueue refuses what is not in it.
+    #[command(subcommand)]
+    EventTypes(event_types::EventTypesCmd),
     /// Enqueue one event (for scripts and smoke tests).
     Enqueue(ops::EnqueueArgs),
     /// Give dead deliveries a fresh budget, due now: one by id, or every match of filters.
@@ -153,6 +158,7 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Endpoints(c) => endpoints::run(c).await,
         Command::Deliveries(c) => deliveries::run(c).await,
         Command::Consumers(c) => consumers::run(c).await,
+        Command::EventTypes(c) => event_types::run(c).await,
         Command::Enqueue(a) => ops::enqueue(a).await,
         Command::Replay(a) => bulk::replay(a).await,
         Command::ReleaseHeld(a) => bulk::release_held(a).await,

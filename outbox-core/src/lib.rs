@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod broker;
+pub mod catalogue;
 pub mod claim;
 pub mod claim_rules;
 pub mod endpoint;
@@ -36,6 +37,7 @@ pub use broker::{
     broker_headers, BrokerFailure, BrokerMessage, BrokerResponse, BrokerTransport,
     DynBrokerTransport, SubjectTemplate,
 };
+pub use catalogue::{CatalogueMode, EventType, NewEventType};
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
 };
@@ -68,9 +70,9 @@ pub use signing::{
 };
 pub use store::{
     CancelReport, Cursor, DeliveryFilter, DeliveryStore, DeliveryStoreExt, DynDeliveryStore,
-    DynEndpointStore, DynLedger, DynMessageStore, DynOperatorStore, DynStore, EndpointStore,
-    Enqueued, Ledger, LedgerExt, MessageStore, OperatorStore, Page, PageRequest, PurgeReport,
-    Stats, Store, TenantStats,
+    DynEndpointStore, DynEventTypeStore, DynLedger, DynMessageStore, DynOperatorStore, DynStore,
+    EndpointStore, Enqueued, EventTypeStore, Ledger, LedgerExt, MessageStore, OperatorStore, Page,
+    PageRequest, PurgeReport, Stats, Store, TenantStats,
 };
 pub use system::{OsEntropy, Stopwatch, SystemClock};
 pub use time::{Clock, DynClock, DynEntropy, Entropy, EntropyExt, Timestamp};

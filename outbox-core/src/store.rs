@@ -19,6 +19,7 @@ use crate::time::Timestamp;
 
 mod delivery;
 mod endpoint;
+mod event_types;
 mod forward;
 mod ledger;
 mod message;
@@ -26,6 +27,7 @@ mod operator;
 
 pub use delivery::{DeliveryStore, DeliveryStoreExt};
 pub use endpoint::EndpointStore;
+pub use event_types::EventTypeStore;
 pub use ledger::{Ledger, LedgerExt};
 pub use message::MessageStore;
 pub use operator::OperatorStore;
@@ -302,12 +304,23 @@ pub struct CancelReport {
     pub skipped: u64,
 }
 
-/// Everything a backend provides: the hot path, the operator's calls, messages, endpoints
-/// and the ledger (the admin API's tokens are a separate [`crate::TokenStore`]).
-pub trait Store: DeliveryStore + OperatorStore + MessageStore + EndpointStore + Ledger {}
+/// Everything a backend provides: the hot path, the operator's calls, messages, endpoints,
+/// the ledger and the event-type catalogue (the admin API's tokens are a separate
+/// [`crate::TokenStore`]).
+pub trait Store:
+    DeliveryStore + OperatorStore + MessageStore + EndpointStore + Ledger + EventTypeStore
+{
+}
 
-impl<T: DeliveryStore + OperatorStore + MessageStore + EndpointStore + Ledger + ?Sized> Store
-    for T
+impl<
+        T: DeliveryStore
+            + OperatorStore
+            + MessageStore
+            + EndpointStore
+            + Ledger
+            + EventTypeStore
+            + ?Sized,
+    > Store for T
 {
 }
 
@@ -321,6 +334,8 @@ pub type DynMessageStore = dyn MessageStore;
 pub type DynEndpointStore = dyn EndpointStore;
 /// `dyn Ledger`.
 pub type DynLedger = dyn Ledger;
+/// `dyn EventTypeStore`.
+pub type DynEventTypeStore = dyn EventTypeStore;
 /// `dyn Store`.
 pub type DynStore = dyn Store;
 

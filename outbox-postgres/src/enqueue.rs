@@ -99,6 +99,7 @@ impl PostgresStore {
         channel: Option<&str>,
     ) -> Result<Enqueued> {
         let p = self.prepare(message)?;
+        self.check_catalogue(conn, &[&p.valid]).await?;
         let w = self.write_one(conn, &p, channel).await?;
         self.outcome(conn, &p, w).await
     }
@@ -309,6 +310,8 @@ impl PostgresStore {
         if prepared.is_empty() {
             return Ok(Vec::new());
         }
+        let valid: Vec<&ValidMessage> = prepared.iter().map(|p| &p.valid).collect();
+        self.check_catalogue(conn, &valid).await?;
         let plan = BatchPlan::new(&prepared);
         let written = self
             .write_batch(conn, &prepared, &plan.sent, channel)

@@ -7,6 +7,7 @@ mod deliveries;
 mod endpoints;
 mod enqueue;
 pub mod error;
+mod event_types;
 mod ledger;
 mod permits;
 mod rows;

@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub tables: Tables,
     /// How far (ms, exclusive) the history's partitions are known to reach.
     pub history_upto: AtomicI64,
+    /// The event-type catalogue as last read (`event_types.rs`).
+    pub catalogue: outboxkit_core::catalogue::CatalogueCache,
 }
 
 /// Every statement of one store, built once with the schema name substituted, then reused
@@ -127,6 +129,7 @@ impl PostgresStore {
                 entropy,
                 wake,
                 history_upto: AtomicI64::new(i64::MIN),
+                catalogue: Default::default(),
                 tables: Tables::new(&config.schema),
                 config,
             }),

@@ -150,6 +150,7 @@ impl RedisStore {
         }
         let now = self.now();
         let valid = message.validate(&self.inner.config.limits, now)?;
+        self.check_catalogue_cached(std::slice::from_ref(&valid))?;
         let rows = self.rows(now, std::slice::from_ref(&valid));
         let shard = rows.first().map_or(0, |r| r.0);
         let args = self.enqueue_args(now, &[], rows.iter().map(|r| &r.1))?;
@@ -223,6 +224,7 @@ impl MessageStore for RedisStore {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         let now = self.now();
         let valid = message.validate(&self.inner.config.limits, now)?;
+        self.check_catalogue(std::slice::from_ref(&valid)).await?;
         self.write(now, std::slice::from_ref(&valid))
             .await?
             .pop()
@@ -238,6 +240,7 @@ impl MessageStore for RedisStore {
             .into_iter()
             .map(|m| m.validate(&self.inner.config.limits, now))
             .collect::<Result<Vec<_>>>()?;
+        self.check_catalogue(&valid).await?;
         self.write(now, &valid).await
     }
 }

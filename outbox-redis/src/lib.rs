@@ -7,6 +7,7 @@ mod deliveries;
 mod endpoints;
 mod enqueue;
 mod error;
+mod event_types;
 mod ledger;
 mod rows;
 mod scripts;

@@ -52,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Rotates the shard a multi-shard claim starts with.
     pub(crate) turn: AtomicUsize,
+    /// The event-type catalogue as last read (`event_types.rs`).
+    pub(crate) catalogue: outboxkit_core::catalogue::CatalogueCache,
 }
 
 impl Drop for Inner {
@@ -233,9 +235,11 @@ impl RedisStore {
                 wakeups: Wakeups::new(),
                 listener: Mutex::new(None),
                 turn: AtomicUsize::new(0),
+                catalogue: Default::default(),
             }),
         };
         store.upgrade().await?;
+        store.refresh_catalogue().await?;
         Ok(store)
     }
 

@@ -198,6 +198,9 @@ impl TxnHarness for Multi {
         messages: Vec<NewMessage>,
         commit: bool,
     ) -> outboxkit_core::Result<()> {
+        // `enqueue_in` checks against the handle's copy of the event-type catalogue, which it
+        // cannot read itself: an application refreshes it before building its `MULTI`.
+        self.store.refresh_catalogue().await?;
         let mut pipe = redis::pipe();
         pipe.atomic()
             .set(format!("{}:marker:{marker}", self.store.prefix()), 1)

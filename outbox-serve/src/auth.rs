@@ -135,3 +135,38 @@ impl FromRequestParts<Serve> for Enqueuer {
         Ok(Enqueuer { tenant })
     }
 }
+
+/// A caller of the global routes (the event-type catalogue, `/v1/event-types`): reads with
+/// any token that may read, writes only with a full admin token (the catalogue is the whole
+/// outbox's, not a tenant's).
+#[derive(Clone, Debug)]
+pub(crate) struct Global;
+
+impl FromRequestParts<Serve> for Global {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
+        let inner = &state.inner;
+        let ip = client_ip(parts);
+        let Some(text) = bearer(&parts.headers) else {
+            return Err(match inner.blocked(ip) {
+                Some(wait) => Problem::too_many(wait),
+                None => Problem::unauthorized(),
+            });
+        };
+        let token = authenticate(inner, ip, text).await?;
+        if !token.access.may_read() {
+            return Err(Problem::forbidden("this token may only enqueue messages"));
+        }
+        let write = !matches!(parts.method, Method::GET | Method::HEAD);
+        if write && !token.access.may_change() {
+            return Err(Problem::forbidden("this token is read-only"));
+        }
+        if write && token.scope.tenant().is_some() {
+            return Err(Problem::forbidden(
+                "the event-type catalogue is global: changing it needs an admin token",
+            ));
+        }
+        Ok(Global)
+    }
+}

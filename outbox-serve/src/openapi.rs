@@ -48,6 +48,12 @@ impl Modify for Bearer {
         api::deliveries::replay,
         api::deliveries::retry,
         api::deliveries::cancel,
+        api::event_types::list,
+        api::event_types::show,
+        api::event_types::put,
+        api::event_types::delete,
+        api::event_types::mode,
+        api::event_types::set_mode,
     ),
     components(schemas(
         Problem,
@@ -78,6 +84,10 @@ impl Modify for Bearer {
         views::NewMessageBody,
         views::EnqueuedView,
         views::Health,
+        api::event_types::EventTypeView,
+        api::event_types::EventTypeList,
+        api::event_types::EventTypeBody,
+        api::event_types::ModeBody,
     )),
     modifiers(&Bearer)
 )]
@@ -126,7 +136,10 @@ const WITH_BODY: &[(&str, &str)] = &[
 fn exact(doc: &mut Value) {
     let problem = json!({ "$ref": "#/components/schemas/Problem" });
     if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
-        for item in paths.values_mut() {
+        for (path, item) in paths.iter_mut() {
+            // A global route (the event-type catalogue) names no tenant: nothing of a tenant
+            // can be out of its token's sight.
+            let tenanted = path.contains("{tenant}");
             let Some(item) = item.as_object_mut() else {
                 continue;
             };
@@ -138,6 +151,9 @@ fn exact(doc: &mut Value) {
                 };
                 let mut add = |list: &[(&str, &str)]| {
                     for (code, why) in list {
+                        if *code == "404" && !tenanted {
+                            continue;
+                        }
                         responses.entry(*code).or_insert_with(
                             || json!({ "description": why, "content": { "application/json": { "schema": problem } } }),
                         );

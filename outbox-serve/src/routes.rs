@@ -39,6 +39,12 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/tenants/{tenant}/deliveries/{id}/replay"),
     ("post", "/v1/tenants/{tenant}/deliveries/{id}/retry"),
     ("post", "/v1/tenants/{tenant}/deliveries/{id}/cancel"),
+    ("get", "/v1/event-types"),
+    ("get", "/v1/event-types/{topic}"),
+    ("put", "/v1/event-types/{topic}"),
+    ("delete", "/v1/event-types/{topic}"),
+    ("get", "/v1/catalogue/mode"),
+    ("put", "/v1/catalogue/mode"),
 ];
 
 /// The Content-Security-Policy of every answer: nothing but this origin's own styles and
@@ -98,6 +104,17 @@ fn router(state: Serve) -> Router {
         .route("/v1/health", get(api::health))
         .route("/v1/openapi.json", get(openapi))
         .route(&format!("{t}/stats"), get(api::stats))
+        .route("/v1/event-types", get(api::event_types::list))
+        .route(
+            "/v1/event-types/{topic}",
+            get(api::event_types::show)
+                .put(api::event_types::put)
+                .delete(api::event_types::delete),
+        )
+        .route(
+            "/v1/catalogue/mode",
+            get(api::event_types::mode).put(api::event_types::set_mode),
+        )
         .route(
             &format!("{t}/messages"),
             post(messages::enqueue).layer(DefaultBodyLimit::max(enqueue_limit)),

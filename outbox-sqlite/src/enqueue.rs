@@ -182,6 +182,7 @@ impl SqliteStore {
         let (clock, limits) = self.clock_and_limits();
         let now = clock.now();
         let valid = self::validate_all(messages, limits, now)?;
+        self.check_catalogue_on(tx, &valid)?;
         let run = || -> crate::error::Result<Vec<Enqueued>> {
             tx.execute_batch("SAVEPOINT outbox_enqueue")?;
             match self::write(tx, &valid, now, self.entropy(), None) {
@@ -205,6 +206,7 @@ impl MessageStore for SqliteStore {
         let (clock, limits) = self.clock_and_limits();
         let now = clock.now();
         let valid = self::validate_all(vec![message], limits, now)?;
+        self.check_catalogue(&valid).await?;
         // The result is taken inside the transaction: once it commits, nothing can fail. A
         // lone enqueue on an idle writer runs here, without the two thread hand-offs (a
         // single insert costs less than them).
@@ -232,6 +234,7 @@ impl MessageStore for SqliteStore {
         if valid.is_empty() {
             return Ok(Vec::new());
         }
+        self.check_catalogue(&valid).await?;
         let routes = self.routes().clone();
         let out = self
             .write(move |tx, _, entropy| self::write(tx, &valid, now, entropy, Some(&routes)))

@@ -10,6 +10,7 @@ mod deliveries;
 mod endpoints;
 mod enqueue;
 mod error;
+mod event_types;
 mod ledger;
 mod permits;
 mod routes;

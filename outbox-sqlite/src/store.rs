@@ -47,6 +47,8 @@ struct Inner {
     routes: Arc<Routes>,
     /// The rows this store claimed, as their leases left them (`claim/fences.rs`).
     fences: claim::Fences,
+    /// The event-type catalogue as last read (`event_types.rs`).
+    catalogue: outboxkit_core::catalogue::CatalogueCache,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -71,6 +73,11 @@ impl SqliteStore {
     /// The writer's routing copy (for `enqueue.rs`, and the writes that change routes).
     pub(crate) fn routes(&self) -> &Arc<Routes> {
         &self.inner.routes
+    }
+
+    /// The event-type catalogue as last read (for `event_types.rs`).
+    pub(crate) fn catalogue(&self) -> &outboxkit_core::catalogue::CatalogueCache {
+        &self.inner.catalogue
     }
 
     pub(crate) fn clock_and_limits(&self) -> (&dyn Clock, &Limits) {
@@ -115,6 +122,7 @@ impl SqliteStore {
                 path: config.path,
                 routes: Arc::new(Routes::default()),
                 fences: claim::Fences::default(),
+                catalogue: Default::default(),
             }),
         })
     }

@@ -23,11 +23,11 @@ use crate::ManualClock;
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    Attempt, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery, DeliveryFilter,
-    DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Enqueued,
-    Error, ErrorKind, Lease, Ledger, Message, MessageId, MessageStore, NewMessage, OperatorStore,
-    Page, PageRequest, Permits, PurgeReport, ReleaseReport, Result, Stats, TenantId, Timestamp,
-    WakeListener,
+    Attempt, CatalogueMode, ClaimRequest, Claimed, Completion, Consumer, ConsumerName, Delivery,
+    DeliveryFilter, DeliveryId, DeliveryStore, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
+    Enqueued, Error, ErrorKind, EventType, EventTypeStore, Lease, Ledger, Message, MessageId,
+    MessageStore, NewEventType, NewMessage, OperatorStore, Page, PageRequest, Permits, PurgeReport,
+    ReleaseReport, Result, Stats, TenantId, Timestamp, Topic, WakeListener,
 };
 
 /// A store that fails a seeded fraction of calls with [`ErrorKind::Unavailable`] (before
@@ -280,6 +280,35 @@ impl<S: MessageStore> MessageStore for FaultyStore<S> {
     async fn enqueue_batch(&self, messages: Vec<NewMessage>) -> Result<Vec<Enqueued>> {
         self.gate("enqueue_batch").await?;
         self.inner.enqueue_batch(messages).await
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<S: EventTypeStore> EventTypeStore for FaultyStore<S> {
+    async fn put_event_type(&self, event_type: &NewEventType) -> Result<EventType> {
+        self.gate("put_event_type").await?;
+        self.inner.put_event_type(event_type).await
+    }
+    async fn get_event_type(&self, topic: &Topic) -> Result<EventType> {
+        self.gate("get_event_type").await?;
+        self.inner.get_event_type(topic).await
+    }
+    async fn list_event_types(&self) -> Result<Vec<EventType>> {
+        self.gate("list_event_types").await?;
+        self.inner.list_event_types().await
+    }
+    async fn delete_event_type(&self, topic: &Topic) -> Result<()> {
+        self.gate("delete_event_type").await?;
+        self.inner.delete_event_type(topic).await
+    }
+    async fn catalogue_mode(&self) -> Result<CatalogueMode> {
+        self.gate("catalogue_mode").await?;
+        self.inner.catalogue_mode().await
+    }
+    async fn set_catalogue_mode(&self, mode: CatalogueMode) -> Result<()> {
+        self.gate("set_catalogue_mode").await?;
+        self.inner.set_catalogue_mode(mode).await
     }
 }
 

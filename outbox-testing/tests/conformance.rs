@@ -195,6 +195,35 @@ mod without_tokens {
 
     #[async_trait]
     #[deny(clippy::missing_trait_methods)]
+    impl outboxkit_core::EventTypeStore for StoreOnly {
+        async fn put_event_type(
+            &self,
+            t: &outboxkit_core::NewEventType,
+        ) -> Result<outboxkit_core::EventType> {
+            self.0.put_event_type(t).await
+        }
+        async fn get_event_type(
+            &self,
+            topic: &outboxkit_core::Topic,
+        ) -> Result<outboxkit_core::EventType> {
+            self.0.get_event_type(topic).await
+        }
+        async fn list_event_types(&self) -> Result<Vec<outboxkit_core::EventType>> {
+            self.0.list_event_types().await
+        }
+        async fn delete_event_type(&self, topic: &outboxkit_core::Topic) -> Result<()> {
+            self.0.delete_event_type(topic).await
+        }
+        async fn catalogue_mode(&self) -> Result<outboxkit_core::CatalogueMode> {
+            self.0.catalogue_mode().await
+        }
+        async fn set_catalogue_mode(&self, mode: outboxkit_core::CatalogueMode) -> Result<()> {
+            self.0.set_catalogue_mode(mode).await
+        }
+    }
+
+    #[async_trait]
+    #[deny(clippy::missing_trait_methods)]
     impl EndpointStore for StoreOnly {
         async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<()> {
             self.0.create_endpoint(endpoint).await

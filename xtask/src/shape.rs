@@ -22,6 +22,7 @@ pub const STORE_FILES: &[(&str, Option<&str>)] = &[
     ("endpoints", Some("EndpointStore")),
     ("ledger", Some("Ledger")),
     ("tokens", Some("TokenStore")),
+    ("event_types", Some("EventTypeStore")),
     ("claim", None),
 ];
 

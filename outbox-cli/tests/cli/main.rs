@@ -14,6 +14,7 @@ mod cluster;
 mod defects;
 mod delayed;
 mod demo;
+mod event_types;
 mod features;
 mod fifo;
 mod headers;

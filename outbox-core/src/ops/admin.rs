@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
+use crate::catalogue::{Catalogue, CatalogueMode};
 use crate::endpoint::{
     check_description, check_headers, check_rate_limit, BodyFormat, CustomHeader, Endpoint,
     EndpointStatus, EndpointUpdate, EndpointUrl, HeaderInput, HeaderValue, HttpsOnly, UrlPolicy,
 };
 use crate::endpoint_headers::check_inputs;
 use crate::error::{Error, Result};
-use crate::ids::{EndpointId, TenantId, TopicFilter};
+use crate::ids::{EndpointId, TenantId, TopicFilter, TopicPattern};
 use crate::signing::{HeaderNames, WebhookSecret};
 use crate::store::DynStore;
 use crate::time::{DynClock, DynEntropy};
@@ -131,6 +132,7 @@ impl EndpointAdmin {
         };
         check_rate_limit(new.rate_limit)?;
         check_inputs(&new.headers, &self.names)?;
+        self.check_filter(&filter).await?;
         let secret = self.secret(new.secret.as_deref())?;
         // Last, as it may resolve the host: every other field is checked first.
         self.urls.check(&url).await?;
@@ -160,6 +162,25 @@ impl EndpointAdmin {
         };
         self.store.create_endpoint(&endpoint).await?;
         Ok((endpoint, secret))
+    }
+
+    /// A filter against the event-type catalogue: when its mode is not `off`, every exact
+    /// topic must be registered and every `prefix.*` must match a registered one
+    /// ([`crate::catalogue::Catalogue::check_filter`]).
+    async fn check_filter(&self, filter: &TopicFilter) -> Result<()> {
+        if filter
+            .patterns()
+            .iter()
+            .all(|p| matches!(p, TopicPattern::All))
+        {
+            return Ok(());
+        }
+        let mode = self.store.catalogue_mode().await?;
+        if mode == CatalogueMode::Off {
+            return Ok(());
+        }
+        let types = self.store.list_event_types().await?;
+        Catalogue::new(CatalogueMode::RefuseUnknown, types)?.check_filter(filter)
     }
 
     /// Rotate the secret (to `given`, or a new one): the old one keeps signing as the
@@ -219,6 +240,9 @@ impl EndpointAdmin {
         update: EndpointUpdate,
     ) -> Result<Endpoint> {
         update.validate()?;
+        if let Some(filter) = &update.filter {
+            self.check_filter(filter).await?;
+        }
         for h in update.headers.iter().flatten().chain(&update.set_headers) {
             crate::endpoint_headers::check_header_name(&h.name, &self.names)?;
         }

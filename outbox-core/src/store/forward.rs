@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::catalogue::{CatalogueMode, EventType, NewEventType};
 use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
 use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
 use crate::error::Result;
-use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId};
+use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId, Topic};
 use crate::model::{Attempt, Delivery, Message, NewMessage};
 use crate::permits::Permits;
 use crate::retention::RetentionCutoffs;
@@ -18,12 +19,35 @@ use crate::time::Timestamp;
 use crate::wake::WakeListener;
 
 use super::{
-    CancelReport, DeliveryFilter, DeliveryStore, EndpointStore, Enqueued, Ledger, MessageStore,
-    OperatorStore, Page, PageRequest, PurgeReport, Stats, TenantStats,
+    CancelReport, DeliveryFilter, DeliveryStore, EndpointStore, Enqueued, EventTypeStore, Ledger,
+    MessageStore, OperatorStore, Page, PageRequest, PurgeReport, Stats, TenantStats,
 };
 
 macro_rules! forward {
     ($ptr:ident) => {
+        #[async_trait]
+        #[deny(clippy::missing_trait_methods)]
+        impl<T: EventTypeStore + ?Sized> EventTypeStore for $ptr<T> {
+            async fn put_event_type(&self, event_type: &NewEventType) -> Result<EventType> {
+                (**self).put_event_type(event_type).await
+            }
+            async fn get_event_type(&self, topic: &Topic) -> Result<EventType> {
+                (**self).get_event_type(topic).await
+            }
+            async fn list_event_types(&self) -> Result<Vec<EventType>> {
+                (**self).list_event_types().await
+            }
+            async fn delete_event_type(&self, topic: &Topic) -> Result<()> {
+                (**self).delete_event_type(topic).await
+            }
+            async fn catalogue_mode(&self) -> Result<CatalogueMode> {
+                (**self).catalogue_mode().await
+            }
+            async fn set_catalogue_mode(&self, mode: CatalogueMode) -> Result<()> {
+                (**self).set_catalogue_mode(mode).await
+            }
+        }
+
         #[async_trait]
         #[deny(clippy::missing_trait_methods)]
         impl<T: DeliveryStore + ?Sized> DeliveryStore for $ptr<T> {

@@ -54,6 +54,35 @@ BEGIN
 END
 $outbox_key$;
 
+-- The event-type catalogue's check (migration 10): in refuse-unknown and validate a topic
+-- that is not registered is refused. A JSON Schema cannot be checked in PL/pgSQL without an
+-- extension, so in validate a topic that has a schema is refused here too (enqueue it through
+-- `enqueue_in`, `outbox enqueue` or the HTTP API, which check it); one without a schema is
+-- accepted. SECURITY DEFINER (owned by the role that migrates), so a role granted only what
+-- DEPLOYMENT.md lists needs no grant on the catalogue's tables; it reads them and nothing else.
+CREATE OR REPLACE FUNCTION {schema}.enqueue_check_catalogue(in_topic text) RETURNS void
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $outbox_catalogue$
+DECLARE
+    v_mode text;
+    v_schema text;
+BEGIN
+    SELECT c.mode INTO v_mode FROM {schema}.catalogue c;
+    IF v_mode IS NULL OR v_mode = 'off' THEN
+        RETURN;
+    END IF;
+    SELECT t.json_schema INTO v_schema FROM {schema}.event_types t WHERE t.topic = in_topic;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'invalid input: topic: `%` is not in the event-type catalogue (mode %)', in_topic, v_mode
+            USING ERRCODE = '22023';
+    END IF;
+    IF v_mode = 'validate' AND v_schema IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid input: payload: `%` has a JSON Schema, which the SQL enqueue function cannot check (mode validate): enqueue it through enqueue_in or the HTTP API', in_topic
+            USING ERRCODE = '22023';
+    END IF;
+END
+$outbox_catalogue$;
+
 CREATE OR REPLACE FUNCTION {schema}.enqueue(
     tenant text,
     topic text,
@@ -174,6 +203,10 @@ BEGIN
             in_recipients := in_recipients || v_r;
         END IF;
     END LOOP;
+
+    -- The event-type catalogue (migration 10), as `enqueue_in` enforces it after core's
+    -- validation (`enqueue_check_catalogue`).
+    PERFORM {schema}.enqueue_check_catalogue(in_topic);
 
     -- UUIDv7: 48 bits of milliseconds, version 7, the variant, random bits.
     in_id := {schema}.enqueue_uuid7(in_now);

@@ -37,6 +37,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "endpoint_headers",
         include_str!("0012_endpoint_headers.sql"),
     ),
+    (13, "event_types", include_str!("0013_event_types.sql")),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

@@ -25,6 +25,8 @@ use sqlx::{Arguments, AssertSqlSafe, Encode, FromRow, Type};
 
 /// The token statements.
 pub(crate) const TOKENS: &str = include_str!("tokens.sql");
+/// The event-type catalogue statements.
+pub(crate) const EVENT_TYPES: &str = include_str!("event_types.sql");
 /// The endpoint and consumer statements.
 pub(crate) const ENDPOINTS: &str = include_str!("endpoints.sql");
 /// The operator statements.
@@ -270,6 +272,8 @@ mod tests {
     fn every_sql_file_parses() {
         let tables = [
             ("api_tokens", "\"s\".api_tokens"),
+            ("event_types", "\"s\".event_types"),
+            ("catalogue", "\"s\".catalogue"),
             ("endpoints", "\"s\".endpoints"),
             ("consumers", "\"s\".consumers"),
             ("all", "\"s\".delivery_rows"),
@@ -288,7 +292,15 @@ mod tests {
             // `claim::Sql::new` pastes the `claimable` section here before parsing.
             ("claimable", "true"),
         ];
-        for file in [TOKENS, ENDPOINTS, LEDGER, DELIVERIES, CLAIM, ENQUEUE] {
+        for file in [
+            TOKENS,
+            EVENT_TYPES,
+            ENDPOINTS,
+            LEDGER,
+            DELIVERIES,
+            CLAIM,
+            ENQUEUE,
+        ] {
             let names: Vec<&str> = file
                 .lines()
                 .filter_map(|l| l.strip_prefix("-- name: "))

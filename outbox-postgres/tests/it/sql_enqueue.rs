@@ -685,3 +685,64 @@ async fn a_role_with_the_documented_grants_can_enqueue() {
     })
     .await;
 }
+
+/// The function follows the event-type catalogue as `enqueue_in` does: in `refuse-unknown`
+/// an unregistered topic is refused (nothing written); in `validate` a topic with a schema
+/// is refused (PL/pgSQL cannot check a JSON Schema: the message says so) and one without a
+/// schema is accepted; `off` accepts anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_function_follows_the_event_type_catalogue() {
+    use outboxkit_core::{CatalogueMode, EventTypeStore, NewEventType, Topic};
+    with_db(|db| async move {
+        let store = db
+            .ready_store(
+                db.pool(&db.app("sqlcatalogue"), 2).await,
+                Arc::new(SystemClock),
+            )
+            .await;
+        let s = format!("\"{}\"", db.schema);
+        let call = |topic: &str| {
+            format!("SELECT * FROM {s}.enqueue('default', '{topic}', '{{\"id\": 1}}')")
+        };
+        let run = |topic: &str| {
+            let q = call(topic);
+            let pool = store.pool().clone();
+            async move {
+                sqlx::query(sqlx::AssertSqlSafe(q))
+                    .execute(&pool)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+        };
+        run("any.thing").await.expect("mode off accepts anything");
+        let with_schema = NewEventType::new(Topic::new("order.created").unwrap(), "")
+            .schema(serde_json::json!({"type": "object"}));
+        store.put_event_type(&with_schema).await.unwrap();
+        let plain = NewEventType::new(Topic::new("order.noted").unwrap(), "");
+        store.put_event_type(&plain).await.unwrap();
+        store
+            .set_catalogue_mode(CatalogueMode::RefuseUnknown)
+            .await
+            .unwrap();
+        let e = run("order.paid").await.unwrap_err();
+        assert!(
+            e.contains("invalid input: topic") && e.contains("order.paid"),
+            "{e}"
+        );
+        run("order.created").await.expect("registered");
+        store
+            .set_catalogue_mode(CatalogueMode::Validate)
+            .await
+            .unwrap();
+        let e = run("order.created").await.unwrap_err();
+        assert!(
+            e.contains("invalid input: payload") && e.contains("JSON Schema"),
+            "{e}"
+        );
+        assert!(run("order.paid").await.is_err());
+        run("order.noted").await.expect("a type without a schema");
+        assert_eq!(count(&db, "SELECT count(*) FROM {s}.messages").await, 3);
+    })
+    .await;
+}

@@ -3,6 +3,7 @@
 
 pub(crate) mod deliveries;
 pub(crate) mod endpoints;
+pub(crate) mod event_types;
 pub(crate) mod messages;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};

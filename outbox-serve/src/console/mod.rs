@@ -24,6 +24,7 @@ use crate::state::Serve;
 use crate::views::{display_url, DeliveryQuery, DeliveryView};
 
 mod actions;
+mod event_types;
 mod session;
 
 use session::csrf_ok;
@@ -42,6 +43,7 @@ pub(crate) fn routes() -> Router<Serve> {
         .route("/console/deliveries", get(deliveries))
         .route("/console/deliveries/{id}", get(delivery))
         .route("/console/endpoints", get(endpoints))
+        .route("/console/event-types", get(event_types::event_types))
         .route("/console/confirm", get(actions::confirm))
         .route("/console/act", post(actions::act))
         .route("/console/static/console.css", get(css))
@@ -71,12 +73,13 @@ fn page(user: Option<(&User, &str)>, title: &str, body: &str) -> Html<String> {
                 format!("<a href=\"{path}?tenant={t}\"{class}>{name}</a>")
             };
             format!(
-                "<header><strong>outbox</strong>{}{}{}<span class=\"who\">tenant {} · {}{}</span>\
+                "<header><strong>outbox</strong>{}{}{}{}<span class=\"who\">tenant {} · {}{}</span>\
                  <form method=\"post\" action=\"/console/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
                  <button type=\"submit\">Log out</button></form></header>",
                 link("/console", "Overview", "overview"),
                 link("/console/deliveries", "Deliveries", "deliveries"),
                 link("/console/endpoints", "Endpoints", "endpoints"),
+                link("/console/event-types", "Event types", "event-types"),
                 esc(u.tenant.as_str()),
                 match &u.session.scope {
                     TokenScope::Admin => "admin token",

@@ -352,3 +352,47 @@ async fn cancelling_a_pending_delivery_in_the_console() {
     assert_eq!(s, StatusCode::CONFLICT, "{html}");
     assert!(html.contains("already finished"), "{html}");
 }
+
+/// The event-types page lists the catalogue with its mode, descriptions and schemas, all
+/// escaped (a description or schema string holding markup is shown as text).
+#[tokio::test]
+async fn the_event_types_page_shows_the_catalogue_escaped() {
+    let app = App::sqlite().await;
+    let cookie = login(&app, &app.reader).await;
+    let (s, _, html) = raw(&app, get("/console/event-types?tenant=acme", &cookie)).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("No event type is registered") && html.contains(">off<"),
+        "{html}"
+    );
+    let t = outboxkit_core::NewEventType::new(
+        outboxkit_core::Topic::new("order.created").unwrap(),
+        "<script>alert(1)</script> placed",
+    )
+    .schema(serde_json::json!({"type": "object", "description": "<b>bold</b>"}));
+    app.store.put_event_type(&t).await.unwrap();
+    app.store
+        .set_catalogue_mode(outboxkit_core::CatalogueMode::Validate)
+        .await
+        .unwrap();
+    let (s, _, html) = raw(&app, get("/console/event-types?tenant=acme", &cookie)).await;
+    assert_eq!(s, StatusCode::OK, "{html}");
+    assert!(
+        html.contains("order.created") && html.contains(">validate<"),
+        "{html}"
+    );
+    assert!(
+        html.contains("&lt;script&gt;alert(1)&lt;/script&gt; placed"),
+        "{html}"
+    );
+    assert!(
+        html.contains("&lt;b&gt;bold&lt;/b&gt;") && !html.contains("<b>bold"),
+        "{html}"
+    );
+    assert!(!html.contains("<script>"), "{html}");
+    assert!(
+        html.contains("href=\"/console/event-types?tenant=acme\""),
+        "{html}"
+    );
+    app.finish().await;
+}

@@ -133,6 +133,9 @@ async fn case<'a>(
     status: u16,
     next_ip: &mut u8,
 ) -> Option<Case<'a>> {
+    if !path.contains("{tenant}") && path != "/v1/health" && path != "/v1/openapi.json" {
+        return catalogue_case(app, method, path, status, next_ip).await;
+    }
     let has_id = path.contains("{id}");
     let on_deliveries = path.contains("/deliveries/{id}");
     // A valid target and body for this route.
@@ -263,6 +266,87 @@ async fn case<'a>(
     })
 }
 
+/// The cases of the global routes (the event-type catalogue): reads with any token that
+/// may read, writes with an admin token.
+async fn catalogue_case<'a>(
+    app: &'a App,
+    method: &str,
+    path: &str,
+    status: u16,
+    next_ip: &mut u8,
+) -> Option<Case<'a>> {
+    let write = !matches!(method, "get" | "head");
+    let topic = if method == "delete" {
+        let fresh = format!("fresh.t{}", *next_ip);
+        *next_ip += 1;
+        let t = outboxkit_core::Topic::new(fresh.as_str()).unwrap();
+        app.store
+            .put_event_type(&outboxkit_core::NewEventType::new(t, ""))
+            .await
+            .unwrap();
+        fresh
+    } else {
+        "order.created".to_owned()
+    };
+    let body = match (method, path) {
+        ("put", p) if p.ends_with("/mode") => json_body(r#"{"mode":"off"}"#),
+        ("put", _) => json_body(r#"{"description":"an order"}"#),
+        _ => None,
+    };
+    let uri = |t: &str| path.replace("{topic}", t);
+    let ok = Case {
+        uri: uri(&topic),
+        token: Some(if write { &app.admin } else { &app.reader }),
+        body: body.clone(),
+        ip: None,
+        key: None,
+    };
+    Some(match status {
+        200..=299 => ok,
+        400 if path.contains("{topic}") => Case {
+            uri: uri("Bad%20Topic"),
+            ..ok
+        },
+        400 if path.ends_with("/mode") => Case {
+            body: json_body(r#"{"mode":"strict"}"#),
+            ..ok
+        },
+        401 => Case { token: None, ..ok },
+        403 if write => Case {
+            token: Some(&app.writer),
+            ..ok
+        },
+        403 => Case {
+            token: Some(&app.enqueuer),
+            ..ok
+        },
+        404 if path.contains("{topic}") => Case {
+            uri: uri("no.such.topic"),
+            ..ok
+        },
+        413 if body.is_some() => Case {
+            body: Some(("application/json", format!("\"{}\"", "x".repeat(70 * 1024)))),
+            ..ok
+        },
+        415 if body.is_some() => Case {
+            body: Some(("text/plain", "hello".into())),
+            ..ok
+        },
+        429 => {
+            *next_ip += 1;
+            let guess = Case {
+                token: Some("obx_nope"),
+                ip: Some([10, 9, 8, *next_ip]),
+                ..ok
+            };
+            let (s, _, _) = send_as(&app.router, &guess, method).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED);
+            guess
+        }
+        _ => return None,
+    })
+}
+
 /// A server over a store that is always unavailable (tokens still work).
 async fn unavailable(dir: &std::path::Path) -> (axum::Router, String) {
     let sq = SqliteStore::open(
@@ -300,13 +384,20 @@ async fn slow_body(app: &App, cfg: &ServeConfig, path: &str, method: &str) -> St
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     let uri = path
         .replace("{tenant}", "acme")
-        .replace("{id}", "0193f7a0-0000-7000-8000-000000000000");
+        .replace("{id}", "0193f7a0-0000-7000-8000-000000000000")
+        .replace("{topic}", "order.created");
+    // The catalogue's writes need an admin token before the body is read.
+    let token = if path.contains("{tenant}") {
+        &app.writer
+    } else {
+        &app.admin
+    };
     s.write_all(
         format!(
             "{} {uri} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\n\
              content-length: 50\r\nconnection: close\r\n\r\n{{",
             method.to_uppercase(),
-            app.writer
+            token
         )
         .as_bytes(),
     )
@@ -384,6 +475,11 @@ async fn every_documented_answer_is_served_as_documented() {
         cancellable: of(true),
         cancellable_message: extra_message,
     };
+    let ordered = outboxkit_core::NewEventType::new(
+        outboxkit_core::Topic::new("order.created").unwrap(),
+        "an order",
+    );
+    app.store.put_event_type(&ordered).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (down, down_admin) = unavailable(dir.path()).await;
 
@@ -444,7 +540,12 @@ async fn every_documented_answer_is_served_as_documented() {
                             c.body = json_body(MESSAGE);
                         } else if path.ends_with("/rotate-secret") {
                             c.body = None;
+                        } else if path == "/v1/catalogue/mode" && method == "put" {
+                            c.body = json_body(r#"{"mode":"off"}"#);
+                        } else if path.starts_with("/v1/event-types/") && method == "put" {
+                            c.body = json_body(r#"{"description":"down"}"#);
                         }
+                        c.uri = c.uri.replace("{topic}", "order.created");
                         let (s, h, b) = send_as(&down, &c, method).await;
                         (s, h, b)
                     }

@@ -7,6 +7,7 @@
 
 mod budget;
 mod cancel;
+mod catalogue;
 mod claim;
 mod delayed;
 mod endpoint_headers;
@@ -32,6 +33,7 @@ mod waiting;
 
 pub use budget::*;
 pub use cancel::*;
+pub use catalogue::*;
 pub use claim::*;
 pub use delayed::*;
 pub use endpoint_headers::*;
@@ -80,6 +82,13 @@ macro_rules! __token_conformance_cases {
 macro_rules! __conformance_cases {
     ($setup:path) => {
         $crate::__conformance_case!($setup;
+            event_types_round_trip,
+            event_type_with_a_bad_schema_writes_nothing,
+            catalogue_off_accepts_anything,
+            refuse_unknown_refuses_and_writes_nothing,
+            catalogue_refuses_a_batch_whole,
+            validate_refuses_a_failing_payload_naming_the_path,
+            a_catalogue_change_through_another_handle_is_enforced,
             empty_allowlist_is_refused,
             fifo_endpoint_delivers_one_at_a_time_in_enqueue_order,
             fifo_held_head_and_paused_endpoint_hold_everything_behind,

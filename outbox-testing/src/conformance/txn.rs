@@ -122,6 +122,51 @@ pub async fn enqueue_in_invalid_message_leaves_nothing(t: TxnFixture) {
     assert_eq!(claimable(&t.fx, &c).await, 0);
 }
 
+/// `enqueue_in` follows the event-type catalogue: in `validate` an unknown topic or a
+/// payload that fails its schema is `InvalidInput` (the caller rolls back: nothing is
+/// left); a valid message commits with the caller's write.
+pub async fn enqueue_in_follows_the_catalogue(t: TxnFixture) {
+    let c = consumer(&t.fx).await;
+    let ty = outboxkit_core::NewEventType::new(
+        outboxkit_core::Topic::new("order.created").expect("a topic"),
+        "an order",
+    )
+    .schema(serde_json::json!({"type": "object", "required": ["id"]}));
+    t.fx.store()
+        .put_event_type(&ty)
+        .await
+        .expect("put_event_type");
+    t.fx.store()
+        .set_catalogue_mode(outboxkit_core::CatalogueMode::Validate)
+        .await
+        .expect("set_catalogue_mode");
+    let unknown = vec![
+        NewMessage::new("order.created", serde_json::json!({ "id": 1 })),
+        NewMessage::new("order.unknown", serde_json::json!({ "id": 2 })),
+    ];
+    let r = t.harness.write_and_enqueue("unknown", unknown, true).await;
+    assert_eq!(r.map_err(|e| e.field()), Err(Some("topic")));
+    let failing = vec![NewMessage::new(
+        "order.created",
+        serde_json::json!({ "n": 1 }),
+    )];
+    let r = t.harness.write_and_enqueue("failing", failing, true).await;
+    assert_eq!(r.map_err(|e| e.field()), Err(Some("payload")));
+    assert!(!t.harness.marker_exists("unknown").await.expect("marker"));
+    assert!(!t.harness.marker_exists("failing").await.expect("marker"));
+    assert_eq!(t.fx.store().stats().await.expect("stats").total(), 0);
+    let valid = vec![NewMessage::new(
+        "order.created",
+        serde_json::json!({ "id": 3 }),
+    )];
+    t.harness
+        .write_and_enqueue("valid", valid, true)
+        .await
+        .expect("a valid message commits");
+    assert!(t.harness.marker_exists("valid").await.expect("marker"));
+    assert_eq!(claimable(&t.fx, &c).await, 1);
+}
+
 /// Run one transaction case: `setup` gives a fresh [`TxnFixture`] (or `None` when the backend
 /// is unreachable and not required).
 pub fn run_txn<S, SF, C, CF>(setup: S, case: C)
@@ -162,6 +207,7 @@ macro_rules! transaction_tests {
             enqueue_in_commits_with_the_callers_write,
             enqueue_in_rolled_back_leaves_nothing,
             enqueue_in_invalid_message_leaves_nothing,
+            enqueue_in_follows_the_catalogue,
         );
     };
 }

@@ -10,6 +10,7 @@ impl MessageStore for InMemoryStore {
     async fn enqueue(&self, message: NewMessage) -> Result<Enqueued> {
         let now = self.now();
         let valid = message.validate(&self.limits, now)?;
+        self.check_catalogue(std::slice::from_ref(&valid))?;
         let out = self.lock().enqueue(valid, now, &*self.entropy);
         self.wake();
         Ok(out)
@@ -21,6 +22,7 @@ impl MessageStore for InMemoryStore {
             .into_iter()
             .map(|m| m.validate(&self.limits, now))
             .collect::<Result<Vec<_>>>()?;
+        self.check_catalogue(&valid)?;
         if valid.is_empty() {
             return Ok(Vec::new());
         }

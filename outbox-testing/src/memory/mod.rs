@@ -20,12 +20,13 @@
 
 // One file per store trait, as in every store: `store.rs` (`DeliveryStore`), `deliveries.rs`
 // (`OperatorStore`), `enqueue.rs` (`MessageStore`), `endpoints.rs` (`EndpointStore`),
-// `ledger.rs` (`Ledger`), `tokens.rs` (`TokenStore`); the claim protocol in `claim.rs`, the
+// `ledger.rs` (`Ledger`), `tokens.rs` (`TokenStore`), `event_types.rs` (`EventTypeStore`); the claim protocol in `claim.rs`, the
 // data and its enqueue in `state.rs`. Each file holds the `State` operations its trait calls.
 mod claim;
 mod deliveries;
 mod endpoints;
 mod enqueue;
+mod event_types;
 mod ledger;
 mod state;
 mod store;
@@ -52,6 +53,8 @@ struct Shared {
     wakeups: Wakeups,
     /// Admin API tokens, apart from the delivery state (`tokens.rs`).
     tokens: Mutex<tokens::Tokens>,
+    /// The event-type catalogue (`event_types.rs`).
+    types: Mutex<event_types::Types>,
 }
 
 impl InMemoryStore {
@@ -62,6 +65,7 @@ impl InMemoryStore {
                 state: Mutex::new(State::default()),
                 wakeups: Wakeups::new(),
                 tokens: Mutex::default(),
+                types: Mutex::default(),
             }),
             clock,
             entropy: Arc::new(OsEntropy),

@@ -297,6 +297,43 @@ macro_rules! delegate_rest {
             }
         }
         #[async_trait::async_trait]
+        impl outboxkit_core::EventTypeStore for Doubling {
+            async fn put_event_type(
+                &self,
+                t: &outboxkit_core::NewEventType,
+            ) -> outboxkit_core::Result<outboxkit_core::EventType> {
+                self.0.put_event_type(t).await
+            }
+            async fn get_event_type(
+                &self,
+                topic: &outboxkit_core::Topic,
+            ) -> outboxkit_core::Result<outboxkit_core::EventType> {
+                self.0.get_event_type(topic).await
+            }
+            async fn list_event_types(
+                &self,
+            ) -> outboxkit_core::Result<Vec<outboxkit_core::EventType>> {
+                self.0.list_event_types().await
+            }
+            async fn delete_event_type(
+                &self,
+                topic: &outboxkit_core::Topic,
+            ) -> outboxkit_core::Result<()> {
+                self.0.delete_event_type(topic).await
+            }
+            async fn catalogue_mode(
+                &self,
+            ) -> outboxkit_core::Result<outboxkit_core::CatalogueMode> {
+                self.0.catalogue_mode().await
+            }
+            async fn set_catalogue_mode(
+                &self,
+                mode: outboxkit_core::CatalogueMode,
+            ) -> outboxkit_core::Result<()> {
+                self.0.set_catalogue_mode(mode).await
+            }
+        }
+        #[async_trait::async_trait]
         impl outboxkit_core::EndpointStore for Doubling {
             async fn create_endpoint(
                 &self,

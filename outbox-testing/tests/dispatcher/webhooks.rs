@@ -457,3 +457,55 @@ async fn a_secret_the_vault_cannot_open_parks_the_delivery_with_the_reason_in_th
     let why = ledger[0].record.excerpt.as_deref().unwrap_or_default();
     assert!(why.contains("vault key"), "{why}");
 }
+
+/// `EndpointAdmin` checks filters against the event-type catalogue at create and at a filter
+/// update when the mode is not off: an unregistered exact topic, or a `prefix.*` that matches
+/// no registered type, is `InvalidInput` naming it, and nothing is written.
+#[tokio::test]
+async fn endpoint_filters_are_checked_against_the_catalogue() {
+    use outboxkit_core::{CatalogueMode, ErrorKind, NewEventType, Topic, TopicFilter};
+    let w = world();
+    let new = |filter: &str| outboxkit_dispatch::NewEndpoint {
+        url: "https://hooks.example/x".into(),
+        filter: filter.into(),
+        ..Default::default()
+    };
+    // Off: any filter.
+    let (free, _) = w.admin.create(&w.tenant, new("order.paid")).await.unwrap();
+    let t = NewEventType::new(Topic::new("order.created").unwrap(), "");
+    w.store.put_event_type(&t).await.unwrap();
+    w.store
+        .set_catalogue_mode(CatalogueMode::RefuseUnknown)
+        .await
+        .unwrap();
+    for bad in ["order.paid", "invoice.*", "order.created,x.y"] {
+        let e = w.admin.create(&w.tenant, new(bad)).await.unwrap_err();
+        assert_eq!(
+            (e.kind(), e.field()),
+            (ErrorKind::InvalidInput, Some("filter")),
+            "{bad}"
+        );
+        let first = bad.split(',').find(|p| *p != "order.created").unwrap();
+        assert!(e.message().contains(first), "{bad}: {e}");
+    }
+    assert_eq!(w.store.list_endpoints(&w.tenant).await.unwrap().len(), 1);
+    for ok in ["*", "order.created", "order.*"] {
+        w.admin.create(&w.tenant, new(ok)).await.unwrap();
+    }
+    let change = |f: &str| outboxkit_core::EndpointUpdate {
+        filter: Some(TopicFilter::parse(f).unwrap()),
+        ..Default::default()
+    };
+    let e = w
+        .admin
+        .update(&w.tenant, free.id, change("billing.*"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.field(), Some("filter"));
+    let kept = w.store.get_endpoint(&w.tenant, free.id).await.unwrap();
+    assert_eq!(kept.filter.to_string(), "order.paid");
+    w.admin
+        .update(&w.tenant, free.id, change("order.*"))
+        .await
+        .unwrap();
+}
