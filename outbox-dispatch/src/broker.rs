@@ -165,6 +165,7 @@ pub(crate) fn build_sinks(
                 name: name.clone(),
                 filter,
                 created_at: now,
+                status: outboxkit_core::ConsumerStatus::Active,
             },
             semaphore: Arc::new(Semaphore::new(sink.concurrency)),
             sink,

@@ -66,7 +66,7 @@ pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
 
 /// Every consumer, by name.
 pub(crate) const SELECT_CONSUMERS: &str =
-    "SELECT name, filter, created_at FROM outbox_consumers ORDER BY name";
+    "SELECT name, filter, created_at, status FROM outbox_consumers ORDER BY name";
 
 /// Every consumer, as the enqueue's transaction sees them.
 pub(crate) fn read_consumers(conn: &Connection) -> Result<Vec<Consumer>> {

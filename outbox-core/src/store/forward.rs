@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
-use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
+use crate::endpoint::{Consumer, ConsumerStatus, Endpoint, EndpointUpdate};
 use crate::error::Result;
 use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId};
 use crate::model::{Attempt, Delivery, Message, NewMessage};
@@ -121,6 +121,13 @@ macro_rules! forward {
             }
             async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
                 (**self).delete_consumer(name).await
+            }
+            async fn set_consumer_status(
+                &self,
+                name: &ConsumerName,
+                status: ConsumerStatus,
+            ) -> Result<Consumer> {
+                (**self).set_consumer_status(name, status).await
             }
         }
 

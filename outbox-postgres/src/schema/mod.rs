@@ -26,6 +26,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (7, "narrow_queue", include_str!("0007_narrow_queue.sql")),
     (8, "enqueue_tokens", include_str!("0008_enqueue_tokens.sql")),
     (9, "hot_claim", include_str!("0009_hot_claim.sql")),
+    (
+        10,
+        "consumer_pause",
+        include_str!("0010_consumer_pause.sql"),
+    ),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

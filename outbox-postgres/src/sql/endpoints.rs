@@ -18,6 +18,9 @@ pub(crate) struct Sql {
     pub(crate) put_consumer: Statement,
     pub(crate) list_consumers: Statement,
     pub(crate) delete_consumer: Statement,
+    pub(crate) set_consumer_status: Statement,
+    pub(crate) hold_for_consumer: Statement,
+    pub(crate) release_for_consumer: Statement,
 }
 
 impl Sql {
@@ -37,6 +40,9 @@ impl Sql {
             put_consumer: load("put_consumer")?,
             list_consumers: load("list_consumers")?,
             delete_consumer: load("delete_consumer")?,
+            set_consumer_status: load("set_consumer_status")?,
+            hold_for_consumer: load("hold_for_consumer")?,
+            release_for_consumer: load("release_for_consumer")?,
         })
     }
 }

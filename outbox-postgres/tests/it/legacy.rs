@@ -143,6 +143,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
             name: worker(),
             filter: TopicFilter::all(),
             created_at: clock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         },
     )
     .await

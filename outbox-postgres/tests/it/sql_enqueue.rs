@@ -285,6 +285,7 @@ async fn routes(store: &PostgresStore) {
             name: ConsumerName::new(name).unwrap(),
             filter: TopicFilter::parse(filter).unwrap(),
             created_at: SystemClock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         };
         store.put_consumer(&c).await.unwrap();
     }

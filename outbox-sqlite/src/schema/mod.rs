@@ -18,10 +18,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("0005_tokens.sql")),
     (6, include_str!("0006_lean_deliveries.sql")),
     (7, include_str!("0007_enqueue_tokens.sql")),
+    (8, include_str!("0008_consumer_pause.sql")),
 ];
 
 /// The version of every migration, oldest first.
-pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5, 6, 7];
+pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 8];
 
 const _: () = {
     // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.
