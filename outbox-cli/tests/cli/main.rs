@@ -17,6 +17,7 @@ mod features;
 mod http_enqueue;
 mod listen;
 mod observability;
+mod paused;
 mod operator;
 mod otel;
 mod print_sql;

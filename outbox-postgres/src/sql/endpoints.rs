@@ -28,6 +28,9 @@ impl Sql {
         let tables = [
             ("endpoints", t.endpoints.as_str()),
             ("consumers", t.consumers.as_str()),
+            ("queue", t.queue.as_str()),
+            ("groups", t.groups.as_str()),
+            ("messages", t.messages.as_str()),
         ];
         let load = |name| sql::load(sql::ENDPOINTS, name, &tables);
         Ok(Sql {

@@ -11,6 +11,7 @@ mod leases;
 mod lifecycle;
 mod limits;
 mod mail;
+mod paused;
 mod trace;
 mod webhooks;
 
