@@ -135,3 +135,36 @@ impl FromRequestParts<Serve> for Enqueuer {
         Ok(Enqueuer { tenant })
     }
 }
+
+/// A caller with an admin token (consumers are global, not a tenant's): any other token gets
+/// the 404 a tenant token gets for another tenant's path, so nothing is leaked; reads need a
+/// token that may read, writes a full one.
+#[derive(Clone, Debug)]
+pub(crate) struct Admin;
+
+impl FromRequestParts<Serve> for Admin {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
+        let inner = &state.inner;
+        let ip = client_ip(parts);
+        let Some(text) = bearer(&parts.headers) else {
+            return Err(match inner.blocked(ip) {
+                Some(wait) => Problem::too_many(wait),
+                None => Problem::unauthorized(),
+            });
+        };
+        let token = authenticate(inner, ip, text).await?;
+        if token.scope != outboxkit_core::TokenScope::Admin {
+            return Err(Problem::not_found());
+        }
+        if !token.access.may_read() {
+            return Err(Problem::forbidden("this token may only enqueue messages"));
+        }
+        let write = !matches!(parts.method, Method::GET | Method::HEAD);
+        if write && !token.access.may_change() {
+            return Err(Problem::forbidden("this token is read-only"));
+        }
+        Ok(Admin)
+    }
+}

@@ -46,6 +46,9 @@ impl Modify for Bearer {
         api::deliveries::show,
         api::deliveries::replay,
         api::deliveries::retry,
+        api::consumers::list,
+        api::consumers::pause,
+        api::consumers::resume,
     ),
     components(schemas(
         Problem,
@@ -73,6 +76,8 @@ impl Modify for Bearer {
         views::NewMessageBody,
         views::EnqueuedView,
         views::Health,
+        api::consumers::ConsumerView,
+        api::consumers::ConsumerList,
     )),
     modifiers(&Bearer)
 )]

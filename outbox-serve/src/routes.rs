@@ -37,6 +37,9 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/tenants/{tenant}/deliveries/{id}"),
     ("post", "/v1/tenants/{tenant}/deliveries/{id}/replay"),
     ("post", "/v1/tenants/{tenant}/deliveries/{id}/retry"),
+    ("get", "/v1/consumers"),
+    ("post", "/v1/consumers/{name}/pause"),
+    ("post", "/v1/consumers/{name}/resume"),
 ];
 
 /// The Content-Security-Policy of every answer: nothing but this origin's own styles and
@@ -141,7 +144,10 @@ fn router(state: Serve) -> Router {
         .route(
             &format!("{t}/deliveries/{{id}}/retry"),
             post(deliveries::retry),
-        );
+        )
+        .route("/v1/consumers", get(api::consumers::list))
+        .route("/v1/consumers/{name}/pause", post(api::consumers::pause))
+        .route("/v1/consumers/{name}/resume", post(api::consumers::resume));
     Router::new()
         .merge(api)
         .merge(crate::console::routes())

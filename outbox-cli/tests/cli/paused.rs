@@ -77,7 +77,10 @@ async fn a_paused_broker_sink_gets_nothing_until_resumed() {
     );
 
     let paused = json(&["consumers", "pause", "--store", s, "broker"]);
-    assert_eq!((&paused["name"], &paused["status"]), (&"broker".into(), &"paused".into()));
+    assert_eq!(
+        (&paused["name"], &paused["status"]),
+        (&"broker".into(), &"paused".into())
+    );
     let text = outbox(&["consumers", "list", "--store", s]).ok();
     assert!(text.contains("broker") && text.contains("paused"), "{text}");
     for n in 1..=2 {
@@ -121,7 +124,11 @@ async fn a_paused_broker_sink_gets_nothing_until_resumed() {
     assert_eq!(order, vec![1, 2], "in enqueue order");
     let done = json(&["deliveries", "list", "--store", s]);
     for d in done["deliveries"].as_array().unwrap() {
-        assert_eq!((&d["status"], &d["attempts"]), (&"succeeded".into(), &1.into()), "{d}");
+        assert_eq!(
+            (&d["status"], &d["attempts"]),
+            (&"succeeded".into(), &1.into()),
+            "{d}"
+        );
     }
     nats.jetstream().delete_stream(&stream).await.unwrap();
 }

@@ -8,6 +8,7 @@ mod browser;
 mod common;
 mod connections;
 mod console;
+mod consumers;
 mod limiter;
 mod messages;
 mod openapi;

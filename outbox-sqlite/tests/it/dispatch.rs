@@ -73,7 +73,9 @@ async fn run_once_delivers_what_a_transaction_enqueued() {
 /// enqueued meanwhile waits held; after the resume both are delivered.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_paused_consumer_is_not_claimed_until_resumed() {
-    use outboxkit_core::{ConsumerName, ConsumerStatus, DeliveryStatus, EndpointStore, MessageStore};
+    use outboxkit_core::{
+        ConsumerName, ConsumerStatus, DeliveryStatus, EndpointStore, MessageStore,
+    };
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new();
     let store = open(&dir.path().join("app.db"), clock.clone()).await;
@@ -142,6 +144,9 @@ async fn a_paused_consumer_is_not_claimed_until_resumed() {
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     assert_eq!(
         statuses(store).await,
-        vec![(DeliveryStatus::Succeeded, 1), (DeliveryStatus::Succeeded, 2)]
+        vec![
+            (DeliveryStatus::Succeeded, 1),
+            (DeliveryStatus::Succeeded, 2)
+        ]
     );
 }

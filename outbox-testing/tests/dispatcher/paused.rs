@@ -18,10 +18,7 @@ fn billing() -> ConsumerName {
 }
 
 async fn set(store: &Arc<dyn Store>, status: ConsumerStatus) {
-    store
-        .set_consumer_status(&billing(), status)
-        .await
-        .unwrap();
+    store.set_consumer_status(&billing(), status).await.unwrap();
 }
 
 #[tokio::test]
@@ -34,7 +31,9 @@ async fn a_paused_consumer_gets_nothing_until_resumed_then_everything_in_order()
         .handler("billing", "*", move |_c: Context, m: Message| {
             let s = s.clone();
             async move {
-                s.lock().unwrap().push(m.json().unwrap()["i"].as_u64().unwrap());
+                s.lock()
+                    .unwrap()
+                    .push(m.json().unwrap()["i"].as_u64().unwrap());
                 HandlerResult::Ok
             }
         })
@@ -124,5 +123,9 @@ async fn a_delivery_running_when_the_pause_lands_comes_back_and_waits() {
     let r = d.run_once(BUDGET).await.unwrap();
     assert_eq!(r.succeeded, 1, "{r:?}");
     assert_eq!(*calls.lock().unwrap(), 2);
-    assert_eq!(w.one().await.attempts, 2, "one attempt per run of the handler");
+    assert_eq!(
+        w.one().await.attempts,
+        2,
+        "one attempt per run of the handler"
+    );
 }
