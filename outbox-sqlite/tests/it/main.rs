@@ -15,3 +15,4 @@ mod upgrade;
 mod upgrade_claim;
 mod upgrade_lean;
 mod upgrade_ledger;
+mod upgrade_pause;
