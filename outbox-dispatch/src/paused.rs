@@ -10,11 +10,12 @@
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outboxkit_core::endpoint::ConsumerStatus;
 use outboxkit_core::ids::ConsumerName;
 use outboxkit_core::store::DynStore;
+use outboxkit_core::Stopwatch;
 
 /// How often the view is read again from the store.
 pub(crate) const REFRESH: Duration = Duration::from_secs(1);
@@ -27,7 +28,7 @@ pub(crate) struct PausedConsumers {
 
 #[derive(Debug, Default)]
 struct View {
-    read_at: Option<Instant>,
+    read_at: Option<Stopwatch>,
     paused: BTreeSet<ConsumerName>,
 }
 
@@ -35,16 +36,17 @@ impl PausedConsumers {
     /// Read the consumers again when the view is older than [`REFRESH`] (a failed read keeps
     /// the old view and is tried at the next claim).
     pub(crate) async fn refresh(&self, store: &DynStore) {
-        let now = Instant::now();
         {
             let view = self.state.lock().unwrap_or_else(|p| p.into_inner());
             if view
                 .read_at
-                .is_some_and(|at| now.duration_since(at) < REFRESH)
+                .as_ref()
+                .is_some_and(|at| at.elapsed() < REFRESH)
             {
                 return;
             }
         }
+        let started = Stopwatch::start();
         match store.list_consumers().await {
             Ok(all) => {
                 let paused = all
@@ -54,7 +56,7 @@ impl PausedConsumers {
                     .collect();
                 let mut view = self.state.lock().unwrap_or_else(|p| p.into_inner());
                 *view = View {
-                    read_at: Some(now),
+                    read_at: Some(started),
                     paused,
                 };
             }
