@@ -62,7 +62,13 @@ pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
         (deliveries, "deliveries", "id"),
         (attempts, "attempts", "delivery_id, number"),
         (format!("{s}.endpoints"), "endpoints", "id"),
-        (format!("{s}.consumers"), "consumers", "name"),
+        // The columns every version has (version 10 adds `status`, 'active' for every
+        // existing consumer: checked in `upgrade_pause`).
+        (
+            format!("(SELECT name, filter, created_at FROM {s}.consumers)"),
+            "consumers",
+            "name",
+        ),
     ] {
         let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT row_to_json(t)::text FROM {table} t ORDER BY {key}"
