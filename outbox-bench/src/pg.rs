@@ -173,6 +173,7 @@ pub async fn store_with(pool: PgPool, config: PostgresConfig) -> BenchResult<Pos
         name: ConsumerName::new(CONSUMER).map_err(err("consumer"))?,
         filter: TopicFilter::all(),
         created_at: SystemClock.now(),
+        status: outboxkit_core::ConsumerStatus::Active,
     };
     store
         .put_consumer(&consumer)

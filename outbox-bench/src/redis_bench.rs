@@ -152,6 +152,7 @@ pub(crate) async fn store(url: &str, prefix: &str) -> BenchResult<RedisStore> {
         name: ConsumerName::new(CONSUMER).map_err(err("consumer"))?,
         filter: TopicFilter::all(),
         created_at: SystemClock.now(),
+        status: outboxkit_core::ConsumerStatus::Active,
     };
     store
         .put_consumer(&consumer)
@@ -458,6 +459,7 @@ async fn sharded_once(
         name: ConsumerName::new(CONSUMER).map_err(err("consumer"))?,
         filter: TopicFilter::all(),
         created_at: SystemClock.now(),
+        status: outboxkit_core::ConsumerStatus::Active,
     };
     store
         .put_consumer(&consumer)

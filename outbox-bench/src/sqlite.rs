@@ -56,6 +56,7 @@ pub(crate) async fn store(path: &Path) -> BenchResult<SqliteStore> {
         name: ConsumerName::new(CONSUMER).map_err(err("consumer"))?,
         filter: TopicFilter::all(),
         created_at: SystemClock.now(),
+        status: outboxkit_core::ConsumerStatus::Active,
     };
     store
         .put_consumer(&consumer)

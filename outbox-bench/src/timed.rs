@@ -263,6 +263,13 @@ impl EndpointStore for Timed {
     async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
         self.inner.delete_consumer(name).await
     }
+    async fn set_consumer_status(
+        &self,
+        name: &ConsumerName,
+        status: outboxkit_core::ConsumerStatus,
+    ) -> Result<Consumer> {
+        self.inner.set_consumer_status(name, status).await
+    }
 }
 
 #[async_trait]

@@ -529,6 +529,49 @@ pub struct Consumer {
     pub filter: TopicFilter,
     /// When it was registered.
     pub created_at: Timestamp,
+    /// Whether its deliveries are handed out (`active`) or wait, held (`paused`); kept by
+    /// `put_consumer`, changed only by `EndpointStore::set_consumer_status`.
+    #[serde(default)]
+    pub status: ConsumerStatus,
+}
+
+/// Whether a consumer's deliveries are handed out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConsumerStatus {
+    /// Claimed and delivered as usual.
+    #[default]
+    Active,
+    /// Its deliveries wait, `held` (due never), until it is resumed; none is lost and no
+    /// attempt is spent.
+    Paused,
+}
+
+impl ConsumerStatus {
+    /// `active` or `paused` (as stored).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsumerStatus::Active => "active",
+            ConsumerStatus::Paused => "paused",
+        }
+    }
+
+    /// The status a store wrote with [`ConsumerStatus::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "active" => Some(ConsumerStatus::Active),
+            "paused" => Some(ConsumerStatus::Paused),
+            _ => None,
+        }
+    }
+
+    /// The due time of a held delivery of a consumer in this status: never while paused.
+    pub fn hold_until(self) -> Option<Timestamp> {
+        match self {
+            ConsumerStatus::Active => None,
+            ConsumerStatus::Paused => Some(Timestamp::MAX),
+        }
+    }
 }
 
 #[cfg(test)]

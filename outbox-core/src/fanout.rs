@@ -3,7 +3,7 @@
 //! `held` for the endpoint), per e-mail recipient. Stores read
 //! consumers and endpoints inside their transaction and write what this returns.
 
-use crate::endpoint::{Consumer, Endpoint};
+use crate::endpoint::{Consumer, ConsumerStatus, Endpoint};
 use crate::ids::{DeliveryId, MessageId};
 use crate::model::{Delivery, Destination, Message, ValidMessage};
 use crate::time::{Entropy, Timestamp};
@@ -92,4 +92,27 @@ pub fn hold_for_endpoints(rows: &mut [Delivery], endpoints: &[Endpoint], now: Ti
             d.next_attempt_at = until;
         }
     }
+}
+
+/// Make the deliveries to paused consumers wait: `held`, due never, until the consumer is
+/// resumed ([`ConsumerStatus::hold_until`]). Others are unchanged.
+pub fn hold_for_consumers(rows: &mut [Delivery], consumers: &[Consumer]) {
+    for d in rows {
+        let Destination::Handler(name) = &d.destination else {
+            continue;
+        };
+        if let Some(until) = consumers
+            .iter()
+            .find(|c| &c.name == name)
+            .and_then(|c| c.status.hold_until())
+        {
+            d.status = crate::model::DeliveryStatus::Held;
+            d.next_attempt_at = until;
+        }
+    }
+}
+
+/// Whether any consumer is paused (a store may skip [`hold_for_consumers`] otherwise).
+pub fn any_paused(consumers: &[Consumer]) -> bool {
+    consumers.iter().any(|c| c.status == ConsumerStatus::Paused)
 }

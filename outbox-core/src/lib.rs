@@ -42,8 +42,8 @@ pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
 };
 pub use endpoint::{
-    AnyUrl, BodyFormat, Consumer, DisabledReason, Endpoint, EndpointStatus, EndpointUpdate,
-    EndpointUrl, HttpsOnly, LastDelivery, SealedSecret, UrlPolicy,
+    AnyUrl, BodyFormat, Consumer, ConsumerStatus, DisabledReason, Endpoint, EndpointStatus,
+    EndpointUpdate, EndpointUrl, HttpsOnly, LastDelivery, SealedSecret, UrlPolicy,
 };
 pub use endpoint_headers::{CustomHeader, HeaderInput, HeaderValue};
 pub use error::{Error, ErrorKind, Result};

@@ -36,6 +36,9 @@ pub(crate) struct RunState {
     /// again (`run_once` waits for it rather than ending with it due).
     /// The due times of the deliveries handed back over a rate limit, each waited for once.
     rate_due: Mutex<std::collections::BTreeSet<Timestamp>>,
+    /// Which consumers are paused, as this run last read them (`paused.rs`; each run reads
+    /// them afresh before its first claim).
+    pub(crate) paused: crate::paused::PausedConsumers,
 }
 
 impl RunState {
@@ -46,6 +49,7 @@ impl RunState {
             shutdown: CancellationToken::new(),
             breakers: Mutex::new(HashMap::new()),
             started: Mutex::new(HashSet::new()),
+            paused: crate::paused::PausedConsumers::default(),
             rate_due: Mutex::new(std::collections::BTreeSet::new()),
         }
     }

@@ -165,6 +165,7 @@ pub(crate) fn build_sinks(
                 name: name.clone(),
                 filter,
                 created_at: now,
+                status: outboxkit_core::ConsumerStatus::Active,
             },
             semaphore: Arc::new(Semaphore::new(sink.concurrency)),
             sink,
@@ -196,8 +197,17 @@ pub(crate) async fn register_sinks(shared: &Shared) -> Result<()> {
 }
 
 async fn release_held(shared: &Shared) -> Result<()> {
+    // A paused sink's deliveries stay held until it is resumed.
+    let paused: Vec<ConsumerName> = shared
+        .store
+        .list_consumers()
+        .await?
+        .into_iter()
+        .filter(|c| c.status == outboxkit_core::ConsumerStatus::Paused)
+        .map(|c| c.name)
+        .collect();
     for tenant in shared.store.tenants().await? {
-        for name in shared.brokers.keys() {
+        for name in shared.brokers.keys().filter(|n| !paused.contains(n)) {
             let filter = DeliveryFilter {
                 status: Some(DeliveryStatus::Held),
                 consumer: Some(name.clone()),

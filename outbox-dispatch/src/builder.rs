@@ -205,6 +205,7 @@ impl DispatcherBuilder {
                     name: name.clone(),
                     filter,
                     created_at: now,
+                    status: outboxkit_core::ConsumerStatus::Active,
                 },
                 handler,
                 options,

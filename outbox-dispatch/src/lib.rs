@@ -15,6 +15,7 @@ mod lease;
 mod limits;
 #[cfg(feature = "metrics")]
 mod metrics;
+mod paused;
 mod permits;
 mod report;
 mod run;
@@ -301,8 +302,12 @@ impl Dispatcher {
         let mut req = ClaimRequest::new(size, s.config.lease)
             .dormant_topics(s.config.dormant_topics.iter().cloned());
         let mut any = false;
+        // A paused consumer is left out (its pending deliveries wait in the store).
         for (name, reg) in &s.handlers {
-            if run.tripped_until(name, now).is_none() && reg.semaphore.available_permits() > 0 {
+            if run.tripped_until(name, now).is_none()
+                && reg.semaphore.available_permits() > 0
+                && !run.paused.is_paused(name)
+            {
                 req = req.handler(name.clone(), reg.options.retry.max_attempts());
                 any = true;
             }
@@ -311,7 +316,10 @@ impl Dispatcher {
         let mut blocked_sinks = std::collections::BTreeSet::new();
         s.sink_breakers.blocked(now, &mut blocked_sinks);
         for (name, reg) in &s.brokers {
-            if reg.semaphore.available_permits() > 0 && !blocked_sinks.contains(name) {
+            if reg.semaphore.available_permits() > 0
+                && !blocked_sinks.contains(name)
+                && !run.paused.is_paused(name)
+            {
                 req = req.handler(name.clone(), reg.sink.retry_budget());
                 any = true;
             }

@@ -8,8 +8,8 @@
 use async_trait::async_trait;
 use outboxkit_core::endpoint::check_description;
 use outboxkit_core::{
-    Consumer, ConsumerName, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Error, Result,
-    TenantId, Timestamp,
+    Consumer, ConsumerName, ConsumerStatus, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
+    Error, Result, TenantId, Timestamp,
 };
 use sqlx::postgres::PgConnection;
 
@@ -215,5 +215,56 @@ impl EndpointStore for PostgresStore {
             return Err(Error::not_found("consumer"));
         }
         Ok(())
+    }
+    async fn set_consumer_status(
+        &self,
+        name: &ConsumerName,
+        status: ConsumerStatus,
+    ) -> Result<Consumer> {
+        let now = self.inner.clock.now();
+        let sql = &self.inner.sql.endpoints;
+        let mut tx = self.inner.pool.begin().await.db()?;
+        let row = (sql.set_consumer_status)
+            .bind(
+                Params::new()
+                    .set("name", name.as_str())
+                    .set("status", status.as_str()),
+            )?
+            .fetch_optional(&mut *tx)
+            .await
+            .db()?
+            .ok_or_else(|| Error::not_found("consumer"))?;
+        let consumer = rows::consumer(&row)?;
+        let mut released = 0;
+        match status.hold_until() {
+            Some(until) => {
+                let params = Params::new()
+                    .set("name", name.as_str())
+                    .set("until", ms(until))
+                    .set("now", ms(now));
+                (sql.hold_for_consumer)
+                    .bind(params)?
+                    .execute(&mut *tx)
+                    .await
+                    .db()?;
+            }
+            None => {
+                let params = Params::new()
+                    .set("name", name.as_str())
+                    .set("now", ms(now))
+                    .set("channel", self.inner.channel.as_str());
+                let row = (sql.release_for_consumer)
+                    .bind(params)?
+                    .fetch_one(&mut *tx)
+                    .await
+                    .db()?;
+                released = get::<i64>(&row, "n")?;
+            }
+        }
+        tx.commit().await.db()?;
+        if released > 0 {
+            self.inner.wake.wakeups().wake();
+        }
+        Ok(consumer)
     }
 }

@@ -300,6 +300,8 @@ pub(crate) fn consumer(row: &PgRow) -> Result<Consumer> {
         name: ConsumerName::new(get::<String>(row, "name")?).map_err(corrupt("name"))?,
         filter: filter_from(get(row, "filter")?)?,
         created_at: ts(row, "created_at")?,
+        status: outboxkit_core::ConsumerStatus::parse(&get::<String>(row, "status")?)
+            .ok_or_else(|| outboxkit_core::Error::from(StoreError::Corrupt("status")))?,
     })
 }
 

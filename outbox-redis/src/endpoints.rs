@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use outboxkit_core::endpoint::check_description;
 use outboxkit_core::{
-    Consumer, ConsumerName, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Error, ErrorKind,
-    Result, TenantId,
+    Consumer, ConsumerName, ConsumerStatus, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
+    Error, ErrorKind, Result, TenantId,
 };
 use redis::Value;
 
@@ -21,6 +21,11 @@ const UPDATE_TRIES: usize = 32;
 impl RedisStore {
     fn consumers_key(&self, shard: usize) -> String {
         format!("{}:consumers", self.inner.shards[shard])
+    }
+
+    /// The set of paused consumers' names (each shard has a copy, like the consumers).
+    fn paused_key(&self, shard: usize) -> String {
+        format!("{}:consumers:paused", self.inner.shards[shard])
     }
 
     /// Run an endpoint write on shard 0 (which decides its answer), then on every other
@@ -214,6 +219,16 @@ impl EndpointStore for RedisStore {
                 },
             )
             .collect::<Result<Vec<_>>>()?;
+        let paused: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.paused_key(0))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_err)?;
+        for c in &mut out {
+            if paused.iter().any(|p| p == c.name.as_str()) {
+                c.status = ConsumerStatus::Paused;
+            }
+        }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
@@ -228,10 +243,53 @@ impl EndpointStore for RedisStore {
                 .query_async(&mut conn)
                 .await
                 .map_err(redis_err)?;
+            // A consumer registered again under this name starts active.
+            let _: i64 = redis::cmd("SREM")
+                .arg(self.paused_key(shard))
+                .arg(name.as_str())
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_err)?;
         }
         if removed == 0 {
             return Err(Error::not_found("consumer"));
         }
         Ok(())
+    }
+
+    async fn set_consumer_status(
+        &self,
+        name: &ConsumerName,
+        status: ConsumerStatus,
+    ) -> Result<Consumer> {
+        let mut a = Args::new();
+        a.s("consumer")
+            .s(name.as_str())
+            .s(if status == ConsumerStatus::Paused {
+                "1"
+            } else {
+                "0"
+            })
+            .t(self.now());
+        // Shard 0 decides (an unknown consumer is `NotFound` there, changing nothing); every
+        // shard holds or releases its own deliveries of the consumer.
+        let mut released: i64 = self.run_on(0, &self.inner.scripts.endpoint, &a).await?;
+        for shard in 1..self.shard_count() {
+            match self
+                .run_on::<i64>(shard, &self.inner.scripts.endpoint, &a)
+                .await
+            {
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                r => released += r?,
+            }
+        }
+        if released > 0 || self.shard_count() > 1 {
+            self.wake_local();
+        }
+        self.list_consumers()
+            .await?
+            .into_iter()
+            .find(|c| &c.name == name)
+            .ok_or_else(|| Error::not_found("consumer"))
     }
 }

@@ -419,6 +419,7 @@ pub(crate) fn consumer(name: &str, value: &str) -> Result<Consumer> {
         name: ConsumerName::new(name).map_err(|_| bad())?,
         filter: TopicFilter::parse(filter).map_err(|_| bad())?,
         created_at: ms(created).ok_or_else(bad)?,
+        status: outboxkit_core::ConsumerStatus::Active,
     })
 }
 

@@ -136,6 +136,32 @@ impl FromRequestParts<Serve> for Enqueuer {
     }
 }
 
+/// The token of a caller of a global route (not under `/v1/tenants/{tenant}`), authenticated
+/// and checked for reading, and for changing when the method writes; with whether it writes.
+async fn global_token(parts: &mut Parts, state: &Serve) -> Result<(ApiToken, bool), Problem> {
+    let inner = &state.inner;
+    let ip = client_ip(parts);
+    let Some(text) = bearer(&parts.headers) else {
+        return Err(match inner.blocked(ip) {
+            Some(wait) => Problem::too_many(wait),
+            None => Problem::unauthorized(),
+        });
+    };
+    let token = authenticate(inner, ip, text).await?;
+    Ok((token, !matches!(parts.method, Method::GET | Method::HEAD)))
+}
+
+/// Reading and, for a write, changing: what every global route asks of its token.
+fn may_read_and_change(token: &ApiToken, write: bool) -> Result<(), Problem> {
+    if !token.access.may_read() {
+        return Err(Problem::forbidden("this token may only enqueue messages"));
+    }
+    if write && !token.access.may_change() {
+        return Err(Problem::forbidden("this token is read-only"));
+    }
+    Ok(())
+}
+
 /// A caller of the global routes (the event-type catalogue, `/v1/event-types`): reads with
 /// any token that may read, writes only with a full admin token (the catalogue is the whole
 /// outbox's, not a tenant's).
@@ -146,27 +172,32 @@ impl FromRequestParts<Serve> for Global {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
-        let inner = &state.inner;
-        let ip = client_ip(parts);
-        let Some(text) = bearer(&parts.headers) else {
-            return Err(match inner.blocked(ip) {
-                Some(wait) => Problem::too_many(wait),
-                None => Problem::unauthorized(),
-            });
-        };
-        let token = authenticate(inner, ip, text).await?;
-        if !token.access.may_read() {
-            return Err(Problem::forbidden("this token may only enqueue messages"));
-        }
-        let write = !matches!(parts.method, Method::GET | Method::HEAD);
-        if write && !token.access.may_change() {
-            return Err(Problem::forbidden("this token is read-only"));
-        }
+        let (token, write) = global_token(parts, state).await?;
+        may_read_and_change(&token, write)?;
         if write && token.scope.tenant().is_some() {
             return Err(Problem::forbidden(
                 "the event-type catalogue is global: changing it needs an admin token",
             ));
         }
         Ok(Global)
+    }
+}
+
+/// A caller with an admin token (consumers are global, not a tenant's): any other token gets
+/// the 404 a tenant token gets for another tenant's path, so nothing is leaked; reads need a
+/// token that may read, writes a full one.
+#[derive(Clone, Debug)]
+pub(crate) struct Admin;
+
+impl FromRequestParts<Serve> for Admin {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Serve) -> Result<Self, Problem> {
+        let (token, write) = global_token(parts, state).await?;
+        if token.scope != outboxkit_core::TokenScope::Admin {
+            return Err(Problem::not_found());
+        }
+        may_read_and_change(&token, write)?;
+        Ok(Admin)
     }
 }

@@ -54,6 +54,9 @@ impl Modify for Bearer {
         api::event_types::delete,
         api::event_types::mode,
         api::event_types::set_mode,
+        api::consumers::list,
+        api::consumers::pause,
+        api::consumers::resume,
     ),
     components(schemas(
         Problem,
@@ -88,6 +91,8 @@ impl Modify for Bearer {
         api::event_types::EventTypeList,
         api::event_types::EventTypeBody,
         api::event_types::ModeBody,
+        api::consumers::ConsumerView,
+        api::consumers::ConsumerList,
     )),
     modifiers(&Bearer)
 )]

@@ -45,6 +45,9 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/event-types/{topic}"),
     ("get", "/v1/catalogue/mode"),
     ("put", "/v1/catalogue/mode"),
+    ("get", "/v1/consumers"),
+    ("post", "/v1/consumers/{name}/pause"),
+    ("post", "/v1/consumers/{name}/resume"),
 ];
 
 /// The Content-Security-Policy of every answer: nothing but this origin's own styles and
@@ -168,7 +171,10 @@ fn router(state: Serve) -> Router {
         .route(
             &format!("{t}/messages/{{id}}/cancel"),
             post(messages::cancel),
-        );
+        )
+        .route("/v1/consumers", get(api::consumers::list))
+        .route("/v1/consumers/{name}/pause", post(api::consumers::pause))
+        .route("/v1/consumers/{name}/resume", post(api::consumers::resume));
     Router::new()
         .merge(api)
         .merge(crate::console::routes())

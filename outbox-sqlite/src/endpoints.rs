@@ -2,7 +2,8 @@
 
 use outboxkit_core::endpoint_headers::encode_headers;
 use outboxkit_core::{
-    Consumer, ConsumerName, Endpoint, EndpointId, EndpointUpdate, Error, TenantId, Timestamp,
+    Consumer, ConsumerName, ConsumerStatus, Endpoint, EndpointId, EndpointUpdate, Error, TenantId,
+    Timestamp,
 };
 use rusqlite::{params, Connection};
 
@@ -159,6 +160,55 @@ pub(crate) fn list_consumers(conn: &Connection) -> Result<Vec<Consumer>> {
     rows::collect(&mut stmt, rusqlite::params![], rows::consumer)
 }
 
+const SET_CONSUMER_STATUS: &str = "UPDATE outbox_consumers SET status = ?2 WHERE name = ?1 \
+     RETURNING name, filter, created_at, status";
+
+/// A paused consumer's pending deliveries (of every tenant) are held, due never; those in
+/// flight finish as they would.
+const HOLD_FOR_CONSUMER: &str = "UPDATE outbox_deliveries \
+     SET status = 'held', next_attempt_at = ?2, updated_at = ?3 \
+     WHERE kind = 'handler' AND target = ?1 AND status = 'pending'";
+
+/// A resumed consumer's held deliveries are due at the later of now and their message's
+/// `available_at`.
+const RELEASE_FOR_CONSUMER: &str = "UPDATE outbox_deliveries \
+     SET status = 'pending', updated_at = ?2, next_attempt_at = MAX(?2, coalesce(( \
+         SELECT m.available_at FROM outbox_messages AS m \
+          WHERE m.id = outbox_deliveries.message_id), ?2)) \
+     WHERE kind = 'handler' AND target = ?1 AND status = 'held'";
+
+/// Pause or resume a consumer, holding or releasing its deliveries. Returns it as stored
+/// and how many deliveries were released.
+pub(crate) fn set_consumer_status(
+    conn: &Connection,
+    name: &ConsumerName,
+    status: ConsumerStatus,
+    now: Timestamp,
+) -> Result<(Consumer, u64)> {
+    let consumer = {
+        let mut stmt = conn.prepare_cached(SET_CONSUMER_STATUS)?;
+        let mut rows = stmt.query(params![name.as_str(), status.as_str()])?;
+        match rows.next()? {
+            Some(row) => rows::consumer(row)?,
+            None => return Err(Error::not_found("consumer").into()),
+        }
+    };
+    let released = match status.hold_until() {
+        Some(until) => {
+            conn.prepare_cached(HOLD_FOR_CONSUMER)?.execute(params![
+                name.as_str(),
+                ms(until),
+                ms(now)
+            ])?;
+            0
+        }
+        None => conn
+            .prepare_cached(RELEASE_FOR_CONSUMER)?
+            .execute(params![name.as_str(), ms(now)])? as u64,
+    };
+    Ok((consumer, released))
+}
+
 const DELETE_CONSUMER: &str = "DELETE FROM outbox_consumers WHERE name = ?1";
 
 /// Remove a consumer.
@@ -257,5 +307,22 @@ impl EndpointStore for SqliteStore {
             self::delete_consumer(tx, &name)
         })
         .await
+    }
+
+    async fn set_consumer_status(
+        &self,
+        name: &ConsumerName,
+        status: ConsumerStatus,
+    ) -> outboxkit_core::Result<Consumer> {
+        let name = name.clone();
+        let change = self.routes().change();
+        let (consumer, released) = self
+            .write(move |tx, now, _| {
+                let _routes = &change;
+                self::set_consumer_status(tx, &name, status, now)
+            })
+            .await?;
+        self.wake_if(released > 0);
+        Ok(consumer)
     }
 }

@@ -98,6 +98,7 @@ pub(crate) fn write(
         );
         let mut deliveries = fanout::delivery_rows(&m, destinations, entropy);
         fanout::hold_for_endpoints(&mut deliveries, tenant_endpoints, now);
+        fanout::hold_for_consumers(&mut deliveries, consumers.as_deref().unwrap_or_default());
         for d in &deliveries {
             let key = d.ordering_key.as_ref().map(|k| k.as_str());
             let fifo = fanout::is_fifo(d, tenant_endpoints);

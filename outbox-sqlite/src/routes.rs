@@ -66,7 +66,7 @@ pub(crate) const SELECT_TENANT_ENDPOINTS: &str = concat!(
 
 /// Every consumer, by name.
 pub(crate) const SELECT_CONSUMERS: &str =
-    "SELECT name, filter, created_at FROM outbox_consumers ORDER BY name";
+    "SELECT name, filter, created_at, status FROM outbox_consumers ORDER BY name";
 
 /// Every consumer, as the enqueue's transaction sees them.
 pub(crate) fn read_consumers(conn: &Connection) -> Result<Vec<Consumer>> {
@@ -140,13 +140,14 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE TABLE outbox_consumers (name TEXT PRIMARY KEY, filter TEXT NOT NULL, \
-                                            created_at INTEGER NOT NULL); \
+                                            created_at INTEGER NOT NULL, \
+                                            status TEXT NOT NULL DEFAULT 'active'); \
              CREATE TABLE outbox_endpoints (id TEXT, tenant TEXT, url TEXT, description TEXT, \
                  filter TEXT, status TEXT, disabled_reason TEXT, secret BLOB, \
                  previous_secret BLOB, body_format TEXT, rate_limit INTEGER, \
                  created_at INTEGER, updated_at INTEGER, fifo INTEGER, last_outcome TEXT, \
                  last_status_code INTEGER, last_at INTEGER, headers TEXT); \
-             INSERT INTO outbox_consumers VALUES ('a', '*', 0);",
+             INSERT INTO outbox_consumers VALUES ('a', '*', 0, 'active');",
         )
         .unwrap();
         let routes = Arc::new(Routes::default());
@@ -162,8 +163,11 @@ mod tests {
         assert_eq!(names(&routes), ["a"]);
         // Own writes do not change data_version: without the guard the copy would be stale.
         let change = routes.change();
-        conn.execute("INSERT INTO outbox_consumers VALUES ('b', '*', 0)", [])
-            .unwrap();
+        conn.execute(
+            "INSERT INTO outbox_consumers VALUES ('b', '*', 0, 'active')",
+            [],
+        )
+        .unwrap();
         assert_eq!(
             names(&routes),
             ["a", "b"],

@@ -306,6 +306,8 @@ pub(crate) fn consumer(row: &Row<'_>) -> Result<Consumer> {
         name: parsed(W, ConsumerName::new(get::<String>(row, 0)?))?,
         filter: parsed(W, TopicFilter::parse(&get::<String>(row, 1)?))?,
         created_at: time(row, 2, W)?,
+        status: outboxkit_core::ConsumerStatus::parse(&get::<String>(row, 3)?)
+            .ok_or(SqliteError::Corrupt("consumer status"))?,
     })
 }
 

@@ -352,6 +352,14 @@ impl<S: EndpointStore> EndpointStore for FaultyStore<S> {
         self.gate("delete_consumer").await?;
         self.inner.delete_consumer(name).await
     }
+    async fn set_consumer_status(
+        &self,
+        name: &ConsumerName,
+        status: outboxkit_core::ConsumerStatus,
+    ) -> Result<Consumer> {
+        self.gate("set_consumer_status").await?;
+        self.inner.set_consumer_status(name, status).await
+    }
 }
 
 #[async_trait]

@@ -254,6 +254,13 @@ mod without_tokens {
         async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
             self.0.delete_consumer(name).await
         }
+        async fn set_consumer_status(
+            &self,
+            name: &ConsumerName,
+            status: outboxkit_core::ConsumerStatus,
+        ) -> Result<Consumer> {
+            self.0.set_consumer_status(name, status).await
+        }
     }
 
     #[async_trait]

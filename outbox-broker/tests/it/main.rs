@@ -53,6 +53,7 @@ pub async fn world() -> World {
             name: ConsumerName::new(SINK).unwrap(),
             filter: TopicFilter::parse("*").unwrap(),
             created_at: clock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         })
         .await
         .unwrap();

@@ -305,6 +305,7 @@ async fn consumers_are_listed_and_deleted() {
             name: ConsumerName::new("billing").unwrap(),
             filter: TopicFilter::parse("order.*").unwrap(),
             created_at: outboxkit_core::Clock::now(&SystemClock),
+            status: outboxkit_core::ConsumerStatus::Active,
         })
         .await
         .unwrap();

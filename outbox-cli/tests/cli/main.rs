@@ -23,6 +23,7 @@ mod listen;
 mod observability;
 mod operator;
 mod otel;
+mod paused;
 mod print_sql;
 mod promises;
 mod relay;

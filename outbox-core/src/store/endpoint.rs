@@ -4,7 +4,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
-use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
+use crate::endpoint::{Consumer, ConsumerStatus, Endpoint, EndpointUpdate};
 use crate::error::Result;
 use crate::ids::{ConsumerName, EndpointId, TenantId};
 
@@ -39,7 +39,15 @@ use crate::ids::{ConsumerName, EndpointId, TenantId};
 ///   [`crate::endpoint::check_headers`], on create or after an update, MUST be `InvalidInput`
 ///   and write nothing (`bad_endpoint_headers_change_nothing`).
 /// - `put_consumer` MUST upsert by name and `list_consumers` list by name
-///   (`consumers_upsert_and_list`).
+///   (`consumers_upsert_and_list`); it MUST keep an existing consumer's status (a restart
+///   never un-pauses) and write a new one `active` (`put_consumer_keeps_a_pause`).
+/// - `set_consumer_status` to paused MUST make the consumer's `pending` deliveries `held`,
+///   due never, in the same step, and an enqueue while it is paused MUST write its delivery
+///   `held`; no attempt is spent and a claim hands none of them out
+///   (`paused_consumer_holds_pending_and_new`). Resuming MUST release its held deliveries,
+///   due at the later of now and their message's `available_at`, claimed in enqueue order
+///   (`resumed_consumer_releases_in_order`, `resumed_consumer_keeps_a_delayed_message`). An
+///   unknown consumer is `NotFound` and changes nothing (`pausing_an_unknown_consumer_is_not_found`).
 ///
 /// # Cancel safety
 /// Each write is one atomic step (the endpoint with its deliveries' holds and releases): a
@@ -83,4 +91,14 @@ pub trait EndpointStore: Send + Sync + fmt::Debug + 'static {
     /// # Cancel safety
     /// All or nothing; a retry after a delete that was written is `NotFound`.
     async fn delete_consumer(&self, name: &ConsumerName) -> Result<()>;
+    /// Pause or resume a consumer (holding or releasing its deliveries); returns it as
+    /// stored.
+    ///
+    /// # Cancel safety
+    /// All or nothing; a retry sets the same status (releasing or holding nothing more).
+    async fn set_consumer_status(
+        &self,
+        name: &ConsumerName,
+        status: ConsumerStatus,
+    ) -> Result<Consumer>;
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use crate::catalogue::{CatalogueMode, EventType, NewEventType};
 use crate::claim::{ClaimRequest, Claimed, Completion, Lease, ReleaseReport};
-use crate::endpoint::{Consumer, Endpoint, EndpointUpdate};
+use crate::endpoint::{Consumer, ConsumerStatus, Endpoint, EndpointUpdate};
 use crate::error::Result;
 use crate::ids::{ConsumerName, DeliveryId, EndpointId, MessageId, TenantId, Topic};
 use crate::model::{Attempt, Delivery, Message, NewMessage};
@@ -168,6 +168,13 @@ macro_rules! forward {
             }
             async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
                 (**self).delete_consumer(name).await
+            }
+            async fn set_consumer_status(
+                &self,
+                name: &ConsumerName,
+                status: ConsumerStatus,
+            ) -> Result<Consumer> {
+                (**self).set_consumer_status(name, status).await
             }
         }
 

@@ -85,6 +85,14 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             let Some((claimed, claimed_at, endpoints)) = self.ready.pop_front() else {
                 break;
             };
+            // A consumer found paused since the claim: back unstarted, attempt refunded (it
+            // is not claimed again while paused).
+            if let Destination::Handler(name) = &claimed.delivery.destination {
+                if self.run.paused.is_paused(name) {
+                    self.finished.push(Done::release_now(claimed.lease));
+                    continue;
+                }
+            }
             // The configured lease covers the deadline plus the margin (checked at build);
             // what it covers beyond that is the slack a delivery may spend waiting here.
             // Measured from when the claim returned, so the claim's own round trip (which
@@ -111,6 +119,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let free = self.capacity.saturating_sub(held);
         if free < self.refill {
             return Ok(Claim::Idle);
+        }
+        if !s.handlers.is_empty() || !s.brokers.is_empty() {
+            self.run.paused.refresh(s.store.as_ref()).await;
         }
         let now = s.clock.now();
         let Some(req) =

@@ -38,6 +38,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("0012_endpoint_headers.sql"),
     ),
     (13, "event_types", include_str!("0013_event_types.sql")),
+    (
+        14,
+        "consumer_pause",
+        include_str!("0014_consumer_pause.sql"),
+    ),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

@@ -18,6 +18,9 @@ pub(crate) struct Sql {
     pub(crate) put_consumer: Statement,
     pub(crate) list_consumers: Statement,
     pub(crate) delete_consumer: Statement,
+    pub(crate) set_consumer_status: Statement,
+    pub(crate) hold_for_consumer: Statement,
+    pub(crate) release_for_consumer: Statement,
 }
 
 impl Sql {
@@ -25,6 +28,9 @@ impl Sql {
         let tables = [
             ("endpoints", t.endpoints.as_str()),
             ("consumers", t.consumers.as_str()),
+            ("queue", t.queue.as_str()),
+            ("groups", t.groups.as_str()),
+            ("messages", t.messages.as_str()),
         ];
         let load = |name| sql::load(sql::ENDPOINTS, name, &tables);
         Ok(Sql {
@@ -37,6 +43,9 @@ impl Sql {
             put_consumer: load("put_consumer")?,
             list_consumers: load("list_consumers")?,
             delete_consumer: load("delete_consumer")?,
+            set_consumer_status: load("set_consumer_status")?,
+            hold_for_consumer: load("hold_for_consumer")?,
+            release_for_consumer: load("release_for_consumer")?,
         })
     }
 }

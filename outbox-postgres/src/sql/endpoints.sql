@@ -47,7 +47,32 @@ VALUES (:name::text, :filter::text[], :created_at::int8)
 ON CONFLICT (name) DO UPDATE SET filter = EXCLUDED.filter, created_at = EXCLUDED.created_at
 
 -- name: list_consumers
-SELECT name, filter, created_at FROM {consumers} ORDER BY name
+SELECT name, filter, created_at, status FROM {consumers} ORDER BY name
+
+-- name: set_consumer_status
+-- Pause or resume a consumer (its deliveries are held or released in the same transaction by
+-- `hold_for_consumer` / `release_for_consumer`).
+UPDATE {consumers} SET status = :status::text WHERE name = :name::text
+RETURNING name, filter, created_at, status
+
+-- name: hold_for_consumer
+-- A paused consumer's pending deliveries (of every tenant) are held, due never; those in
+-- flight finish as they would.
+UPDATE {queue} x SET state = 1, due_at = :until, updated_at = :now
+  FROM {groups} g
+ WHERE g.id = x.group_id AND x.state = 0 AND g.kind = 'handler' AND g.target = :name::text
+
+-- name: release_for_consumer
+-- A resumed consumer's held deliveries become due at the later of now and their message's
+-- available_at (a delayed message keeps its time).
+WITH u AS (
+  UPDATE {queue} x SET state = 0, due_at = greatest(:now, m.available_at), updated_at = :now
+    FROM {groups} g, {messages} m
+   WHERE g.id = x.group_id AND x.state = 1 AND g.kind = 'handler' AND g.target = :name::text
+     AND m.id = x.message_id
+  RETURNING 1),
+n AS (SELECT count(*) AS n FROM u)
+SELECT n.n, CASE WHEN n.n > 0 THEN pg_notify(:channel, '')::text END AS notified FROM n
 
 -- name: delete_consumer
 DELETE FROM {consumers} WHERE name = :name::text

@@ -2,8 +2,8 @@
 -- statement. Destinations, in fan-out order: the consumers whose filter matches the topic (by
 -- name), the tenant's endpoints whose filter matches (by creation), then the e-mail
 -- recipients (in the order given). A filter matches with `*`, the exact topic, or `prefix.*`
--- for any deeper topic (core's `TopicPattern::matches`). A delivery to a paused endpoint is
--- held until {never} (for ever), to a disabled one for {disabled_hold} ms
+-- for any deeper topic (core's `TopicPattern::matches`). A delivery to a paused consumer or
+-- endpoint is held until {never} (for ever), to a disabled endpoint for {disabled_hold} ms
 -- (`EndpointStatus::hold_until`). Delivery ids derive from a random UUIDv7 base (8 high bytes
 -- and 8 low bytes as a bigint), the low bits XORed with the delivery's 1-based position in its
 -- message's fan-out, keeping version, variant and timestamp. NOTIFY goes to :channel when it
@@ -24,7 +24,7 @@ WITH ins AS (
   ON CONFLICT DO NOTHING RETURNING id),
 dest AS (
   SELECT 0 AS grp, 0::int8 AS k1, c.name AS k2, 'handler' AS kind, c.name AS target,
-         NULL::int8 AS hold, false AS fifo
+         (CASE c.status WHEN 'paused' THEN {never}::int8 END) AS hold, false AS fifo
     FROM {consumers} c
    WHERE ('*' = ANY(c.filter) OR :topic::text = ANY(c.filter) OR EXISTS (
            SELECT 1 FROM unnest(c.filter) AS fp(p)
@@ -95,7 +95,8 @@ ins AS (
 good AS (SELECT input.* FROM input WHERE input.id IN (SELECT id FROM ins)),
 routes AS (
   SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, c.name AS k2,
-         'handler' AS kind, c.name AS target, NULL::int8 AS hold, false AS fifo
+         'handler' AS kind, c.name AS target,
+         (CASE c.status WHEN 'paused' THEN {never}::int8 END) AS hold, false AS fifo
     FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
     JOIN {consumers} c
       ON ('*' = ANY(c.filter) OR t.topic = ANY(c.filter) OR EXISTS (

@@ -62,7 +62,13 @@ pub async fn snapshot(admin: &sqlx::PgPool, s: &str) -> Vec<String> {
         (deliveries, "deliveries", "id"),
         (attempts, "attempts", "delivery_id, number"),
         (format!("{s}.endpoints"), "endpoints", "id"),
-        (format!("{s}.consumers"), "consumers", "name"),
+        // The columns every version has (version 10 adds `status`, 'active' for every
+        // existing consumer: checked in `upgrade_pause`).
+        (
+            format!("(SELECT name, filter, created_at FROM {s}.consumers)"),
+            "consumers",
+            "name",
+        ),
     ] {
         // Every column; of the endpoints, all but those added since with their defaults: the
         // custom headers (`[]` on every endpoint written before them, checked by the upgrade
@@ -151,6 +157,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
             name: worker(),
             filter: TopicFilter::all(),
             created_at: clock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         },
     )
     .await

@@ -16,4 +16,5 @@ mod tls;
 mod upgrade;
 mod upgrade_fair;
 mod upgrade_ledger;
+mod upgrade_pause;
 mod upgrade_v6;

@@ -287,9 +287,18 @@ async fn routes(store: &PostgresStore) {
             name: ConsumerName::new(name).unwrap(),
             filter: TopicFilter::parse(filter).unwrap(),
             created_at: SystemClock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         };
         store.put_consumer(&c).await.unwrap();
     }
+    // A paused consumer: its delivery is written held, by the function as by `enqueue_in`.
+    store
+        .set_consumer_status(
+            &ConsumerName::new("orders").unwrap(),
+            outboxkit_core::ConsumerStatus::Paused,
+        )
+        .await
+        .unwrap();
     let base = SystemClock.now();
     let at = |k: u64| base.saturating_add(Duration::from_millis(k));
     for (k, (tenant, filter, status)) in [

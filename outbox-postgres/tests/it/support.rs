@@ -59,6 +59,7 @@ impl TestDb {
             name: worker(),
             filter: TopicFilter::all(),
             created_at: clock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         };
         outboxkit_core::EndpointStore::put_consumer(&store, &worker)
             .await

@@ -19,6 +19,8 @@ local K_SEQ = P .. ':seq'
 local K_STATS = P .. ':stats'
 local K_QS = P .. ':qs'
 local K_CONSUMERS = P .. ':consumers'
+-- The names of the paused consumers (absent: none is paused).
+local K_PAUSED = P .. ':consumers:paused'
 local K_PT = P .. ':pt'
 local K_PURGE = P .. ':purge'
 local K_WAKE = P .. ':wake'
@@ -275,6 +277,35 @@ local function hold_for_endpoint(tenant, endpoint, due_at, now)
       redis.call('HSET', k_d(d.id), 'h', make_h('held', d.attempts, due_at, '', now))
       place(d, false)
       n = n + 1
+    end
+  end
+  return n
+end
+
+-- Every pending delivery of consumer `name` (of every tenant) is held, due never (a pause);
+-- or, when `release`, every held one becomes pending, due at the later of now and its
+-- message's `available_at`. Reads the consumer's groups (a pause is a rare operator action).
+local function hold_for_consumer(name, release, now)
+  local n = 0
+  for _, g in ipairs(redis.call('ZRANGE', k_G('handler', name), 0, -1)) do
+    for _, m in ipairs(redis.call('ZRANGE', g, 0, -1)) do
+      local d = load(member_id(m))
+      if d and d.kind == 'handler' and d.target == name then
+        if release and d.status == 'held' then
+          set_status(d, 'pending')
+          local due = message_available(d.mid)
+          if not due or tonumber(due) < tonumber(now) then due = now end
+          d.next = due
+          redis.call('HSET', k_d(d.id), 'h', make_h('pending', d.attempts, due, '', now))
+          place(d, false)
+          n = n + 1
+        elseif not release and d.status == 'pending' then
+          set_status(d, 'held')
+          d.next = HOLD_NEVER
+          redis.call('HSET', k_d(d.id), 'h', make_h('held', d.attempts, HOLD_NEVER, '', now))
+          place(d, false)
+        end
+      end
     end
   end
   return n

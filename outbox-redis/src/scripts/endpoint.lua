@@ -6,7 +6,26 @@
 --   delete: id, tenant, now
 --   list:   tenant
 --   mirror: now, (id, tenant, last record, disable) per endpoint
+--   consumer: name, paused (0/1), now — pause or resume a consumer (holding or releasing its
+--           deliveries in this shard); returns the number released
 local op = ARGV[1]
+if op == 'consumer' then
+  local name, paused, now = ARGV[2], ARGV[3], ARGV[4]
+  if redis.call('HEXISTS', K_CONSUMERS, name) == 0 then
+    return redis.error_reply('OUTBOX_NOT_FOUND consumer')
+  end
+  local n = 0
+  if paused == '1' then
+    redis.call('SADD', K_PAUSED, name)
+    hold_for_consumer(name, false, now)
+  else
+    redis.call('SREM', K_PAUSED, name)
+    n = hold_for_consumer(name, true, now)
+  end
+  flush()
+  if n > 0 then wake() end
+  return n
+end
 if op == 'list' then
   local out = {}
   for _, id in ipairs(redis.call('ZRANGE', k_te(ARGV[2]), 0, -1)) do

@@ -28,10 +28,13 @@ local function all_consumers()
   if consumers then return consumers end
   consumers = {}
   local r = redis.call('HGETALL', K_CONSUMERS)
+  local paused = {}
+  for _, name in ipairs(redis.call('SMEMBERS', K_PAUSED)) do paused[name] = true end
   for j = 1, #r, 2 do
     local v = r[j + 1]
     local bar = string.find(v, '|', 1, true)
-    consumers[#consumers + 1] = { name = r[j], filter = string.sub(v, bar + 1) }
+    consumers[#consumers + 1] = { name = r[j], filter = string.sub(v, bar + 1),
+                                  paused = paused[r[j]] }
   end
   table.sort(consumers, function(a, b) return lt(a.name, b.name) end)
   return consumers
@@ -71,7 +74,10 @@ for msg_i = 1, count do
   else
     local dests = {}
     for _, c in ipairs(all_consumers()) do
-      if matches(c.filter, topic) then dests[#dests + 1] = { 'handler', c.name } end
+      if matches(c.filter, topic) then
+        -- A paused consumer's delivery waits, held, due never, until it is resumed.
+        dests[#dests + 1] = { 'handler', c.name, c.paused and HOLD_NEVER or nil }
+      end
     end
     for _, e in ipairs(tenant_endpoints(tenant)) do
       if matches(e.filter, topic) then
@@ -105,11 +111,12 @@ for msg_i = 1, count do
         local m = member(seq, id)
         local row_h, due = h, avail
         if hold then
-          -- Waiting for a paused or disabled endpoint: held, indexed like a 401 hold.
+          -- Waiting for a paused consumer, or a paused or disabled endpoint: held (an
+          -- endpoint's indexed like a 401 hold).
           row_h, due = make_h('held', '0', hold, '', now), hold
           counts.pending = counts.pending - 1
           counts.held = (counts.held or 0) + 1
-          redis.call('SADD', k_h(target), id)
+          if kind == 'webhook' then redis.call('SADD', k_h(target), id) end
         end
         redis.call('HSET', k_d(id), 'h', row_h, 'v', '0||',
           's', m .. tail .. kind .. '\31' .. target .. '\31' .. now .. '\31' .. okey)

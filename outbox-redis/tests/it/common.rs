@@ -107,6 +107,7 @@ pub async fn add_worker(store: &RedisStore, clock: &dyn Clock) {
             name: worker(),
             filter: TopicFilter::all(),
             created_at: clock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         })
         .await
         .expect("put consumer");

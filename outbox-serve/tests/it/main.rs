@@ -9,6 +9,7 @@ mod cancel;
 mod common;
 mod connections;
 mod console;
+mod consumers;
 mod event_types;
 mod headers;
 mod limiter;

@@ -73,7 +73,8 @@ async fn the_document_matches_the_routes() {
     for (method, path) in API_ROUTES {
         let uri = path
             .replace("{tenant}", "acme")
-            .replace("{id}", "0193f7a0-0000-7000-8000-000000000000");
+            .replace("{id}", "0193f7a0-0000-7000-8000-000000000000")
+            .replace("{name}", "billing");
         let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let (s, _, v) = app.call(m, &uri, Some(&app.admin), Some("{}")).await;
         assert!(
@@ -115,6 +116,8 @@ struct Fixtures {
     /// message.
     cancellable: String,
     cancellable_message: String,
+    /// An admin token that may only read.
+    admin_reader: &'static str,
 }
 
 /// A message to enqueue.
@@ -133,6 +136,9 @@ async fn case<'a>(
     status: u16,
     next_ip: &mut u8,
 ) -> Option<Case<'a>> {
+    if path.starts_with("/v1/consumers") {
+        return consumer_case(app, fx, method, path, status, next_ip).await;
+    }
     if !path.contains("{tenant}") && path != "/v1/health" && path != "/v1/openapi.json" {
         return catalogue_case(app, method, path, status, next_ip).await;
     }
@@ -266,6 +272,55 @@ async fn case<'a>(
     })
 }
 
+/// [`case`] for the global `/v1/consumers` routes: an admin token, the consumer `billing`.
+async fn consumer_case<'a>(
+    app: &'a App,
+    fx: &Fixtures,
+    method: &str,
+    path: &str,
+    status: u16,
+    next_ip: &mut u8,
+) -> Option<Case<'a>> {
+    let uri = |n: &str| path.replace("{name}", n);
+    let write = method != "get";
+    let ok = Case {
+        uri: uri("billing"),
+        token: Some(&app.admin),
+        body: None,
+        ip: None,
+        key: None,
+    };
+    Some(match status {
+        200..=299 => ok,
+        400 if path.contains("{name}") => Case {
+            uri: uri("Bad!Name"),
+            ..ok
+        },
+        401 => Case { token: None, ..ok },
+        403 if write => Case {
+            token: Some(fx.admin_reader),
+            ..ok
+        },
+        // A tenant's token: as for another tenant's path.
+        404 => Case {
+            token: Some(&app.writer),
+            ..ok
+        },
+        429 => {
+            *next_ip += 1;
+            let guess = Case {
+                token: Some("obx_nope"),
+                ip: Some([10, 9, 9, *next_ip]),
+                ..ok
+            };
+            let (s, _, _) = send_as(&app.router, &guess, method).await;
+            assert_eq!(s, StatusCode::UNAUTHORIZED);
+            guess
+        }
+        _ => return None,
+    })
+}
+
 /// The cases of the global routes (the event-type catalogue): reads with any token that
 /// may read, writes with an admin token.
 async fn catalogue_case<'a>(
@@ -385,7 +440,8 @@ async fn slow_body(app: &App, cfg: &ServeConfig, path: &str, method: &str) -> St
     let uri = path
         .replace("{tenant}", "acme")
         .replace("{id}", "0193f7a0-0000-7000-8000-000000000000")
-        .replace("{topic}", "order.created");
+        .replace("{topic}", "order.created")
+        .replace("{name}", "billing");
     // The catalogue's writes need an admin token before the body is read.
     let token = if path.contains("{tenant}") {
         &app.writer
@@ -474,12 +530,28 @@ async fn every_documented_answer_is_served_as_documented() {
         pending: of(false),
         cancellable: of(true),
         cancellable_message: extra_message,
+        admin_reader: Box::leak(
+            issue(&*app.tokens, TokenScope::Admin, true)
+                .await
+                .1
+                .into_boxed_str(),
+        ),
     };
     let ordered = outboxkit_core::NewEventType::new(
         outboxkit_core::Topic::new("order.created").unwrap(),
         "an order",
     );
     app.store.put_event_type(&ordered).await.unwrap();
+    // A consumer for the `/v1/consumers` routes.
+    app.store
+        .put_consumer(&outboxkit_core::Consumer {
+            name: outboxkit_core::ConsumerName::new("billing").unwrap(),
+            filter: outboxkit_core::TopicFilter::all(),
+            created_at: outboxkit_core::Clock::now(&outboxkit_core::SystemClock),
+            status: outboxkit_core::ConsumerStatus::Active,
+        })
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (down, down_admin) = unavailable(dir.path()).await;
 
@@ -517,7 +589,8 @@ async fn every_documented_answer_is_served_as_documented() {
                         let c = Case {
                             uri: path
                                 .replace("{tenant}", "acme")
-                                .replace("{id}", &fx.endpoint),
+                                .replace("{id}", &fx.endpoint)
+                                .replace("{name}", "billing"),
                             token,
                             body: if op.get("requestBody").is_some() {
                                 json_body(

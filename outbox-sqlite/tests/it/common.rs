@@ -34,6 +34,7 @@ pub async fn consumer(store: &SqliteStore, clock: &ManualClock, name: &str, filt
             name: ConsumerName::new(name).unwrap(),
             filter: TopicFilter::parse(filter).unwrap(),
             created_at: clock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         })
         .await
         .expect("put_consumer");

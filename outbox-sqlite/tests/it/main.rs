@@ -17,3 +17,4 @@ mod upgrade_fifo;
 mod upgrade_headers;
 mod upgrade_lean;
 mod upgrade_ledger;
+mod upgrade_pause;

@@ -22,6 +22,7 @@ mod history;
 mod ledger;
 mod operator;
 mod order;
+mod paused;
 mod permits;
 mod retention;
 mod roundtrip;
@@ -47,6 +48,7 @@ pub use history::*;
 pub use ledger::*;
 pub use operator::*;
 pub use order::*;
+pub use paused::*;
 pub use permits::*;
 pub use retention::*;
 pub use roundtrip::*;
@@ -189,6 +191,11 @@ macro_rules! __conformance_cases {
             resume_keeps_a_delayed_message_until_its_time,
             release_held_keeps_a_delayed_message_until_its_time,
             secret_rotation_releases_a_probe_now_not_a_delayed_message,
+            paused_consumer_holds_pending_and_new,
+            resumed_consumer_releases_in_order,
+            resumed_consumer_keeps_a_delayed_message,
+            put_consumer_keeps_a_pause,
+            pausing_an_unknown_consumer_is_not_found,
 
             purge_tenant_touches_only_its_tenant,
             purge_honours_tenant_windows,

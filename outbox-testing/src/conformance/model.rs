@@ -190,6 +190,7 @@ pub async fn follows_the_model(fx: &Fixture, ops: Vec<Op>) -> Result<(), TestCas
             name: n.clone(),
             filter: outboxkit_core::TopicFilter::all(),
             created_at: clock.now(),
+            status: outboxkit_core::ConsumerStatus::Active,
         };
         store.put_consumer(&c).await.expect("put_consumer");
     }

@@ -61,6 +61,7 @@ async fn consumer(fx: &Fixture) -> ConsumerName {
         name: name.clone(),
         filter: outboxkit_core::TopicFilter::all(),
         created_at: outboxkit_core::Clock::now(fx.clock().as_ref()),
+        status: outboxkit_core::ConsumerStatus::Active,
     };
     fx.store().put_consumer(&c).await.expect("put_consumer");
     name

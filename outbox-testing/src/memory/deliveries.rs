@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use outboxkit_core::{
-    CancelReport, DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, EndpointId, Error,
-    ErrorKind, MessageId, OperatorStore, Result, Stats, TenantId, Timestamp,
+    CancelReport, ConsumerName, DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination,
+    EndpointId, Error, ErrorKind, MessageId, OperatorStore, Result, Stats, TenantId, Timestamp,
 };
 
 use super::state::*;
@@ -46,6 +46,59 @@ impl State {
             });
         }
         held.len() as u64
+    }
+
+    /// A resumed consumer's held deliveries become due at the later of now and their
+    /// message's `available_at` (every tenant's).
+    pub(super) fn release_for_consumer(&mut self, name: &ConsumerName, now: Timestamp) -> u64 {
+        let held: Vec<DeliveryId> = self
+            .rows
+            .values()
+            .filter(|r| {
+                r.d.status == DeliveryStatus::Held
+                    && matches!(&r.d.destination, Destination::Handler(n) if n == name)
+            })
+            .map(|r| r.d.id)
+            .collect();
+        for id in &held {
+            let available = self
+                .rows
+                .get(id)
+                .and_then(|r| self.messages.get(&r.d.message_id))
+                .map_or(now, |m| m.available_at);
+            self.modify(*id, |r| {
+                r.d.status = DeliveryStatus::Pending;
+                r.d.next_attempt_at = now.max(available);
+                r.d.updated_at = now;
+            });
+        }
+        held.len() as u64
+    }
+
+    /// A paused consumer's pending deliveries wait: `held` until `until` (never).
+    pub(super) fn hold_for_consumer(
+        &mut self,
+        name: &ConsumerName,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> u64 {
+        let waiting: Vec<DeliveryId> = self
+            .rows
+            .values()
+            .filter(|r| {
+                r.d.status == DeliveryStatus::Pending
+                    && matches!(&r.d.destination, Destination::Handler(n) if n == name)
+            })
+            .map(|r| r.d.id)
+            .collect();
+        for id in &waiting {
+            self.modify(*id, |r| {
+                r.d.status = DeliveryStatus::Held;
+                r.d.next_attempt_at = until;
+                r.d.updated_at = now;
+            });
+        }
+        waiting.len() as u64
     }
 
     /// The endpoint's pending and held deliveries wait for it: `held` until `until`.

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use outboxkit_core::endpoint::check_description;
 use outboxkit_core::{
-    Consumer, ConsumerName, Endpoint, EndpointId, EndpointStore, EndpointUpdate, Error, ErrorKind,
-    Result, TenantId, Timestamp,
+    Consumer, ConsumerName, ConsumerStatus, Endpoint, EndpointId, EndpointStore, EndpointUpdate,
+    Error, ErrorKind, Result, TenantId, Timestamp,
 };
 
 use super::state::*;
@@ -91,6 +91,29 @@ impl State {
         Ok(self.release_held(tenant, id, now))
     }
 
+    /// Pause or resume a consumer; returns it and how many deliveries were released.
+    pub(super) fn set_consumer_status(
+        &mut self,
+        name: &ConsumerName,
+        status: ConsumerStatus,
+        now: Timestamp,
+    ) -> Result<(Consumer, u64)> {
+        let c = self
+            .consumers
+            .get_mut(name)
+            .ok_or_else(|| not_found("consumer"))?;
+        c.status = status;
+        let c = c.clone();
+        let released = match status.hold_until() {
+            Some(until) => {
+                self.hold_for_consumer(name, until, now);
+                0
+            }
+            None => self.release_for_consumer(name, now),
+        };
+        Ok((c, released))
+    }
+
     pub(super) fn delete_consumer(&mut self, name: &ConsumerName) -> Result<()> {
         self.consumers
             .remove(name)
@@ -136,9 +159,14 @@ impl EndpointStore for InMemoryStore {
     }
 
     async fn put_consumer(&self, consumer: &Consumer) -> Result<()> {
-        self.lock()
+        let mut state = self.lock();
+        let mut consumer = consumer.clone();
+        // A restart's registration never un-pauses; a new consumer is active.
+        consumer.status = state
             .consumers
-            .insert(consumer.name.clone(), consumer.clone());
+            .get(&consumer.name)
+            .map_or(ConsumerStatus::Active, |c| c.status);
+        state.consumers.insert(consumer.name.clone(), consumer);
         Ok(())
     }
 
@@ -148,5 +176,18 @@ impl EndpointStore for InMemoryStore {
 
     async fn delete_consumer(&self, name: &ConsumerName) -> Result<()> {
         self.lock().delete_consumer(name)
+    }
+
+    async fn set_consumer_status(
+        &self,
+        name: &ConsumerName,
+        status: ConsumerStatus,
+    ) -> Result<Consumer> {
+        let now = self.now();
+        let (consumer, released) = self.lock().set_consumer_status(name, status, now)?;
+        if released > 0 {
+            self.wake();
+        }
+        Ok(consumer)
     }
 }

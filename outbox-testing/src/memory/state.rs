@@ -267,6 +267,7 @@ impl State {
         let destinations = fanout::destinations(&message, &v, &consumers, &endpoints);
         let mut rows = fanout::delivery_rows(&message, destinations, entropy);
         fanout::hold_for_endpoints(&mut rows, &endpoints, now);
+        fanout::hold_for_consumers(&mut rows, &consumers);
         let out = Enqueued {
             message_id: message.id,
             deliveries: u32::try_from(rows.len()).unwrap_or(u32::MAX),

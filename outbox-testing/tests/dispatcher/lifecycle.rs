@@ -386,6 +386,13 @@ macro_rules! delegate_rest {
             ) -> outboxkit_core::Result<()> {
                 self.0.delete_consumer(n).await
             }
+            async fn set_consumer_status(
+                &self,
+                n: &outboxkit_core::ConsumerName,
+                s: outboxkit_core::ConsumerStatus,
+            ) -> outboxkit_core::Result<outboxkit_core::Consumer> {
+                self.0.set_consumer_status(n, s).await
+            }
         }
         #[async_trait::async_trait]
         impl outboxkit_core::Ledger for Doubling {

@@ -12,6 +12,7 @@ mod leases;
 mod lifecycle;
 mod limits;
 mod mail;
+mod paused;
 mod trace;
 mod webhooks;
 

@@ -295,6 +295,7 @@ pub async fn consumers_upsert_and_list(fx: Fixture) {
         name: b.clone(),
         filter: TopicFilter::parse("invoice.*").expect("filter"),
         created_at: now(&fx),
+        status: outboxkit_core::ConsumerStatus::Active,
     };
     fx.store()
         .put_consumer(&upd)

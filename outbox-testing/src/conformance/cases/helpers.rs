@@ -46,6 +46,7 @@ pub(super) async fn add_consumer(fx: &Fixture, name: &str, filter: &str) -> Cons
         name: ConsumerName::new(name).expect("a valid consumer name"),
         filter: TopicFilter::parse(filter).expect("a valid filter"),
         created_at: now(fx),
+        status: outboxkit_core::ConsumerStatus::Active,
     };
     fx.store().put_consumer(&c).await.expect("put_consumer");
     c.name
