@@ -256,20 +256,29 @@ async fn case<'a>(
             body: Some(("text/plain", "hello".into())),
             ..ok
         },
-        429 => {
-            *next_ip += 1;
-            // The limit is 1: the first guess is 401, the second 429.
-            let guess = Case {
-                token: Some("obx_nope"),
-                ip: Some([10, 9, 9, *next_ip]),
-                ..ok
-            };
-            let (s, _, _) = send_as(&app.router, &guess, method).await;
-            assert_eq!(s, StatusCode::UNAUTHORIZED);
-            guess
-        }
+        429 => guessed_past_the_limit(app, ok, method, 9, next_ip).await,
         _ => return None,
     })
+}
+
+/// A 429 case: a wrong token from an address of its own (`10.9.<net>.<n>`), whose first guess
+/// is answered 401 here, so the case's request (the second) meets the limit of 1.
+async fn guessed_past_the_limit<'a>(
+    app: &'a App,
+    ok: Case<'a>,
+    method: &str,
+    net: u8,
+    next_ip: &mut u8,
+) -> Case<'a> {
+    *next_ip += 1;
+    let guess = Case {
+        token: Some("obx_nope"),
+        ip: Some([10, 9, net, *next_ip]),
+        ..ok
+    };
+    let (s, _, _) = send_as(&app.router, &guess, method).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    guess
 }
 
 /// [`case`] for the global `/v1/consumers` routes: an admin token, the consumer `billing`.
@@ -306,17 +315,7 @@ async fn consumer_case<'a>(
             token: Some(&app.writer),
             ..ok
         },
-        429 => {
-            *next_ip += 1;
-            let guess = Case {
-                token: Some("obx_nope"),
-                ip: Some([10, 9, 9, *next_ip]),
-                ..ok
-            };
-            let (s, _, _) = send_as(&app.router, &guess, method).await;
-            assert_eq!(s, StatusCode::UNAUTHORIZED);
-            guess
-        }
+        429 => guessed_past_the_limit(app, ok, method, 9, next_ip).await,
         _ => return None,
     })
 }
@@ -387,17 +386,7 @@ async fn catalogue_case<'a>(
             body: Some(("text/plain", "hello".into())),
             ..ok
         },
-        429 => {
-            *next_ip += 1;
-            let guess = Case {
-                token: Some("obx_nope"),
-                ip: Some([10, 9, 8, *next_ip]),
-                ..ok
-            };
-            let (s, _, _) = send_as(&app.router, &guess, method).await;
-            assert_eq!(s, StatusCode::UNAUTHORIZED);
-            guess
-        }
+        429 => guessed_past_the_limit(app, ok, method, 8, next_ip).await,
         _ => return None,
     })
 }
