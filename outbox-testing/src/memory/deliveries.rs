@@ -23,41 +23,25 @@ impl State {
         now: Timestamp,
     ) -> u64 {
         let target = Destination::Webhook(endpoint);
-        let held: Vec<DeliveryId> = self
-            .rows
-            .values()
-            .filter(|r| {
-                r.d.status == DeliveryStatus::Held
-                    && &r.d.tenant == tenant
-                    && r.d.destination == target
-            })
-            .map(|r| r.d.id)
-            .collect();
-        for id in &held {
-            let available = self
-                .rows
-                .get(id)
-                .and_then(|r| self.messages.get(&r.d.message_id))
-                .map_or(now, |m| m.available_at);
-            self.modify(*id, |r| {
-                r.d.status = DeliveryStatus::Pending;
-                r.d.next_attempt_at = now.max(available);
-                r.d.updated_at = now;
-            });
-        }
-        held.len() as u64
+        self.release_where(now, |d| &d.tenant == tenant && d.destination == target)
     }
 
     /// A resumed consumer's held deliveries become due at the later of now and their
     /// message's `available_at` (every tenant's).
     pub(super) fn release_for_consumer(&mut self, name: &ConsumerName, now: Timestamp) -> u64 {
+        self.release_where(
+            now,
+            |d| matches!(&d.destination, Destination::Handler(n) if n == name),
+        )
+    }
+
+    /// Every held delivery that `which` picks becomes pending, due at the later of now and
+    /// its message's `available_at`; returns how many.
+    fn release_where(&mut self, now: Timestamp, which: impl Fn(&Delivery) -> bool) -> u64 {
         let held: Vec<DeliveryId> = self
             .rows
             .values()
-            .filter(|r| {
-                r.d.status == DeliveryStatus::Held
-                    && matches!(&r.d.destination, Destination::Handler(n) if n == name)
-            })
+            .filter(|r| r.d.status == DeliveryStatus::Held && which(&r.d))
             .map(|r| r.d.id)
             .collect();
         for id in &held {
