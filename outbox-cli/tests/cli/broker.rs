@@ -9,18 +9,20 @@ use outboxkit_core::{EntropyExt, OsEntropy};
 
 use crate::{outbox, sqlite_url};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_publishes_to_jetstream_with_a_topic_filter_and_subject_template() {
+/// The NATS of the tests (127.0.0.1:4222, or `OUTBOX_TEST_NATS_URL`) with a fresh memory
+/// stream `<prefix>-<random>` over `<stream>.>`: the transport, its URL and the stream; `None` (reported as an unavailable backend)
+/// when NATS does not answer.
+pub(crate) async fn nats_stream(prefix: &str) -> Option<(NatsTransport, String, String)> {
     let url =
         std::env::var("OUTBOX_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
     let nats = match NatsTransport::connect(&url).await {
         Ok(t) => t,
         Err(e) => {
-            return outboxkit_testing::conformance::backend_unavailable::<()>("nats", e)
-                .unwrap_or(())
+            outboxkit_testing::conformance::backend_unavailable::<()>("nats", e).unwrap_or(());
+            return None;
         }
     };
-    let stream = format!("cli-relay-{:08x}", OsEntropy.next_u64() as u32);
+    let stream = format!("{prefix}-{:08x}", OsEntropy.next_u64() as u32);
     nats.jetstream()
         .create_stream(Config {
             name: stream.clone(),
@@ -31,6 +33,14 @@ async fn relay_publishes_to_jetstream_with_a_topic_filter_and_subject_template()
         })
         .await
         .unwrap();
+    Some((nats, url, stream))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_publishes_to_jetstream_with_a_topic_filter_and_subject_template() {
+    let Some((nats, url, stream)) = nats_stream("cli-relay").await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let store = sqlite_url(dir.path());
     let s = store.as_str();

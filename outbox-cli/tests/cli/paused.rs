@@ -2,13 +2,9 @@
 //! and `--json`), an unknown or invalid name changes nothing, and a relay serving a paused
 //! broker sink publishes nothing until the resume (nothing lost, no attempt spent).
 
-use std::time::Duration;
-
-use outboxkit_broker::async_nats::jetstream::stream::{Config, StorageType};
-use outboxkit_broker::NatsTransport;
-use outboxkit_core::{EntropyExt, OsEntropy};
 use serde_json::Value;
 
+use crate::broker::nats_stream;
 use crate::{outbox, sqlite_url};
 
 fn json(args: &[&str]) -> Value {
@@ -19,26 +15,9 @@ fn json(args: &[&str]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_broker_sink_gets_nothing_until_resumed() {
-    let url =
-        std::env::var("OUTBOX_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-    let nats = match NatsTransport::connect(&url).await {
-        Ok(t) => t,
-        Err(e) => {
-            return outboxkit_testing::conformance::backend_unavailable::<()>("nats", e)
-                .unwrap_or(())
-        }
+    let Some((nats, url, stream)) = nats_stream("cli-pause").await else {
+        return;
     };
-    let stream = format!("cli-pause-{:08x}", OsEntropy.next_u64() as u32);
-    nats.jetstream()
-        .create_stream(Config {
-            name: stream.clone(),
-            subjects: vec![format!("{stream}.>")],
-            storage: StorageType::Memory,
-            duplicate_window: Duration::from_secs(60),
-            ..Config::default()
-        })
-        .await
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let store = sqlite_url(dir.path());
     let s = store.as_str();
