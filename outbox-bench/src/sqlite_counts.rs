@@ -220,6 +220,7 @@ async fn deliver_all(store: &SqliteStore) -> BenchResult<usize> {
             .iter()
             .map(|c| {
                 let attempt = AttemptRecord {
+                    detail: None,
                     started_at: now,
                     finished_at: now,
                     outcome: AttemptOutcome::Succeeded,

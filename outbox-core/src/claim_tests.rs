@@ -52,6 +52,7 @@ fn empty_allowlists_and_bad_sizes_are_refused() {
 #[test]
 fn settle_table() {
     let rec = AttemptRecord {
+        detail: None,
         started_at: t(0),
         finished_at: t(1),
         outcome: AttemptOutcome::Failed(ErrorClass::Response5xx),

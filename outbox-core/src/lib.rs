@@ -58,9 +58,9 @@ pub use mail::{
 pub use model::is_json_text;
 pub use model::{parse_delay, SendAt, SEND_AT_SKEW};
 pub use model::{
-    Attempt, AttemptOutcome, AttemptRecord, Cause, DeadReason, Delivery, DeliveryStatus,
-    Destination, DestinationKind, Envelope, ErrorClass, LastOutcome, Limits, Message, NewMessage,
-    PayloadFingerprint, ValidMessage,
+    Attempt, AttemptDetail, AttemptOutcome, AttemptRecord, AttemptTiming, Cause, DeadReason,
+    Delivery, DeliveryStatus, Destination, DestinationKind, Envelope, ErrorClass, LastOutcome,
+    Limits, Message, NewMessage, PayloadFingerprint, ValidMessage,
 };
 pub use permits::{PermitLog, Permits, PERMIT_WINDOW};
 pub use retention::{RetentionCutoffs, RetentionPolicy};
@@ -80,7 +80,7 @@ pub use tokens::{
     ApiToken, DynTokenStore, PresentedToken, TokenAccess, TokenHash, TokenScope, TokenStore,
 };
 pub use trace::{current_traceparent, set_trace_source, TraceSource, Traceparent, TRACEPARENT};
-pub use transport::{DynWebhookTransport, SignedRequest, WebhookResponse, WebhookTransport};
+pub use transport::{DynWebhookTransport, Sent, SignedRequest, WebhookResponse, WebhookTransport};
 pub use vault::{AeadVault, DynSecretVault, PlaintextVault, SecretContext, SecretVault};
 pub use verdict::{
     classify, parse_retry_after, AttemptContext, HandlerOutcome, Outcome, Verdict, VerdictPolicy,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::endpoint::EndpointUrl;
-use crate::model::{excerpt, ErrorClass};
+use crate::model::{excerpt, AttemptDetail, ErrorClass};
 use crate::verdict::Outcome;
 
 /// One signed webhook request, ready to send.
@@ -99,6 +99,16 @@ impl WebhookResponse {
     }
 }
 
+/// One request's answer and, when the transport keeps it, the attempt in full.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sent {
+    /// What came back.
+    pub response: WebhookResponse,
+    /// The request headers as sent, the response's headers and body (within the cap), the
+    /// timings and the address (DESIGN §18); `None` from a transport that keeps none.
+    pub detail: Option<Box<AttemptDetail>>,
+}
+
 /// Sends signed webhook requests.
 ///
 /// # Contract
@@ -111,6 +121,15 @@ impl WebhookResponse {
 pub trait WebhookTransport: Send + Sync + fmt::Debug + 'static {
     /// Send one request.
     async fn send(&self, request: SignedRequest) -> WebhookResponse;
+
+    /// Send one request and keep the attempt in full. The default keeps nothing beyond
+    /// [`WebhookTransport::send`]'s answer.
+    async fn send_detailed(&self, request: SignedRequest) -> Sent {
+        Sent {
+            response: self.send(request).await,
+            detail: None,
+        }
+    }
 }
 
 /// A shared [`WebhookTransport`].
@@ -121,11 +140,17 @@ impl<T: WebhookTransport + ?Sized> WebhookTransport for std::sync::Arc<T> {
     async fn send(&self, request: SignedRequest) -> WebhookResponse {
         (**self).send(request).await
     }
+    async fn send_detailed(&self, request: SignedRequest) -> Sent {
+        (**self).send_detailed(request).await
+    }
 }
 
 #[async_trait]
 impl<T: WebhookTransport + ?Sized> WebhookTransport for Box<T> {
     async fn send(&self, request: SignedRequest) -> WebhookResponse {
         (**self).send(request).await
+    }
+    async fn send_detailed(&self, request: SignedRequest) -> Sent {
+        (**self).send_detailed(request).await
     }
 }

@@ -279,6 +279,7 @@ pub(crate) fn record(
     text: &str,
 ) -> Option<AttemptRecord> {
     outcome.attempt_outcome().map(|o| AttemptRecord {
+        detail: None,
         started_at: started,
         finished_at: finished,
         outcome: o,

@@ -107,6 +107,7 @@ async fn handler_path(
         Reserve::Taken(delay) => return Done::release(lease, delay),
         Reserve::Skip => {
             let rec = AttemptRecord {
+                detail: None,
                 started_at: started,
                 finished_at: started,
                 outcome: AttemptOutcome::Succeeded,
@@ -238,6 +239,7 @@ async fn webhook_path(
                 until: now.saturating_add(shared.config.park_delay),
             };
             let why = AttemptRecord {
+                detail: None,
                 started_at: now,
                 finished_at: now,
                 outcome: AttemptOutcome::Failed(ErrorClass::SecretUnavailable),

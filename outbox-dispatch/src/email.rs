@@ -88,6 +88,7 @@ pub(super) async fn email_path(
     };
     if lease.was_sending() && !idempotent {
         let rec = AttemptRecord {
+            detail: None,
             started_at: now,
             finished_at: now,
             outcome: AttemptOutcome::Failed(ErrorClass::MailUnknown),

@@ -235,6 +235,7 @@ pub(crate) fn attempt(row: &PgRow, delivery_id: DeliveryId) -> Result<Attempt> {
             sha256: get(row, "p_sha256")?,
         },
         record: AttemptRecord {
+            detail: None,
             started_at: ts(row, "started_at")?,
             finished_at: ts(row, "finished_at")?,
             outcome: AttemptOutcome::parse(&outcome).map_err(corrupt("outcome"))?,

@@ -322,6 +322,7 @@ pub(crate) fn attempt(row: &Row<'_>, payload: &PayloadFingerprint) -> Result<Att
         scheduled_at: opt_time(row, 9, W)?,
         payload: payload.clone(),
         record: AttemptRecord {
+            detail: None,
             started_at: time(row, 3, W)?,
             finished_at: time(row, 4, W)?,
             outcome: parsed(W, AttemptOutcome::parse(&get::<String>(row, 5)?))?,

@@ -9,6 +9,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ids::{
     ConsumerName, DeliveryId, EndpointId, MessageId, OrderingKey, Recipient, TenantId, Topic,
 };
+use crate::model::attempt_detail::AttemptDetail;
 use crate::model::message::Message;
 use crate::time::Timestamp;
 /// The kind of a [`Destination`], as stored in a `kind` column.
@@ -425,6 +426,10 @@ pub struct AttemptRecord {
     pub status_code: Option<u16>,
     /// At most [`EXCERPT_LIMIT`] bytes of the answer or error text; never a secret.
     pub excerpt: Option<String>,
+    /// What the attempt sent and got back in full (webhooks and HTTP mail); `None` for
+    /// handlers, brokers and attempts recorded before this was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<AttemptDetail>>,
 }
 
 /// An attempt as read back from the ledger.

@@ -216,6 +216,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
                     at: now.saturating_add(Duration::from_secs(60)),
                 },
                 attempt: Some(AttemptRecord {
+                    detail: None,
                     started_at: now,
                     finished_at: now,
                     outcome: AttemptOutcome::Failed(outboxkit_core::ErrorClass::Timeout),

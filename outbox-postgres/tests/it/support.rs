@@ -131,6 +131,7 @@ pub fn success(now: Timestamp) -> Completion {
     Completion {
         verdict: Verdict::Succeeded,
         attempt: Some(AttemptRecord {
+            detail: None,
             started_at: now,
             finished_at: now,
             outcome: AttemptOutcome::Succeeded,

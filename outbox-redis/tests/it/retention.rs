@@ -66,6 +66,7 @@ async fn purge_leaves_only_bookkeeping_keys() {
                         Verdict::Succeeded
                     };
                     let record = AttemptRecord {
+                        detail: None,
                         started_at: now,
                         finished_at: now,
                         outcome: AttemptOutcome::Failed(ErrorClass::HandlerError),

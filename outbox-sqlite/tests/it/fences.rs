@@ -23,6 +23,7 @@ fn completion(c: &Claimed, verdict: Verdict, at: outboxkit_core::Timestamp) -> (
         Completion {
             verdict,
             attempt: Some(AttemptRecord {
+                detail: None,
                 started_at: at,
                 finished_at: at,
                 outcome: AttemptOutcome::Failed(ErrorClass::Timeout),

@@ -261,6 +261,7 @@ async fn a_version_three_database_with_every_status_upgrades_in_place() {
     // Completing them continues each delivery's attempt numbering.
     let at = clock.now();
     let record = AttemptRecord {
+        detail: None,
         started_at: at,
         finished_at: at,
         outcome: AttemptOutcome::Succeeded,

@@ -212,6 +212,7 @@ pub(super) fn record(
     excerpt: Option<&str>,
 ) -> Option<AttemptRecord> {
     outcome.attempt_outcome().map(|o| AttemptRecord {
+        detail: None,
         started_at: started,
         finished_at: finished,
         outcome: o,
