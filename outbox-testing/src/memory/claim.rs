@@ -42,9 +42,12 @@ impl State {
     /// groups than the batch only core's `first_groups` can get a turn.
     fn pick(&self, req: &ClaimRequest, now: Timestamp) -> Vec<DeliveryId> {
         let batch = req.batch_size() as usize;
-        let keys = self.groups.keys();
-        let mut served: Vec<Group> = keys.filter(|g| req.serves(&g.1)).cloned().collect();
-        if served.len() > batch {
+        // At most `batch + 1` served groups are looked at (and `batch` copied) before the
+        // choice below: with a group per e-mail recipient, copying every group's key on
+        // every claim made a claim cost as much as the whole backlog (issue 36).
+        let mut keys = self.groups.keys().filter(|g| req.serves(&g.1));
+        let mut served: Vec<Group> = keys.by_ref().take(batch).cloned().collect();
+        if keys.next().is_some() {
             let due = self.due.iter().take_while(|e| e.0 <= now);
             let ok = |r: &&Row| req.serves(&r.d.destination) && self.claimable(r, req, now);
             let firsts = due.filter_map(|e| self.row(e.2)).filter(ok);
