@@ -54,6 +54,10 @@ pub struct ServeConfig {
     /// Mark the console's cookie `Secure` (default true; turn it off only for plain-http
     /// loopback use, as `outbox serve` does on a loopback address).
     pub secure_cookies: bool,
+    /// Where the API and the console are mounted (default `/`): behind a proxy that
+    /// forwards `/outbox/…`, `BasePath::new("/outbox")` serves `/outbox/v1/…` and
+    /// `/outbox/console`, and every link, redirect and the cookie's `Path` carry the prefix.
+    pub base_path: crate::BasePath,
 }
 
 impl Default for ServeConfig {
@@ -71,6 +75,7 @@ impl Default for ServeConfig {
             body_timeout: Duration::from_secs(30),
             max_connections: 512,
             secure_cookies: true,
+            base_path: crate::BasePath::default(),
         }
     }
 }
