@@ -50,10 +50,12 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/consumers/{name}/resume"),
 ];
 
-/// The Content-Security-Policy of every answer: nothing but this origin's own styles and
-/// scripts, no framing, forms only to this origin.
-pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
-                       form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The Content-Security-Policy of every answer: nothing but this origin's own styles,
+/// scripts and fetches (the console refreshing its page), no framing, forms only to this
+/// origin.
+pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; \
+                       connect-src 'self'; img-src 'self'; form-action 'self'; \
+                       frame-ancestors 'none'; base-uri 'none'";
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())

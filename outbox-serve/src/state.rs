@@ -94,6 +94,8 @@ pub(crate) struct Inner {
     pub entropy: Arc<DynEntropy>,
     pub vault: Option<Arc<DynSecretVault>>,
     pub transport: Option<Arc<DynWebhookTransport>>,
+    /// The audit log and activity of the console (charts, audit page, bulk replay's entry).
+    pub console: Option<Arc<outboxkit_core::DynConsoleStore>>,
     pub urls: Arc<dyn UrlPolicy>,
     pub config: ServeConfig,
     pub failures: Mutex<Failures>,
@@ -140,6 +142,7 @@ impl Serve {
                 entropy,
                 vault: None,
                 transport: None,
+                console: None,
                 urls: Arc::new(HttpsOnly),
                 config: ServeConfig::default(),
                 failures: Mutex::default(),
@@ -161,6 +164,7 @@ impl Serve {
                     entropy: i.entropy.clone(),
                     vault: i.vault.clone(),
                     transport: i.transport.clone(),
+                    console: i.console.clone(),
                     urls: i.urls.clone(),
                     config: i.config.clone(),
                     failures: Mutex::default(),
@@ -182,6 +186,12 @@ impl Serve {
     /// Send test events with `transport` (`POST …/endpoints/{id}/test`).
     pub fn with_transport(self, transport: Arc<DynWebhookTransport>) -> Self {
         self.edit(|i| i.transport = Some(transport))
+    }
+
+    /// Keep the audit log and read activity with `console` (usually the same store): the
+    /// console's charts, audit page and bulk replay's audit entry need it.
+    pub fn with_console_store(self, console: Arc<outboxkit_core::DynConsoleStore>) -> Self {
+        self.edit(|i| i.console = Some(console))
     }
 
     /// Check new and changed endpoint URLs with `policy` (default: https only).
