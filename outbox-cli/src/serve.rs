@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use outboxkit_core::{AeadVault, DynSecretVault};
-use outboxkit_serve::{Serve, ServeConfig};
+use outboxkit_serve::{BasePath, Serve, ServeConfig};
 
 use crate::endpoints::{egress_policy, EgressArgs};
 use crate::error::{CliError, CliResult};
@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// How long a request's body may take to arrive; past it the request gets 408.
     #[arg(long, default_value = "30s")]
     body_timeout: String,
+    /// Mount the API and the console under this path prefix, for a proxy that forwards
+    /// `/outbox/…` unchanged (`--base-path /outbox`: the console at `/outbox/console`, the
+    /// API under `/outbox/v1`). Starts with `/`, no trailing `/`, no `..`.
+    #[arg(long, default_value = "/")]
+    base_path: String,
 }
 
 async fn shutdown_signal() {
@@ -95,6 +100,8 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
     }
     let header_read_timeout = positive("header-read-timeout", &a.header_read_timeout)?;
     let body_timeout = positive("body-timeout", &a.body_timeout)?;
+    let base_path = BasePath::new(&a.base_path)
+        .map_err(|e| CliError::usage(format!("invalid input: --base-path: {}", e.message())))?;
     let env = a.location.open().await?;
     let policy = egress_policy(a.egress);
     let transport = outboxkit_http::HttpTransport::new(policy.clone())?;
@@ -114,6 +121,7 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
         // A plain-http listener on loopback cannot keep a `Secure` cookie in every browser;
         // anywhere else the console must sit behind TLS.
         secure_cookies: !a.listen.ip().is_loopback(),
+        base_path: base_path.clone(),
         ..ServeConfig::default()
     });
     match &a.vault.vault_key {
@@ -132,8 +140,10 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
         .local_addr()
         .map_err(|e| CliError::failed(format!("cannot read the listening address: {e}")))?;
     eprintln!(
-        "outbox serve: {} on http://{addr} (API under /v1, console at /console)",
-        env.describe()
+        "outbox serve: {} on http://{addr} (API under {}, console at {})",
+        env.describe(),
+        base_path.join("/v1"),
+        base_path.join("/console")
     );
     outboxkit_serve::serve_with(
         listener,

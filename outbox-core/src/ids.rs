@@ -103,6 +103,10 @@ uuid_id!(
     /// The id of an admin API token (`outboxkit_core::tokens`).
     TokenId, "token_id"
 );
+uuid_id!(
+    /// The id of an audit log entry (`outboxkit_core::audit`): time-ordered.
+    AuditId, "audit_id"
+);
 
 /// The random token that fences every call made under one claim.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

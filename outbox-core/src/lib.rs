@@ -1,10 +1,12 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod broker;
 pub mod catalogue;
 pub mod claim;
 pub mod claim_rules;
+pub mod console_store;
 pub mod endpoint;
 pub mod endpoint_headers;
 pub mod error;
@@ -33,6 +35,7 @@ pub mod wake;
 /// dependency on `async-trait`).
 pub use async_trait::async_trait;
 
+pub use audit::{AuditCursor, AuditEntry, AuditPage, AUDIT_RETENTION_DEFAULT};
 pub use broker::{
     broker_headers, BrokerFailure, BrokerMessage, BrokerResponse, BrokerTransport,
     DynBrokerTransport, SubjectTemplate,
@@ -41,6 +44,10 @@ pub use catalogue::{CatalogueMode, EventType, NewEventType};
 pub use claim::{
     ClaimRequest, ClaimSource, Claimed, Completion, DeliveryUpdate, Lease, ReleaseReport, MAX_BATCH,
 };
+pub use console_store::{
+    ActivityBucket, ActivityQuery, ConsoleSession, ConsoleStore, DynConsoleStore,
+    MAX_SESSIONS_PER_TOKEN,
+};
 pub use endpoint::{
     AnyUrl, BodyFormat, Consumer, ConsumerStatus, DisabledReason, Endpoint, EndpointStatus,
     EndpointUpdate, EndpointUrl, HttpsOnly, LastDelivery, SealedSecret, UrlPolicy,
@@ -48,8 +55,8 @@ pub use endpoint::{
 pub use endpoint_headers::{CustomHeader, HeaderInput, HeaderValue};
 pub use error::{Error, ErrorKind, Result};
 pub use ids::{
-    ClaimToken, ConsumerName, DeliveryId, EndpointId, IdempotencyKey, MessageId, OrderingKey,
-    Recipient, TenantId, TokenId, Topic, TopicFilter, TopicPattern,
+    AuditId, ClaimToken, ConsumerName, DeliveryId, EndpointId, IdempotencyKey, MessageId,
+    OrderingKey, Recipient, TenantId, TokenId, Topic, TopicFilter, TopicPattern,
 };
 pub use mail::{
     may_retry, Accepted, DynMailer, MailCapabilities, MailError, MailErrorCode, MailMessage,

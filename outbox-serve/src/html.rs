@@ -1,4 +1,4 @@
-//! Escaping for the console's pages, and its stylesheet.
+//! Escaping for the console's pages, its stylesheet and its script.
 
 use std::fmt::Write as _;
 
@@ -6,6 +6,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 const CSS: &str = include_str!("console.css");
+const JS: &str = include_str!("console.js");
 
 /// HTML-escape text.
 pub(crate) fn esc(s: &str) -> String {
@@ -43,6 +44,17 @@ pub(crate) async fn css() -> Response {
             (header::CACHE_CONTROL, "max-age=3600"),
         ],
         CSS,
+    )
+        .into_response()
+}
+
+pub(crate) async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        JS,
     )
         .into_response()
 }

@@ -3,6 +3,7 @@
 
 mod api;
 mod auth;
+mod base_path;
 mod console;
 mod html;
 mod openapi;
@@ -12,6 +13,7 @@ mod server;
 mod state;
 pub mod views;
 
+pub use base_path::BasePath;
 pub use openapi::document as openapi_document;
 pub use routes::{API_ROUTES, CSP};
 pub use server::serve_with;

@@ -50,10 +50,12 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/consumers/{name}/resume"),
 ];
 
-/// The Content-Security-Policy of every answer: nothing but this origin's own styles and
-/// scripts, no framing, forms only to this origin.
-pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
-                       form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The Content-Security-Policy of every answer: nothing but this origin's own styles,
+/// scripts and fetches (the console refreshing its page), no framing, forms only to this
+/// origin.
+pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; \
+                       connect-src 'self'; img-src 'self'; form-action 'self'; \
+                       frame-ancestors 'none'; base-uri 'none'";
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(crate::openapi::document())
@@ -175,7 +177,8 @@ fn router(state: Serve) -> Router {
         .route("/v1/consumers", get(api::consumers::list))
         .route("/v1/consumers/{name}/pause", post(api::consumers::pause))
         .route("/v1/consumers/{name}/resume", post(api::consumers::resume));
-    Router::new()
+    let base = state.inner.config.base_path.clone();
+    let app = Router::new()
         .merge(api)
         .merge(crate::console::routes())
         .route("/", get(|| async { Redirect::to("/console") }))
@@ -187,5 +190,18 @@ fn router(state: Serve) -> Router {
             crate::server::read_body,
         ))
         .layer(axum::middleware::from_fn(security_headers))
-        .with_state(state)
+        .with_state(state);
+    if base.is_root() {
+        return app;
+    }
+    // Under a prefix: the same router nested there, the prefix added at the edge, and
+    // nothing outside it.
+    Router::new()
+        .nest(base.prefix(), app)
+        .fallback(no_route)
+        .layer(axum::middleware::from_fn_with_state(
+            base,
+            crate::base_path::under_prefix,
+        ))
+        .layer(axum::middleware::from_fn(security_headers))
 }

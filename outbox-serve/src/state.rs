@@ -54,6 +54,10 @@ pub struct ServeConfig {
     /// Mark the console's cookie `Secure` (default true; turn it off only for plain-http
     /// loopback use, as `outbox serve` does on a loopback address).
     pub secure_cookies: bool,
+    /// Where the API and the console are mounted (default `/`): behind a proxy that
+    /// forwards `/outbox/…`, `BasePath::new("/outbox")` serves `/outbox/v1/…` and
+    /// `/outbox/console`, and every link, redirect and the cookie's `Path` carry the prefix.
+    pub base_path: crate::BasePath,
 }
 
 impl Default for ServeConfig {
@@ -71,6 +75,7 @@ impl Default for ServeConfig {
             body_timeout: Duration::from_secs(30),
             max_connections: 512,
             secure_cookies: true,
+            base_path: crate::BasePath::default(),
         }
     }
 }
@@ -89,6 +94,8 @@ pub(crate) struct Inner {
     pub entropy: Arc<DynEntropy>,
     pub vault: Option<Arc<DynSecretVault>>,
     pub transport: Option<Arc<DynWebhookTransport>>,
+    /// The audit log and activity of the console (charts, audit page, bulk replay's entry).
+    pub console: Option<Arc<outboxkit_core::DynConsoleStore>>,
     pub urls: Arc<dyn UrlPolicy>,
     pub config: ServeConfig,
     pub failures: Mutex<Failures>,
@@ -135,6 +142,7 @@ impl Serve {
                 entropy,
                 vault: None,
                 transport: None,
+                console: None,
                 urls: Arc::new(HttpsOnly),
                 config: ServeConfig::default(),
                 failures: Mutex::default(),
@@ -156,6 +164,7 @@ impl Serve {
                     entropy: i.entropy.clone(),
                     vault: i.vault.clone(),
                     transport: i.transport.clone(),
+                    console: i.console.clone(),
                     urls: i.urls.clone(),
                     config: i.config.clone(),
                     failures: Mutex::default(),
@@ -177,6 +186,12 @@ impl Serve {
     /// Send test events with `transport` (`POST …/endpoints/{id}/test`).
     pub fn with_transport(self, transport: Arc<DynWebhookTransport>) -> Self {
         self.edit(|i| i.transport = Some(transport))
+    }
+
+    /// Keep the audit log and read activity with `console` (usually the same store): the
+    /// console's charts, audit page and bulk replay's audit entry need it.
+    pub fn with_console_store(self, console: Arc<outboxkit_core::DynConsoleStore>) -> Self {
+        self.edit(|i| i.console = Some(console))
     }
 
     /// Check new and changed endpoint URLs with `policy` (default: https only).

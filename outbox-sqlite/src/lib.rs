@@ -6,6 +6,7 @@ mod rows;
 mod claim;
 mod config;
 mod conn;
+mod console;
 mod deliveries;
 mod endpoints;
 mod enqueue;

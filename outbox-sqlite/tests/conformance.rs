@@ -16,7 +16,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
         .expect("open the sqlite store");
     let reopen_clock = clock.clone();
     let fixture = Fixture::new(Arc::new(store.clone()), clock)
-        .with_tokens(Arc::new(store))
+        .with_tokens(Arc::new(store.clone()))
+        .with_console(Arc::new(store))
         .with_reopen(move || {
             let (config, clock) = (config.clone(), reopen_clock.clone());
             async move {
@@ -33,6 +34,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
 outboxkit_testing::conformance_tests!(setup);
 
 outboxkit_testing::token_conformance_tests!(setup);
+
+outboxkit_testing::console_conformance_tests!(setup);
 
 /// The transaction cases: the caller's own connection on the store's file, its marker table
 /// beside the store's tables, `enqueue_in` inside its `BEGIN IMMEDIATE` transaction.

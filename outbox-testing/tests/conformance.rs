@@ -37,13 +37,16 @@ mod direct {
                     let s: Arc<dyn Store> = Arc::new(second.clone());
                     async move { s }
                 })
-                .with_tokens(Arc::new(tokens)),
+                .with_tokens(Arc::new(tokens.clone()))
+                .with_console(Arc::new(tokens)),
         )
     }
 
     outboxkit_testing::conformance_tests!(setup);
 
     outboxkit_testing::token_conformance_tests!(setup);
+
+    outboxkit_testing::console_conformance_tests!(setup);
 }
 
 mod boxed {
@@ -52,12 +55,15 @@ mod boxed {
     async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
         let m = memory(&clock);
         let store: Arc<dyn Store> = Arc::new(Box::new(m.clone()) as Box<dyn Store>);
-        Some(fixture(store, m, clock))
+        let console = Box::new(m.clone()) as Box<dyn outboxkit_core::ConsoleStore>;
+        Some(fixture(store, m, clock).with_console(Arc::new(console)))
     }
 
     outboxkit_testing::conformance_tests!(setup);
 
     outboxkit_testing::token_conformance_tests!(setup);
+
+    outboxkit_testing::console_conformance_tests!(setup);
 }
 
 mod nested_arc {

@@ -275,3 +275,54 @@ fn get_opt(port: u16) -> Option<u16> {
     let _ = s.read_to_string(&mut out);
     out.split_whitespace().nth(1)?.parse().ok()
 }
+
+#[test]
+fn serve_mounts_under_a_base_path_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_url(dir.path());
+    outbox(&["migrate", "--store", &store]).ok();
+    for (bad, why) in [
+        ("outbox", "must start with /"),
+        ("/outbox/", "must not end with /"),
+        ("/a/../b", ".."),
+        ("/a b", "may hold only"),
+    ] {
+        let out = outbox(&[
+            "serve",
+            "--store",
+            &store,
+            "--listen",
+            "127.0.0.1:1",
+            "--base-path",
+            bad,
+        ]);
+        assert_eq!(out.code, 2, "{bad:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("--base-path") && out.stderr.contains(why),
+            "{}",
+            out.stderr
+        );
+    }
+    let port = free_port();
+    let mut child = outbox_cmd()
+        .args(["serve", "--store", &store, "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--base-path", "/outbox"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut health = 0;
+    for _ in 0..100 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            health = get(port, "/outbox/v1/health", None).0;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(health, 200, "the API under the prefix");
+    assert_eq!(get(port, "/v1/health", None).0, 404, "nothing outside it");
+    assert_eq!(get(port, "/outbox/console", None).0, 303);
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -231,6 +231,10 @@ async fn log_in_find_a_dead_delivery_replay_it_and_see_it_succeed() {
         Ok(())
     }
     .await;
+    // The same browser on a console mounted under a prefix (browser_console.rs).
+    if result.is_ok() {
+        crate::browser_console::the_operator_console(&c).await;
+    }
     let _ = c.close().await;
     let _ = stop_tx.send(true);
     let _ = relay.await;

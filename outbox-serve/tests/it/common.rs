@@ -44,6 +44,8 @@ pub struct App {
     pub other: String,
     /// A revoked `acme` token.
     pub revoked: String,
+    /// The `base_path` the router is mounted under (empty at the root).
+    pub prefix: String,
     cleanup: Option<Cleanup>,
     _dir: Option<tempfile::TempDir>,
 }
@@ -92,7 +94,11 @@ pub async fn issue_with(
 }
 
 impl App {
-    async fn over<S: Store + TokenStore + Clone>(s: S, config: ServeConfig) -> App {
+    async fn over<S: Store + TokenStore + Clone>(
+        s: S,
+        config: ServeConfig,
+        console: Option<Arc<outboxkit_core::DynConsoleStore>>,
+    ) -> App {
         let store: Arc<dyn Store> = Arc::new(s.clone());
         let tokens: Arc<dyn TokenStore> = Arc::new(s);
         let serve = Serve::new(
@@ -104,7 +110,11 @@ impl App {
         .with_vault(Arc::new(PlaintextVault))
         .with_url_policy(Arc::new(AnyUrl))
         .with_transport(loopback())
-        .with_config(config);
+        .with_config(config.clone());
+        let serve = match console {
+            Some(c) => serve.with_console_store(c),
+            None => serve,
+        };
         let acme = TenantId::new("acme").unwrap();
         let other = TenantId::new("other").unwrap();
         let t = &*tokens;
@@ -131,6 +141,7 @@ impl App {
             enqueuer,
             other: other_t,
             revoked,
+            prefix: config.base_path.prefix().to_owned(),
             cleanup: None,
             _dir: None,
         }
@@ -146,7 +157,8 @@ impl App {
         )
         .await
         .unwrap();
-        let mut app = App::over(s, config).await;
+        let console: Arc<outboxkit_core::DynConsoleStore> = Arc::new(s.clone());
+        let mut app = App::over(s, config, Some(console)).await;
         app._dir = Some(dir);
         app
     }
@@ -178,7 +190,7 @@ impl App {
         )
         .unwrap();
         s.migrate().await.unwrap();
-        let mut app = App::over(s, config()).await;
+        let mut app = App::over(s, config(), None).await;
         app.cleanup = Some(Box::new(move || {
             Box::pin(async move {
                 let _ = outboxkit_postgres::sqlx::query(outboxkit_postgres::sqlx::AssertSqlSafe(
@@ -207,6 +219,7 @@ impl App {
         token: Option<&str>,
         body: Option<&str>,
     ) -> (StatusCode, HeaderMap, Value) {
+        let uri = format!("{}{uri}", self.prefix);
         let mut req = Request::builder().method(method).uri(uri);
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));

@@ -396,3 +396,111 @@ async fn the_event_types_page_shows_the_catalogue_escaped() {
     );
     app.finish().await;
 }
+
+/// Under `--base-path /outbox`: the console and the API answer there and nowhere else;
+/// links, form actions, redirects and the cookie's `Path` carry the prefix.
+#[tokio::test]
+async fn a_console_under_a_base_path_keeps_every_url_under_it() {
+    let app = App::sqlite_with(ServeConfig {
+        base_path: outboxkit_serve::BasePath::new("/outbox").unwrap(),
+        ..config()
+    })
+    .await;
+    let (s, h, _) = raw(
+        &app,
+        Request::get("/outbox/console").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(h[header::LOCATION], "/outbox/console/login");
+    let (s, _, _) = raw(
+        &app,
+        Request::get("/console/login").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "nothing outside the prefix");
+    let (s, h, _) = raw(
+        &app,
+        form(
+            "/outbox/console/login",
+            None,
+            format!("token={}", app.writer),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::SEE_OTHER);
+    assert_eq!(h[header::LOCATION], "/outbox/console");
+    let set = h[header::SET_COOKIE].to_str().unwrap();
+    assert!(set.contains("Path=/outbox/console;"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    for path in [
+        "/outbox/console",
+        "/outbox/console/deliveries",
+        "/outbox/console/endpoints",
+        "/outbox/console/bulk",
+        "/outbox/console/audit",
+    ] {
+        let (s, _, html) = raw(&app, get(path, &cookie)).await;
+        assert_eq!(s, StatusCode::OK, "{path}: {html}");
+        for attr in ["href=\"", "action=\"", "src=\""] {
+            for rest in html.split(attr).skip(1) {
+                assert!(
+                    rest.starts_with("/outbox/") || rest.starts_with('#'),
+                    "{path}: {attr}{}",
+                    &rest[..rest.len().min(40)]
+                );
+            }
+        }
+    }
+    let (s, _) = app.get("/v1/tenants/acme/deliveries", &app.writer).await;
+    assert_eq!(s, StatusCode::OK, "the API under /outbox/v1");
+}
+
+/// The raw payload is a download the browser never renders, and a read-only session cannot
+/// bulk-replay.
+#[tokio::test]
+async fn raw_payload_is_a_plain_text_download_and_bulk_replay_needs_write_access() {
+    let app = App::sqlite().await;
+    app.endpoint("http://127.0.0.1:9/hook").await;
+    app.enqueue("order.created", 1).await;
+    let f = outboxkit_core::DeliveryFilter::default();
+    let page = app
+        .store
+        .list_deliveries(&app.tenant, &f, outboxkit_core::PageRequest::first(1))
+        .await
+        .unwrap();
+    let d = page.items[0].id;
+    let cookie = login(&app, &app.writer).await;
+    let (s, h, body) = raw(
+        &app,
+        get(
+            &format!("/console/deliveries/{d}/payload?tenant=acme"),
+            &cookie,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h[header::CONTENT_TYPE], "text/plain; charset=utf-8");
+    assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    assert!(h[header::CONTENT_DISPOSITION]
+        .to_str()
+        .unwrap()
+        .starts_with("attachment"));
+    assert_eq!(body, "{\"n\":0}");
+    let reader = login(&app, &app.reader).await;
+    let (s, _, html) = raw(&app, get("/console/bulk?tenant=acme", &reader)).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{html}");
+    let (_, _, overview) = raw(&app, get("/console", &reader)).await;
+    let csrf = csrf_of(&overview);
+    let (s, _, html) = raw(
+        &app,
+        form(
+            "/console/bulk",
+            Some(&reader),
+            format!("csrf={csrf}&tenant=acme&filter=status%3Ddead&ids={d}"),
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert!(html.contains("read-only"), "{html}");
+}

@@ -5,6 +5,7 @@
 mod api;
 mod auth;
 mod browser;
+mod browser_console;
 mod cancel;
 mod common;
 mod connections;

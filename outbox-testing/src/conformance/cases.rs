@@ -28,6 +28,8 @@ mod permits;
 mod retention;
 mod roundtrip;
 
+mod activity;
+mod console;
 mod tenancy;
 mod tokens;
 mod verdicts;
@@ -55,6 +57,8 @@ pub use permits::*;
 pub use retention::*;
 pub use roundtrip::*;
 
+pub use activity::*;
+pub use console::*;
 pub use tenancy::*;
 pub use tokens::*;
 pub use verdicts::*;
@@ -74,6 +78,28 @@ macro_rules! __token_conformance_cases {
             token_create_refuses_duplicates_and_bad_labels,
             unknown_token_is_not_found,
             revoked_token_stays_revoked,
+        );
+    };
+}
+
+/// The cases that `console_conformance_tests!` generates tests for: those that need a
+/// [`outboxkit_core::ConsoleStore`] ([`Fixture::console`]). Add every new console case here.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __console_conformance_cases {
+    ($setup:path) => {
+        $crate::__conformance_case!($setup;
+            audit_lists_newest_first_with_stable_cursor,
+            audit_is_scoped_by_tenant,
+            audit_refuses_bad_entries,
+            audit_purge_removes_only_older_entries,
+            sessions_round_trip_and_delete,
+            sessions_expire,
+            sessions_are_bounded_per_token,
+            token_sessions_end_together,
+            activity_counts_every_bucket,
+            activity_is_scoped,
+            activity_refuses_unbounded_ranges,
         );
     };
 }

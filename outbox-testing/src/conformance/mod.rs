@@ -44,7 +44,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use outboxkit_core::tokens::TokenStore;
-use outboxkit_core::Store;
+use outboxkit_core::{ConsoleStore, Store};
 
 use crate::clock::ManualClock;
 
@@ -58,6 +58,7 @@ type Cleanup = Pin<Box<dyn Future<Output = ()> + Send>>;
 struct Inner {
     store: Arc<dyn Store>,
     tokens: Option<Arc<dyn TokenStore>>,
+    console: Option<Arc<dyn ConsoleStore>>,
     clock: Arc<ManualClock>,
     reopen: Option<Reopen>,
     cleanup: Mutex<Option<Cleanup>>,
@@ -82,6 +83,7 @@ impl Fixture {
         Fixture(Arc::new(Inner {
             store,
             tokens: None,
+            console: None,
             clock,
             reopen: None,
             cleanup: Mutex::new(None),
@@ -141,6 +143,27 @@ impl Fixture {
             .tokens
             .as_ref()
             .expect("the fixture has no token store: call Fixture::with_tokens in setup")
+    }
+
+    /// The store's audit log, sessions and activity ([`ConsoleStore`]), usually the same
+    /// handle as the store. Only the console cases ([`crate::console_conformance_tests!`])
+    /// read it.
+    pub fn with_console(self, console: Arc<dyn ConsoleStore>) -> Self {
+        let inner = Arc::try_unwrap(self.0)
+            .unwrap_or_else(|_| panic!("configure a fixture before cloning it"));
+        Fixture(Arc::new(Inner {
+            console: Some(console),
+            ..inner
+        }))
+    }
+
+    /// The console store under test; panics when the fixture was built without
+    /// [`Fixture::with_console`].
+    pub fn console(&self) -> &Arc<dyn ConsoleStore> {
+        self.0
+            .console
+            .as_ref()
+            .expect("the fixture has no console store: call Fixture::with_console in setup")
     }
 
     /// Work to run after the case, pass or fail (drop the schema, delete the keys).
@@ -251,6 +274,15 @@ macro_rules! conformance_tests {
 macro_rules! token_conformance_tests {
     ($setup:path) => {
         $crate::__token_conformance_cases!($setup);
+    };
+}
+
+/// Generate one test per console case ([`ConsoleStore`]: audit log, sessions, activity):
+/// `console_conformance_tests!(setup)`, with a fixture built with [`Fixture::with_console`].
+#[macro_export]
+macro_rules! console_conformance_tests {
+    ($setup:path) => {
+        $crate::__console_conformance_cases!($setup);
     };
 }
 

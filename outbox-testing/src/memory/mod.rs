@@ -20,9 +20,10 @@
 
 // One file per store trait, as in every store: `store.rs` (`DeliveryStore`), `deliveries.rs`
 // (`OperatorStore`), `enqueue.rs` (`MessageStore`), `endpoints.rs` (`EndpointStore`),
-// `ledger.rs` (`Ledger`), `tokens.rs` (`TokenStore`), `event_types.rs` (`EventTypeStore`); the claim protocol in `claim.rs`, the
+// `ledger.rs` (`Ledger`), `tokens.rs` (`TokenStore`), `event_types.rs` (`EventTypeStore`), `console.rs` (`ConsoleStore`); the claim protocol in `claim.rs`, the
 // data and its enqueue in `state.rs`. Each file holds the `State` operations its trait calls.
 mod claim;
+mod console;
 mod deliveries;
 mod endpoints;
 mod enqueue;
@@ -55,6 +56,8 @@ struct Shared {
     tokens: Mutex<tokens::Tokens>,
     /// The event-type catalogue (`event_types.rs`).
     types: Mutex<event_types::Types>,
+    /// The audit log and console sessions (`console.rs`).
+    console: Mutex<console::Console>,
 }
 
 impl InMemoryStore {
@@ -66,6 +69,7 @@ impl InMemoryStore {
                 wakeups: Wakeups::new(),
                 tokens: Mutex::default(),
                 types: Mutex::default(),
+                console: Mutex::default(),
             }),
             clock,
             entropy: Arc::new(OsEntropy),
