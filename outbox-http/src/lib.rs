@@ -3,9 +3,11 @@
 
 mod address;
 pub mod config;
+mod detail;
 pub mod egress;
 mod error;
 pub mod mailer;
+mod timing;
 pub mod tls;
 pub mod transport;
 
