@@ -26,7 +26,7 @@ use outboxkit_core::PageRequest;
 use outboxkit_core::TenantStats;
 
 const ATTEMPTS: &str = "SELECT d.id, a.number, a.probe, a.started_at, \
-     a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at \
+     a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at, a.detail \
      FROM outbox_attempts AS a JOIN outbox_deliveries AS d ON d.seq = a.delivery_seq \
      WHERE d.id = ?1 ORDER BY a.number";
 

@@ -44,10 +44,10 @@ use std::collections::BTreeMap;
 use outboxkit_core::endpoint_headers::decode_headers;
 
 use outboxkit_core::{
-    Attempt, AttemptOutcome, AttemptRecord, BodyFormat, Consumer, ConsumerName, DeadReason,
-    Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId, EndpointStatus,
-    EndpointUrl, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId, OrderingKey,
-    PayloadFingerprint, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
+    Attempt, AttemptDetail, AttemptOutcome, AttemptRecord, BodyFormat, Consumer, ConsumerName,
+    DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId,
+    EndpointStatus, EndpointUrl, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId,
+    OrderingKey, PayloadFingerprint, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
 };
 use rusqlite::types::FromSql;
 use rusqlite::{Params, Row, Statement};
@@ -322,7 +322,9 @@ pub(crate) fn attempt(row: &Row<'_>, payload: &PayloadFingerprint) -> Result<Att
         scheduled_at: opt_time(row, 9, W)?,
         payload: payload.clone(),
         record: AttemptRecord {
-            detail: None,
+            detail: get::<Option<String>>(row, 10)?
+                .map(|j| parsed("attempt detail", AttemptDetail::from_json(&j)).map(Box::new))
+                .transpose()?,
             started_at: time(row, 3, W)?,
             finished_at: time(row, 4, W)?,
             outcome: parsed(W, AttemptOutcome::parse(&get::<String>(row, 5)?))?,

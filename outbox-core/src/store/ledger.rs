@@ -31,6 +31,13 @@ use super::{DeliveryFilter, Page, PageRequest, PurgeReport, TenantStats};
 /// - Attempts carry their run, scheduled time and payload fingerprint; a replay starts a
 ///   new run and keeps the earlier attempts (`replay_starts_a_new_run`,
 ///   `ledger_records_schedule_and_payload`).
+/// - An attempt's [`crate::AttemptDetail`] MUST come back from `attempts` byte for byte as
+///   completed, on every path (`complete`, `complete_many`, the final attempt, a probe)
+///   (`attempt_detail_round_trips_byte_for_byte`, `retried_delivery_keeps_a_detail_per_attempt`,
+///   `held_probe_keeps_its_detail`); an attempt completed without one MUST read `None`
+///   (`attempt_without_detail_reads_none`); a replay MUST keep the earlier attempts' details
+///   (`replay_keeps_earlier_attempt_details`); a purge MUST remove them with their delivery
+///   (`purge_removes_attempt_details`).
 /// - `list_deliveries` filters by ordering key and by text over the stored excerpts
 ///   (`ledger_filters_by_ordering_key_and_text`).
 /// - `tenants` lists every tenant with deliveries or messages and its counts

@@ -38,8 +38,8 @@ const SETTLE: &str = "UPDATE outbox_deliveries \
 /// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]).
 const INSERT_ATTEMPT: &str = "INSERT INTO outbox_attempts \
      (delivery_seq, number, probe, started_at, finished_at, outcome, status_code, excerpt, \
-      run, scheduled_at) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+      run, scheduled_at, detail) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
 /// The endpoint's last delivery (written with the completion).
 const ENDPOINT_LAST_DELIVERY: &str = "UPDATE outbox_endpoints \
@@ -141,6 +141,7 @@ fn settle_many(
                 a.excerpt.as_deref(),
                 s.run,
                 s.due_at,
+                a.detail.as_ref().map(|d| d.to_json()),
             ])?;
         }
         if let Some(target) = s.webhook {

@@ -23,10 +23,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (10, include_str!("0010_endpoint_headers.sql")),
     (11, include_str!("0011_event_types.sql")),
     (12, include_str!("0012_consumer_pause.sql")),
+    (13, include_str!("0013_attempt_detail.sql")),
 ];
 
 /// The version of every migration, oldest first.
-pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
 
 const _: () = {
     // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.

@@ -13,6 +13,7 @@ mod script;
 mod transactions;
 mod upgrade;
 mod upgrade_claim;
+mod upgrade_detail;
 mod upgrade_fifo;
 mod upgrade_headers;
 mod upgrade_lean;

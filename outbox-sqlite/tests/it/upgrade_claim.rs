@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use outboxkit_core::OperatorStore;
 use outboxkit_core::{
-    AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, ConsumerName, DeliveryId,
-    DeliveryStatus, DeliveryStore, EndpointId, EndpointStore, EndpointUpdate, Ledger, TenantId,
-    Verdict,
+    AttemptDetail, AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, ConsumerName,
+    DeliveryId, DeliveryStatus, DeliveryStore, EndpointId, EndpointStore, EndpointUpdate, Ledger,
+    TenantId, Verdict,
 };
 use rusqlite::Connection;
 
@@ -233,6 +233,7 @@ async fn a_version_three_database_with_every_status_upgrades_in_place() {
                 a.record.excerpt.as_deref(),
                 Some(&*format!("attempt {}", n + 1))
             );
+            assert_eq!(a.record.detail, None, "an old attempt has no detail");
         }
     }
 
@@ -260,8 +261,13 @@ async fn a_version_three_database_with_every_status_upgrades_in_place() {
 
     // Completing them continues each delivery's attempt numbering.
     let at = clock.now();
+    let detail = AttemptDetail {
+        request_headers: vec![("webhook-id".into(), "msg_upgraded".into())],
+        response_body: b"\xffok".to_vec(),
+        ..AttemptDetail::default()
+    };
     let record = AttemptRecord {
-        detail: None,
+        detail: Some(Box::new(detail.clone())),
         started_at: at,
         finished_at: at,
         outcome: AttemptOutcome::Succeeded,
@@ -285,8 +291,12 @@ async fn a_version_three_database_with_every_status_upgrades_in_place() {
     }
     let keyed = store.attempts(&acme, id(6)).await.unwrap();
     assert_eq!(
-        keyed.iter().map(|a| a.number).collect::<Vec<_>>(),
-        vec![1, 2]
+        keyed
+            .iter()
+            .map(|a| (a.number, a.record.detail.as_deref()))
+            .collect::<Vec<_>>(),
+        vec![(1, None), (2, Some(&detail))],
+        "the old attempt reads no detail, the new one keeps its own"
     );
 
     // Behind key `k`'s finished head, the next row; then the resumed endpoint's row.

@@ -10,6 +10,7 @@ mod cancel;
 mod catalogue;
 mod claim;
 mod delayed;
+mod detail;
 mod endpoint_headers;
 mod endpoints;
 mod enqueue;
@@ -37,6 +38,7 @@ pub use cancel::*;
 pub use catalogue::*;
 pub use claim::*;
 pub use delayed::*;
+pub use detail::*;
 pub use endpoint_headers::*;
 pub use endpoints::*;
 pub use enqueue::*;
@@ -214,6 +216,12 @@ macro_rules! __conformance_cases {
             cancel_message_cancels_what_waits,
             cancel_releases_the_key_barrier,
             replay_after_cancel_sends_again,
+            attempt_detail_round_trips_byte_for_byte,
+            attempt_without_detail_reads_none,
+            retried_delivery_keeps_a_detail_per_attempt,
+            replay_keeps_earlier_attempt_details,
+            held_probe_keeps_its_detail,
+            purge_removes_attempt_details,
         );
     };
 }
