@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 
 use outboxkit_core::{
-    Attempt, AttemptOutcome, AttemptRecord, BodyFormat, Cause, ConsumerName, DeadReason, Delivery,
-    DeliveryId, DeliveryStatus, Destination, EndpointId, EndpointStatus, EndpointUrl,
-    IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId, OrderingKey, PayloadFingerprint,
-    Result, SealedSecret, TenantId, Timestamp, Topic, TopicFilter, TopicPattern,
+    Attempt, AttemptDetail, AttemptOutcome, AttemptRecord, BodyFormat, Cause, ConsumerName,
+    DeadReason, Delivery, DeliveryId, DeliveryStatus, Destination, EndpointId, EndpointStatus,
+    EndpointUrl, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId, OrderingKey,
+    PayloadFingerprint, Result, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
+    TopicPattern,
 };
 use outboxkit_core::{Consumer, Endpoint};
 use sqlx::postgres::PgRow;
@@ -235,7 +236,13 @@ pub(crate) fn attempt(row: &PgRow, delivery_id: DeliveryId) -> Result<Attempt> {
             sha256: get(row, "p_sha256")?,
         },
         record: AttemptRecord {
-            detail: None,
+            detail: get::<Option<String>>(row, "detail")?
+                .map(|j| {
+                    AttemptDetail::from_json(&j)
+                        .map(Box::new)
+                        .map_err(corrupt("attempt detail"))
+                })
+                .transpose()?,
             started_at: ts(row, "started_at")?,
             finished_at: ts(row, "finished_at")?,
             outcome: AttemptOutcome::parse(&outcome).map_err(corrupt("outcome"))?,

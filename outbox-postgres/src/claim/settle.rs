@@ -25,6 +25,8 @@ struct CompletionArrays {
     a_excerpt: Vec<Option<String>>,
     tenants: Vec<String>,
     awaits: Vec<bool>,
+    /// Empty unless an item has a detail (the statement reads a missing one as NULL).
+    a_detail: Vec<Option<String>>,
 }
 
 impl PostgresStore {
@@ -69,6 +71,11 @@ impl PostgresStore {
                 .push(rec.and_then(|r| r.status_code).map(i32::from));
             a.a_excerpt.push(rec.and_then(|r| r.excerpt.clone()));
             a.tenants.push(lease.tenant.as_str().to_owned());
+            if let Some(d) = rec.and_then(|r| r.detail.as_deref()) {
+                // Earlier items without a detail: NULL, in their places.
+                a.a_detail.resize(a.ids.len() - 1, None);
+                a.a_detail.push(Some(d.to_json()));
+            }
         }
         let params = Params::new()
             .set("now", ms(now))
@@ -88,7 +95,8 @@ impl PostgresStore {
             .set("a_codes", a.a_code)
             .set("a_excerpts", a.a_excerpt)
             .set("tenants", a.tenants)
-            .set("awaits", a.awaits);
+            .set("awaits", a.awaits)
+            .set("a_details", a.a_detail);
         let matched: Vec<Uuid> = (self.inner.sql.claim.complete.bind_scalar(params)?)
             .fetch_all(&self.inner.pool)
             .await

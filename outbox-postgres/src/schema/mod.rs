@@ -43,6 +43,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "consumer_pause",
         include_str!("0014_consumer_pause.sql"),
     ),
+    (
+        15,
+        "attempt_detail",
+        include_str!("0015_attempt_detail.sql"),
+    ),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

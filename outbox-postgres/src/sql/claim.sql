@@ -237,15 +237,19 @@ SELECT c.id, c.message_id, gr.tenant, m.topic, m.ordering_key, gr.kind, gr.targe
 -- `DeliveryUpdate::endpoint_is_back`) comes back pending, due now. A last attempt (its due
 -- negated by the claim) that comes back pending without a refund stays below zero: the next
 -- claim finds it among the stranded and kills it without giving it a place in the batch
--- (core's `claim_rules`: exhausted rows die first). Returns the ids that matched their lease.
+-- (core's `claim_rules`: exhausted rows die first). :a_details is each attempt's detail
+-- (`AttemptDetail::to_json()`), or empty when no item has one: `unnest` pads a shorter array
+-- with NULLs, so a batch without details binds nothing per row. Returns the ids that matched
+-- their lease.
 WITH u AS (
   SELECT * FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::int2[], :attempts::int4[],
                        :snoozes::int4[], :next_at::int8[], :dead_reasons::text[],
                        :disable::bool[], :a_set::bool[], :a_probe::bool[], :a_started::int8[],
                        :a_finished::int8[], :a_outcomes::text[], :a_codes::int4[],
-                       :a_excerpts::text[], :tenants::text[], :awaits::bool[])
+                       :a_excerpts::text[], :tenants::text[], :awaits::bool[],
+                       :a_details::text[])
     AS u(id, token, status, attempts, snoozes, next_at, dead_reason, disable, a_set, a_probe,
-         a_started, a_finished, a_outcome, a_code, a_excerpt, tenant, awaits)),
+         a_started, a_finished, a_outcome, a_code, a_excerpt, tenant, awaits, a_detail)),
 fin AS (
   DELETE FROM {queue} x USING u, {groups} g
    WHERE x.id = u.id AND x.token = u.token AND x.state IN (2, 3) AND u.status IN (4, 5)
@@ -254,18 +258,19 @@ fin AS (
             u.attempts, u.snoozes,
             x.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END AS ledger_len,
             x.run, x.claimed_due, u.next_at, u.dead_reason, u.disable, u.a_set, u.a_probe,
-            u.a_started, u.a_finished, u.a_outcome, u.a_code, u.a_excerpt),
+            u.a_started, u.a_finished, u.a_outcome, u.a_code, u.a_excerpt, u.a_detail),
 ins AS (
   INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
                          status, attempts, snoozes, ledger_len, run, dead_reason,
                          last_outcome, last_status_code, last_excerpt, last_at, a_probe,
-                         a_started, a_scheduled, next_attempt_at)
+                         a_started, a_scheduled, next_attempt_at, a_detail)
   SELECT f.id, f.seq, f.message_id, f.group_id, f.tenant, mf.created_at, :now::int8,
          f.status, f.attempts, f.snoozes, f.ledger_len, f.run, f.dead_reason,
          CASE WHEN f.a_set THEN f.a_outcome END, CASE WHEN f.a_set THEN f.a_code END,
          CASE WHEN f.a_set THEN f.a_excerpt END, CASE WHEN f.a_set THEN f.a_finished END,
          CASE WHEN f.a_set THEN f.a_probe END, CASE WHEN f.a_set THEN f.a_started END,
-         CASE WHEN f.a_set THEN nullif(f.claimed_due, 0) END, nullif(f.next_at, :now::int8)
+         CASE WHEN f.a_set THEN nullif(f.claimed_due, 0) END, nullif(f.next_at, :now::int8),
+         CASE WHEN f.a_set THEN f.a_detail END
     FROM fin f JOIN {messages} mf ON mf.id = f.message_id),
 upd AS (
   UPDATE {queue} x SET
@@ -288,12 +293,12 @@ upd AS (
      AND g.id = x.group_id AND g.tenant = u.tenant
   RETURNING x.id, g.tenant, g.kind, g.target, x.ledger_len, x.run, x.claimed_due, u.disable,
             u.a_set, u.a_probe, u.a_started, u.a_finished, u.a_outcome, u.a_code,
-            u.a_excerpt),
+            u.a_excerpt, u.a_detail),
 att AS (
   INSERT INTO {attempts} (delivery_id, number, tenant, probe, started_at, finished_at,
-                          outcome, status_code, excerpt, run, scheduled_at)
+                          outcome, status_code, excerpt, run, scheduled_at, detail)
   SELECT r.id, r.ledger_len, r.tenant, r.a_probe, r.a_started, r.a_finished, r.a_outcome,
-         r.a_code, r.a_excerpt, r.run, nullif(r.claimed_due, 0)
+         r.a_code, r.a_excerpt, r.run, nullif(r.claimed_due, 0), r.a_detail
     FROM upd r WHERE r.a_set),
 res AS (
   SELECT id, tenant, kind, target, disable, a_set, a_outcome, a_code, a_finished FROM fin

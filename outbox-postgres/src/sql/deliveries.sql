@@ -30,9 +30,9 @@ WITH x AS (
   RETURNING *),
 a AS (
   INSERT INTO {attempts} (delivery_id, number, tenant, probe, started_at, finished_at,
-                          outcome, status_code, excerpt, run, scheduled_at)
+                          outcome, status_code, excerpt, run, scheduled_at, detail)
   SELECT id, ledger_len, tenant, a_probe, a_started, last_at, last_outcome, last_status_code,
-         last_excerpt, run, a_scheduled
+         last_excerpt, run, a_scheduled, a_detail
     FROM x WHERE a_started IS NOT NULL),
 u AS (
   INSERT INTO {queue} (id, seq, message_id, due_at, updated_at, group_id, attempts, snoozes,

@@ -33,7 +33,7 @@ SELECT {message_cols} FROM {messages} WHERE id = :id::uuid AND tenant = :tenant:
 -- it has none; no row when the tenant has no such delivery): the rows of `attempts`, and the
 -- final attempt folded into a history row.
 SELECT a.number, a.probe, a.started_at, a.finished_at, a.outcome, a.status_code,
-       a.excerpt, a.run, a.scheduled_at, x.p_size, x.p_sha256
+       a.excerpt, a.run, a.scheduled_at, a.detail, x.p_size, x.p_sha256
   FROM (SELECT y.id, octet_length(z.payload)::int8 AS p_size,
                encode(sha256(z.payload), 'hex') AS p_sha256
           FROM (SELECT q.id, q.message_id FROM {queue} q JOIN {groups} g ON g.id = q.group_id
@@ -43,11 +43,11 @@ SELECT a.number, a.probe, a.started_at, a.finished_at, a.outcome, a.status_code,
                  WHERE h.id = :delivery::uuid AND h.tenant = :tenant::text) y
           JOIN {messages} z ON z.id = y.message_id) x
   LEFT JOIN (SELECT delivery_id, number, probe, started_at, finished_at, outcome, status_code,
-                    excerpt, run, scheduled_at
+                    excerpt, run, scheduled_at, detail
                FROM {attempts} WHERE delivery_id = :delivery::uuid
              UNION ALL
              SELECT id, ledger_len, a_probe, a_started, last_at, last_outcome,
-                    last_status_code, last_excerpt, run, a_scheduled
+                    last_status_code, last_excerpt, run, a_scheduled, a_detail
                FROM {history}
               WHERE id = :delivery::uuid AND tenant = :tenant::text
                 AND a_started IS NOT NULL) a ON a.delivery_id = x.id

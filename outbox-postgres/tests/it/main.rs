@@ -14,6 +14,7 @@ mod stats;
 mod support;
 mod tls;
 mod upgrade;
+mod upgrade_detail;
 mod upgrade_fair;
 mod upgrade_ledger;
 mod upgrade_pause;

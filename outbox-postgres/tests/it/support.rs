@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use outboxkit_core::{
-    AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, Consumer, ConsumerName,
-    EntropyExt, NewMessage, OsEntropy, Timestamp, TopicFilter, Verdict,
+    AttemptDetail, AttemptOutcome, AttemptRecord, AttemptTiming, ClaimRequest, Clock, Completion,
+    Consumer, ConsumerName, EntropyExt, NewMessage, OsEntropy, Timestamp, TopicFilter, Verdict,
 };
 use outboxkit_postgres::sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use outboxkit_postgres::{PostgresConfig, PostgresStore};
@@ -139,6 +139,32 @@ pub fn success(now: Timestamp) -> Completion {
             excerpt: None,
         }),
     }
+}
+
+/// The attempt in full that [`detailed`] records: hostile header values, a binary body.
+pub fn sample_detail() -> AttemptDetail {
+    let mut d = AttemptDetail {
+        request_headers: vec![("webhook-id".into(), "msg_1".into())],
+        response_headers: vec![("x-hostile".into(), "<script>\"é\"</script>".into())],
+        timing: AttemptTiming {
+            connect: Some(Duration::from_micros(250)),
+            first_byte: None,
+            total: Duration::from_micros(1_000),
+        },
+        remote_addr: Some("127.0.0.1:9".into()),
+        ..AttemptDetail::default()
+    };
+    d.set_response_body(b"\xff\x00ok", 16);
+    d
+}
+
+/// [`success`] whose attempt carries [`sample_detail`].
+pub fn detailed(now: Timestamp) -> Completion {
+    let mut c = success(now);
+    if let Some(a) = c.attempt.as_mut() {
+        a.detail = Some(Box::new(sample_detail()));
+    }
+    c
 }
 
 /// `SELECT count(*)` over a query of this test's schema (`{s}` is the quoted schema).

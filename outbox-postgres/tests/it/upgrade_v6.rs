@@ -9,15 +9,15 @@
 use std::time::Duration;
 
 use outboxkit_core::{
-    ClaimRequest, Clock, DeliveryStatus, DeliveryStore, EndpointStatus, EndpointStore,
-    EndpointUpdate, Ledger,
+    ClaimRequest, Clock, DeliveryFilter, DeliveryStatus, DeliveryStore, EndpointStatus,
+    EndpointStore, EndpointUpdate, Ledger, PageRequest,
 };
 use outboxkit_core::{DeliveryStoreExt, OperatorStore};
 use outboxkit_postgres::sqlx;
 use outboxkit_testing::ManualClock;
 
 use crate::legacy::{every_status_at, migrate_concurrently, snapshot};
-use crate::support::{count, success, with_db, worker, LEASE};
+use crate::support::{count, detailed, sample_detail, with_db, worker, LEASE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_5_database_moves_finished_rows_to_the_history_under_concurrent_migrates() {
@@ -112,7 +112,7 @@ async fn every_status_upgrades_from(from: i32) {
         );
         for lease in legacy.processing.iter().chain([&legacy.sending]) {
             store
-                .complete(lease, &success(clock.now()))
+                .complete(lease, &detailed(clock.now()))
                 .await
                 .expect("a live lease completes after the upgrade");
             let d = store.get_delivery(&acme, lease.delivery_id).await.unwrap();
@@ -157,7 +157,7 @@ async fn every_status_upgrades_from(from: i32) {
             }
             for c in &batch {
                 store
-                    .complete(&c.lease, &success(clock.now()))
+                    .complete(&c.lease, &detailed(clock.now()))
                     .await
                     .unwrap();
             }
@@ -175,6 +175,30 @@ async fn every_status_upgrades_from(from: i32) {
         );
         assert_eq!(count(&db, "SELECT count(*) FROM {s}.queue").await, 0);
         assert_eq!(count(&db, "SELECT count(*) FROM {s}.history").await, 14);
+
+        // The attempts from before the upgrade read no detail; every one since keeps its own.
+        let all = store
+            .list_deliveries(&acme, &DeliveryFilter::default(), PageRequest::first(100))
+            .await
+            .unwrap()
+            .items;
+        let (mut old, mut new) = (0, 0);
+        for d in &all {
+            for a in store.attempts(&acme, d.id).await.unwrap() {
+                match a.record.detail.as_deref() {
+                    None => old += 1,
+                    Some(got) => {
+                        assert_eq!(got, &sample_detail());
+                        new += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            (old, new),
+            (3, 12),
+            "the 3 attempts from before, the 12 completions since"
+        );
     })
     .await;
 }
