@@ -40,20 +40,20 @@ fn is_bidi(c: char) -> bool {
     matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
 }
 
-/// Bytes for display: pretty JSON when they parse as JSON, escaped text when UTF-8, else
-/// base64 (marked as such).
+/// Bytes for display: pretty JSON when they parse as JSON, else escaped text (bytes that
+/// are not UTF-8 shown as U+FFFD, said on a first line; `--json` has the exact bytes).
 fn bytes_text(bytes: &[u8]) -> String {
     if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
         if v.is_object() || v.is_array() {
-            return escape(
-                &serde_json::to_string_pretty(&v).unwrap_or_default(),
-                true,
-            );
+            return escape(&serde_json::to_string_pretty(&v).unwrap_or_default(), true);
         }
     }
     match std::str::from_utf8(bytes) {
         Ok(text) => escape(text, true),
-        Err(_) => format!("(binary, base64) {}", B64.encode(bytes)),
+        Err(_) => format!(
+            "(not UTF-8: invalid bytes shown as U+FFFD; --json has the exact bytes)\n{}",
+            escape(&String::from_utf8_lossy(bytes), true)
+        ),
     }
 }
 
@@ -119,7 +119,9 @@ pub fn attempt_text(a: &Attempt) -> String {
     let _ = writeln!(
         out,
         "  remote address: {}",
-        d.remote_addr.as_deref().map_or("-".to_owned(), |a| escape(a, false))
+        d.remote_addr
+            .as_deref()
+            .map_or("-".to_owned(), |a| escape(a, false))
     );
     headers(&mut out, "request headers", &d.request_headers);
     if d.response_headers.is_empty() && r.status_code.is_none() {
@@ -220,7 +222,10 @@ mod tests {
     fn bytes_are_shown_as_pretty_json_text_or_base64() {
         assert_eq!(bytes_text(br#"{"a":1}"#), "{\n  \"a\": 1\n}");
         assert_eq!(bytes_text(b"busy\x1b[0m"), "busy\\u{1b}[0m");
-        assert_eq!(bytes_text(&[0xff, 0x00]), "(binary, base64) /wA=");
+        assert_eq!(
+            bytes_text(&[b'o', b'k', 0xff, 0x00]),
+            "(not UTF-8: invalid bytes shown as U+FFFD; --json has the exact bytes)\nok\u{fffd}\\u{0}"
+        );
         // JSON strings with escapes are printed escaped for the terminal too.
         assert_eq!(bytes_text(br#"["\u001b[31m"]"#), "[\n  \"\\u001b[31m\"\n]");
     }
