@@ -14,10 +14,9 @@ use outboxkit_core::{
 };
 use redis::Value;
 
+use crate::entry::{pack_attempt, pack_record};
 use crate::error::corrupt;
-use crate::rows::{
-    delivery, int, items, message, pack_attempt, pack_h, pack_v, str_of, text, token_arg, Args,
-};
+use crate::rows::{delivery, int, items, message, pack_h, pack_v, str_of, text, token_arg, Args};
 use crate::store::RedisStore;
 
 /// Random bytes drawn from the injected entropy in one read, handed out in order (so a
@@ -314,7 +313,7 @@ impl RedisStore {
                 if let (Some(endpoint), true) = (text(v), self.shard_count() > 1) {
                     let (lease, c) = &items_in[i];
                     let record = match &c.attempt {
-                        Some(r) => pack_attempt(r, lease.is_probe())?.split_off(2),
+                        Some(r) => pack_record(r)?,
                         None => Vec::new(),
                     };
                     let gone = lease.settle(&c.verdict, c.attempt.as_ref(), self.now());

@@ -9,8 +9,9 @@ use outboxkit_core::{
 };
 use redis::Value;
 
+use crate::entry::attempt;
 use crate::error::{corrupt, redis_err};
-use crate::rows::{attempt, delivery, exists, int, items, message, text, Args};
+use crate::rows::{delivery, exists, int, items, message, text, Args};
 use crate::store::RedisStore;
 
 /// The fields a delivery is read from (see `scripts/common.lua`).

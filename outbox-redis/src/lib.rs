@@ -6,6 +6,7 @@ mod config;
 mod deliveries;
 mod endpoints;
 mod enqueue;
+mod entry;
 mod error;
 mod event_types;
 mod ledger;

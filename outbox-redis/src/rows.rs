@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use outboxkit_core::endpoint_headers::{decode_headers, encode_headers};
 use outboxkit_core::{
-    Attempt, AttemptRecord, BodyFormat, Cause, ClaimToken, Consumer, ConsumerName, DeadReason,
-    Delivery, DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId, EndpointStatus,
-    EndpointUrl, Enqueued, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId,
-    OrderingKey, PayloadFingerprint, Result, SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
+    AttemptRecord, BodyFormat, Cause, ClaimToken, Consumer, ConsumerName, DeadReason, Delivery,
+    DeliveryId, DeliveryStatus, Destination, Endpoint, EndpointId, EndpointStatus, EndpointUrl,
+    Enqueued, IdempotencyKey, LastDelivery, LastOutcome, Message, MessageId, OrderingKey, Result,
+    SealedSecret, TenantId, Timestamp, Topic, TopicFilter,
 };
 use redis::{FromRedisValue, ParsingError, Value};
 
@@ -89,7 +89,7 @@ fn ms(s: &str) -> Option<Timestamp> {
 }
 
 /// Exactly `N` parts of `s` separated by `sep` (the last one takes the rest).
-fn split<const N: usize>(s: &str, sep: char) -> Result<[&str; N], ()> {
+pub(crate) fn split<const N: usize>(s: &str, sep: char) -> Result<[&str; N], ()> {
     let mut out = [""; N];
     let mut parts = s.splitn(N, sep);
     for slot in &mut out {
@@ -104,7 +104,7 @@ fn ok<T>(r: Result<T>) -> Result<T, ()> {
     r.map_err(|_| ())
 }
 
-fn opt_ms(s: &str) -> Result<Option<Timestamp>, ()> {
+pub(crate) fn opt_ms(s: &str) -> Result<Option<Timestamp>, ()> {
     if s.is_empty() {
         Ok(None)
     } else {
@@ -276,48 +276,6 @@ pub(crate) fn token_arg(t: &ClaimToken) -> String {
     t.as_uuid().simple().to_string()
 }
 
-/// One ledger entry as the Rust side packs it: `probe|record json`. The complete script
-/// stores it as `probe|run|due|record json` (entries written before the run was kept have
-/// the short form); its number is its position plus the entries dropped by the cap.
-pub(crate) fn pack_attempt(record: &AttemptRecord, probe: bool) -> Result<Vec<u8>> {
-    let mut out = if probe {
-        b"1|".to_vec()
-    } else {
-        b"0|".to_vec()
-    };
-    serde_json::to_writer(&mut out, record).map_err(|_| corrupt("attempt"))?;
-    Ok(out)
-}
-
-/// The ledger entry at 1-based `number`, carrying the payload's fingerprint.
-pub(crate) fn attempt(
-    delivery: DeliveryId,
-    number: u32,
-    v: &Value,
-    payload: &PayloadFingerprint,
-) -> Result<Attempt> {
-    let bad = || corrupt("attempt");
-    let s = text(v).ok_or_else(bad)?;
-    let (probe, rest) = s.split_once('|').ok_or_else(bad)?;
-    let (run, scheduled_at, json) = if rest.starts_with('{') {
-        (1, None, rest)
-    } else {
-        let [run, due, json] = split::<3>(rest, '|').map_err(|()| bad())?;
-        let due = opt_ms(due).map_err(|()| bad())?;
-        (run.parse().map_err(|_| bad())?, due, json)
-    };
-    let record: AttemptRecord = serde_json::from_str(json).map_err(|_| bad())?;
-    Ok(Attempt {
-        delivery_id: delivery,
-        number,
-        probe: probe == "1",
-        run,
-        scheduled_at,
-        payload: payload.clone(),
-        record,
-    })
-}
-
 /// An endpoint as hash field/value pairs (everything but the version).
 pub(crate) fn endpoint_fields(e: &Endpoint) -> Vec<(&'static str, Vec<u8>)> {
     let mut f: Vec<(&'static str, Vec<u8>)> = vec![
@@ -469,31 +427,6 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    const RECORD: &str = r#"{"started_at":1700000000000,"finished_at":1700000001000,"outcome":"succeeded","status_code":204,"excerpt":"a|b"}"#;
-
-    #[test]
-    fn ledger_entries_of_both_forms_are_read() {
-        let id = DeliveryId::parse("0190a000-0000-7000-8000-000000000002").unwrap();
-        let fp = PayloadFingerprint::of(b"{}");
-        // Written before runs were kept: `probe|record`.
-        let old = attempt(id, 1, &bulk(&format!("0|{RECORD}")), &fp).unwrap();
-        assert_eq!((old.run, old.scheduled_at, old.probe), (1, None, false));
-        assert_eq!(old.record.excerpt.as_deref(), Some("a|b"));
-        // `probe|run|due|record`, with and without a due time.
-        let new = attempt(id, 2, &bulk(&format!("1|3|1699999999000|{RECORD}")), &fp).unwrap();
-        assert_eq!(
-            (new.run, new.scheduled_at, new.probe),
-            (
-                3,
-                Some(Timestamp::from_unix_millis(1_699_999_999_000).unwrap()),
-                true
-            )
-        );
-        let no_due = attempt(id, 3, &bulk(&format!("0|2||{RECORD}")), &fp).unwrap();
-        assert_eq!((no_due.run, no_due.scheduled_at), (2, None));
-        assert_eq!(no_due.payload, fp);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 -- attempts, disable endpoints.
 -- ARGV: now, attempts cap, then per item 12 fields:
 --   id, tenant, token, status, attempts, next, completed (''), h, v,
---   last outcome json ('' keeps the old one), ledger entry ('' when nothing was tried),
+--   last outcome json ('' keeps the old one), ledger entry ('' when nothing was tried;
+--   `probe|record json`, then \30 and the attempt's detail json when it has one),
 --   disable the endpoint (1 for a 410), or w when the delivery waits for its endpoint
 --   (written as pending, due now, when the endpoint is active again or gone), else 0
 -- Returns per item 0 (lease lost), or 1 (written), or for a written webhook row its endpoint.
@@ -46,9 +47,14 @@ while a <= #ARGV do
       local record = string.sub(entry, 3)
       entry = string.sub(entry, 1, 2) .. (r[3] or '1') .. '|' .. (r[4] or '') .. '|' .. record
       if kind == 'webhook' then
-        -- The endpoint's last status: this attempt's record, in the same script.
+        -- The endpoint's last status: this attempt's record, in the same script, without
+        -- the attempt in full that may follow it after a \30 (`entry.rs`).
         local ek = k_e(target)
-        if redis.call('EXISTS', ek) == 1 then redis.call('HSET', ek, 'last', record) end
+        if redis.call('EXISTS', ek) == 1 then
+          local cut = string.find(record, '\30', 1, true)
+          if cut then record = string.sub(record, 1, cut - 1) end
+          redis.call('HSET', ek, 'last', record)
+        end
       end
       local ak = k_a(id)
       local len = redis.call('RPUSH', ak, entry)

@@ -18,8 +18,9 @@ end
 local function text_matches(id, last)
   if has_text(last) then return true end
   for _, e in ipairs(redis.call('LRANGE', k_a(id), 0, -1)) do
-    -- `probe|record` (old) or `probe|run|due|record`.
-    local rec = string.match(e, '^%d|(%{.*)$') or string.match(e, '^%d|%d*|%d*|(%{.*)$')
+    -- `probe|record` (old) or `probe|run|due|record`, the record up to the \30 that
+    -- starts an attempt's detail (`entry.rs`).
+    local rec = string.match(e, '^%d|(%{[^\30]*)') or string.match(e, '^%d|%d*|%d*|(%{[^\30]*)')
     if has_text(rec) then return true end
   end
   return false

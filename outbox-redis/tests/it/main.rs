@@ -9,6 +9,7 @@ mod support;
 mod claim;
 mod cluster;
 mod config;
+mod detail;
 mod faults;
 mod pipeline;
 mod retention;

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use outboxkit_core::model::RESPONSE_BODY_CAP_MAX;
 use outboxkit_core::{
-    AttemptDetail, AttemptRecord, AttemptTiming, Claimed, Completion, DeadReason, DeliveryId,
-    ErrorKind, HandlerOutcome, Outcome, TenantId, Verdict,
+    AttemptDetail, AttemptRecord, AttemptTiming, Claimed, Completion, DeadReason, DeliveryFilter,
+    DeliveryId, ErrorKind, HandlerOutcome, Outcome, TenantId, Verdict,
 };
 
 use super::helpers::*;
@@ -76,7 +76,8 @@ fn hostile_details() -> Vec<AttemptDetail> {
 /// The ledger record of an HTTP `status` answer, now, carrying `detail`.
 fn with_detail(fx: &Fixture, status: u16, detail: Option<AttemptDetail>) -> AttemptRecord {
     let t = now(fx);
-    let mut rec = record(&http(status), t, t, Some("excerpt")).expect("an http record");
+    let excerpt = format!("answered {status}");
+    let mut rec = record(&http(status), t, t, Some(&excerpt)).expect("an http record");
     rec.detail = detail.map(Box::new);
     rec
 }
@@ -238,6 +239,17 @@ pub async fn retried_delivery_keeps_a_detail_per_attempt(fx: Fixture) {
         .await
         .expect("complete_many");
     assert!(results.iter().all(Result::is_ok), "{results:?}");
+
+    // The text filter still reads every attempt's excerpt beside its detail.
+    let text = DeliveryFilter {
+        text: Some("answered 503".to_owned()),
+        ..Default::default()
+    };
+    assert_eq!(
+        list_all(&fx, &t, &text).await.len(),
+        2,
+        "the failed attempts' excerpts"
+    );
 
     let one = fx
         .store()
