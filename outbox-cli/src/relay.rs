@@ -73,8 +73,8 @@ pub struct RelayArgs {
     /// The webhook deadline over connect, headers and body.
     #[arg(long, default_value = "10s")]
     webhook_timeout: String,
-    /// How much of each webhook response body the ledger keeps per attempt, in bytes (at
-    /// most 65536, the transport's read cap; 0 keeps headers and timings only).
+    /// How much of each webhook (and mail API) response body the ledger keeps per attempt,
+    /// in bytes (at most 65536, the transport's read cap; 0 keeps headers and timings only).
     #[arg(long, value_name = "BYTES", default_value_t = outboxkit_core::model::RESPONSE_BODY_CAP_DEFAULT)]
     response_body_cap: usize,
     /// How long a claim is held before another worker may take the delivery (default: the
@@ -441,7 +441,8 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
             api_key: key,
             idempotent: a.mail_idempotent,
             ..outboxkit_http::HttpMailerConfig::default()
-        })?;
+        })?
+        .with_response_body_cap(response_body_cap)?;
         builder = builder.mailer(Arc::new(mailer));
     }
     if let Some(url) = &a.smtp_url {

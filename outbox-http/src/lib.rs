@@ -6,6 +6,7 @@ pub mod config;
 mod detail;
 pub mod egress;
 mod error;
+mod mail_detail;
 pub mod mailer;
 mod timing;
 pub mod tls;

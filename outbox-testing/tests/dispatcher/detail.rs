@@ -143,3 +143,46 @@ async fn a_real_exchange_is_kept_in_full_and_a_transport_without_detail_keeps_no
     let attempts = w.store.attempts(&w.tenant, newest.id).await.unwrap();
     assert_eq!(attempts[0].record.detail, None);
 }
+
+#[tokio::test]
+async fn a_mail_api_attempt_is_kept_in_full_with_the_key_redacted() {
+    let w = world();
+    let api = WebhookReceiver::start().await.unwrap();
+    api.script([Reply::Body(422, r#"{"error":"bad address"}"#.into())]);
+    let mailer = outboxkit_http::HttpMailer::new(outboxkit_http::HttpMailerConfig {
+        url: api.url_for("/v1/send"),
+        api_key: "mail-key-1".into(),
+        ..outboxkit_http::HttpMailerConfig::default()
+    })
+    .unwrap();
+    let d = w.builder().mailer(Arc::new(mailer)).build().unwrap();
+    w.store
+        .enqueue(
+            NewMessage::new(
+                "invoice.sent",
+                serde_json::json!({"subject": "Your invoice", "text": "Thanks"}),
+            )
+            .email("ada@example.com"),
+        )
+        .await
+        .unwrap();
+    d.run_once(BUDGET).await.unwrap();
+    let got = api.requests().pop().unwrap();
+    assert_eq!(got.header("authorization"), Some("Bearer mail-key-1"));
+    let delivery = w.one().await;
+    let attempts = w.store.attempts(&w.tenant, delivery.id).await.unwrap();
+    let kept = attempts[0].record.detail.as_deref().expect("kept");
+    let header = |name: &str| {
+        kept.request_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("authorization"), Some(REDACTED));
+    assert_eq!(header("idempotency-key"), got.header("idempotency-key"));
+    assert_eq!(kept.response_body, br#"{"error":"bad address"}"#);
+    assert!(!kept.response_body_truncated);
+    assert_eq!(kept.remote_addr, Some(api.addr().to_string()));
+    assert!(kept.timing.first_byte.is_some());
+    assert!(!format!("{kept:?}").contains("mail-key-1"));
+}
