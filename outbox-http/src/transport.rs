@@ -165,7 +165,9 @@ impl HttpTransport {
 
     /// Read at most `max_body` bytes of `body`, keeping the first `keep` of them.
     pub(crate) async fn read_body(&self, mut body: hyper::body::Incoming, keep: usize) -> Body {
-        let mut kept = Vec::new();
+        // Sized once from the announced length, so the kept bytes are copied once.
+        let hint = hyper::body::Body::size_hint(&body).lower();
+        let mut kept = Vec::with_capacity(keep.min(usize::try_from(hint).unwrap_or(keep)));
         let mut read = 0usize;
         while read < self.config.max_body {
             match body.frame().await {
