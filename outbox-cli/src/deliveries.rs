@@ -5,6 +5,7 @@ use outboxkit_core::{
     Cursor, Delivery, DeliveryFilter, DeliveryId, DeliveryStatus, EndpointId, PageRequest, Topic,
 };
 
+use crate::attempt_view;
 use crate::error::CliResult;
 use crate::store::StoreArgs;
 use crate::util::{emit_json, parse_flag_duration, table};
@@ -15,7 +16,9 @@ use crate::{json, out, outln};
 pub enum DeliveriesCmd {
     /// List a tenant's deliveries, newest first.
     List(ListArgs),
-    /// Show one delivery and its attempt ledger.
+    /// Show one delivery, its payload and its attempt ledger: per attempt the request
+    /// headers as sent, the response's headers and body (within the relay's
+    /// --response-body-cap), the timings and the address.
     Show(ShowArgs),
 }
 
@@ -164,9 +167,11 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
             let env = a.store.open().await?;
             let d = env.store.get_delivery(&env.tenant, id).await?;
             let attempts = env.store.attempts(&env.tenant, id).await?;
+            let message = env.store.get_message(&env.tenant, d.message_id).await?;
             if a.json {
                 return emit_json(&serde_json::json!({
                     "delivery": json::delivery(&d),
+                    "payload": attempt_view::payload_json(&message),
                     "attempts": attempts.iter().map(json::attempt).collect::<Vec<_>>(),
                 }));
             }
@@ -180,6 +185,10 @@ pub async fn run(cmd: DeliveriesCmd) -> CliResult<()> {
             );
             outln!("\nattempts:");
             out!("{}", attempts_table(&attempts));
+            out!("{}", attempt_view::payload_text(&message));
+            for attempt in &attempts {
+                out!("{}", attempt_view::attempt_text(attempt));
+            }
         }
     }
     Ok(())
@@ -202,11 +211,7 @@ pub fn attempts_table(attempts: &[outboxkit_core::Attempt]) -> String {
                     .status_code
                     .map_or(String::new(), |s| s.to_string()),
                 if a.probe { "yes" } else { "no" }.to_owned(),
-                a.record
-                    .excerpt
-                    .clone()
-                    .unwrap_or_default()
-                    .replace('\n', " "),
+                attempt_view::escape(a.record.excerpt.as_deref().unwrap_or_default(), false),
                 format!(
                     "{} B sha256:{}",
                     a.payload.size,

@@ -45,10 +45,12 @@ pub fn delivery(d: &Delivery) -> Value {
     })
 }
 
-/// One ledger entry.
+/// One ledger entry, with the attempt in full (`detail`, `null` when none was kept) and
+/// the reference to its payload.
 pub fn attempt(a: &Attempt) -> Value {
     json!({
         "number": a.number,
+        "run": a.run,
         "probe": a.probe,
         "started_at": time(a.record.started_at),
         "finished_at": time(a.record.finished_at),
@@ -56,6 +58,8 @@ pub fn attempt(a: &Attempt) -> Value {
         "outcome": a.record.outcome.as_str(),
         "status_code": a.record.status_code,
         "excerpt": a.record.excerpt,
+        "payload": { "size": a.payload.size, "sha256": a.payload.sha256 },
+        "detail": crate::attempt_view::detail_json(a.record.detail.as_deref()),
     })
 }
 

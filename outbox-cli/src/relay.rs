@@ -73,6 +73,10 @@ pub struct RelayArgs {
     /// The webhook deadline over connect, headers and body.
     #[arg(long, default_value = "10s")]
     webhook_timeout: String,
+    /// How much of each webhook (and mail API) response body the ledger keeps per attempt,
+    /// in bytes (at most 65536, the transport's read cap; 0 keeps headers and timings only).
+    #[arg(long, value_name = "BYTES", default_value_t = outboxkit_core::model::RESPONSE_BODY_CAP_DEFAULT)]
+    response_body_cap: usize,
     /// How long a claim is held before another worker may take the delivery (default: the
     /// webhook timeout plus 30 s). Must exceed the webhook timeout.
     #[arg(long)]
@@ -189,16 +193,11 @@ struct HintingTransport {
     warned: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
-#[async_trait::async_trait]
-impl outboxkit_core::WebhookTransport for HintingTransport {
-    async fn send(
-        &self,
-        request: outboxkit_core::SignedRequest,
-    ) -> outboxkit_core::WebhookResponse {
-        let url = request.url.clone();
-        let response = self.inner.send(request).await;
-        if let outboxkit_core::WebhookResponse::Failed { class, .. } = &response {
-            if let Some(hint) = crate::endpoints::egress_hint(*class, &url, self.egress) {
+impl HintingTransport {
+    /// WARN once per URL the egress policy refused, naming the flag that would allow it.
+    fn hint(&self, url: &outboxkit_core::EndpointUrl, response: &outboxkit_core::WebhookResponse) {
+        if let outboxkit_core::WebhookResponse::Failed { class, .. } = response {
+            if let Some(hint) = crate::endpoints::egress_hint(*class, url, self.egress) {
                 let first = self
                     .warned
                     .lock()
@@ -211,7 +210,27 @@ impl outboxkit_core::WebhookTransport for HintingTransport {
                 }
             }
         }
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl outboxkit_core::WebhookTransport for HintingTransport {
+    async fn send(
+        &self,
+        request: outboxkit_core::SignedRequest,
+    ) -> outboxkit_core::WebhookResponse {
+        let url = request.url.clone();
+        let response = self.inner.send(request).await;
+        self.hint(&url, &response);
         response
+    }
+
+    async fn send_detailed(&self, request: outboxkit_core::SignedRequest) -> outboxkit_core::Sent {
+        let url = request.url.clone();
+        let sent = self.inner.send_detailed(request).await;
+        self.hint(&url, &sent.response);
+        sent
     }
 }
 
@@ -321,6 +340,13 @@ async fn shutdown_signal() {
 
 /// Run the relay until SIGINT/SIGTERM.
 pub async fn run(a: RelayArgs) -> CliResult<()> {
+    let response_body_cap = outboxkit_core::model::check_response_body_cap(a.response_body_cap)
+        .map_err(|_| {
+            CliError::usage(format!(
+                "invalid input: --response-body-cap: {} bytes is more than 65536 (64 KiB, the transport's read cap)",
+                a.response_body_cap
+            ))
+        })?;
     let mut config = DispatcherConfig {
         batch_size: a.batch_size,
         concurrency: a.concurrency,
@@ -384,7 +410,13 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
         .map(|url| crate::otel::Telemetry::start(url, &a.otlp_service_name))
         .transpose()?;
     let transport = Arc::new(HintingTransport {
-        inner: outboxkit_http::HttpTransport::new(egress_policy(a.egress))?,
+        inner: outboxkit_http::HttpTransport::with_config(
+            egress_policy(a.egress),
+            outboxkit_http::HttpTransportConfig {
+                response_body_cap,
+                ..outboxkit_http::HttpTransportConfig::default()
+            },
+        )?,
         egress: a.egress,
         warned: std::sync::Mutex::default(),
     });
@@ -409,7 +441,8 @@ pub async fn run(a: RelayArgs) -> CliResult<()> {
             api_key: key,
             idempotent: a.mail_idempotent,
             ..outboxkit_http::HttpMailerConfig::default()
-        })?;
+        })?
+        .with_response_body_cap(response_body_cap)?;
         builder = builder.mailer(Arc::new(mailer));
     }
     if let Some(url) = &a.smtp_url {

@@ -60,7 +60,7 @@ pub use ids::{
 };
 pub use mail::{
     may_retry, Accepted, DynMailer, MailCapabilities, MailError, MailErrorCode, MailMessage,
-    MailOutcome, Mailer,
+    MailOutcome, MailSent, Mailer,
 };
 pub use model::is_json_text;
 pub use model::{parse_delay, SendAt, SEND_AT_SKEW};

@@ -193,6 +193,16 @@ pub struct Accepted {
     pub provider_id: Option<String>,
 }
 
+/// One send's result and, when the mailer keeps it, the attempt in full (DESIGN §18).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MailSent {
+    /// What the mail service answered.
+    pub result: Result<Accepted, MailError>,
+    /// The request headers as sent (the key `[redacted]`), the answer's headers and body
+    /// within the cap, the timings and the address; `None` from a mailer that keeps none.
+    pub detail: Option<Box<crate::model::AttemptDetail>>,
+}
+
 /// Sends e-mail.
 ///
 /// # Contract
@@ -209,6 +219,15 @@ pub trait Mailer: Send + Sync + fmt::Debug + 'static {
         message: &MailMessage,
         key: &IdempotencyKey,
     ) -> Result<Accepted, MailError>;
+
+    /// Send one message and keep the attempt in full. The default keeps nothing beyond
+    /// [`Mailer::send`]'s answer.
+    async fn send_detailed(&self, message: &MailMessage, key: &IdempotencyKey) -> MailSent {
+        MailSent {
+            result: self.send(message, key).await,
+            detail: None,
+        }
+    }
 
     /// What the mailer promises.
     fn capabilities(&self) -> MailCapabilities;
@@ -231,6 +250,9 @@ impl<T: Mailer + ?Sized> Mailer for std::sync::Arc<T> {
     ) -> Result<Accepted, MailError> {
         (**self).send(message, key).await
     }
+    async fn send_detailed(&self, message: &MailMessage, key: &IdempotencyKey) -> MailSent {
+        (**self).send_detailed(message, key).await
+    }
     fn capabilities(&self) -> MailCapabilities {
         (**self).capabilities()
     }
@@ -247,6 +269,9 @@ impl<T: Mailer + ?Sized> Mailer for Box<T> {
         key: &IdempotencyKey,
     ) -> Result<Accepted, MailError> {
         (**self).send(message, key).await
+    }
+    async fn send_detailed(&self, message: &MailMessage, key: &IdempotencyKey) -> MailSent {
+        (**self).send_detailed(message, key).await
     }
     fn capabilities(&self) -> MailCapabilities {
         (**self).capabilities()

@@ -336,30 +336,37 @@ async fn webhook_path(
     let request = super::webhook::forward_traceparent(request, message, &shared.config);
     // A transport that panics spends the attempt like a failed send (and the ledger says
     // so): a bug in it cannot hand the same delivery out again and again.
-    let response = AssertUnwindSafe(ch.transport.send(request))
+    let sent = AssertUnwindSafe(ch.transport.send_detailed(request))
         .catch_unwind()
         .await
         .unwrap_or_else(|_| {
             tracing::error!(delivery_id = %delivery.id, "the webhook transport panicked");
-            outboxkit_core::transport::WebhookResponse::Failed {
-                class: outboxkit_core::model::ErrorClass::Network,
-                detail: "the webhook transport panicked".to_owned(),
+            outboxkit_core::transport::Sent {
+                response: outboxkit_core::transport::WebhookResponse::Failed {
+                    class: outboxkit_core::model::ErrorClass::Network,
+                    detail: "the webhook transport panicked".to_owned(),
+                },
+                detail: None,
             }
         });
+    let outboxkit_core::transport::Sent {
+        response,
+        mut detail,
+    } = sent;
+    if let Some(d) = &mut detail {
+        super::webhook::redact_secret_headers(d, &endpoint);
+    }
     let finished = shared.clock.now();
     let outcome = response.outcome();
     let transition = shared
         .breakers
         .record(endpoint.id, Signal::of(&outcome), probe, finished);
     let verdict = classify(&outcome, &context(shared, &lease), &policy);
-    let mut done = completed(
-        lease,
-        verdict,
-        record(&outcome, started, finished, response.excerpt()),
-        delivery,
-        started,
-        finished,
-    );
+    let mut rec = record(&outcome, started, finished, response.excerpt());
+    if let Some(r) = &mut rec {
+        r.detail = detail;
+    }
+    let mut done = completed(lease, verdict, rec, delivery, started, finished);
     if let Done::Completed { meta, .. } = &mut done {
         meta.circuit = transition;
     }

@@ -16,7 +16,7 @@ use outboxkit_core::error::Result;
 use outboxkit_core::ids::{Recipient, TenantId};
 use outboxkit_core::mail::{
     mail_from_payload, namespaced_mail_idempotency_key, MailError, MailErrorCode, MailMessage,
-    MailOutcome,
+    MailOutcome, MailSent,
 };
 use outboxkit_core::model::{AttemptOutcome, AttemptRecord, Delivery, ErrorClass, Message};
 use outboxkit_core::verdict::{classify, Outcome, Verdict};
@@ -160,22 +160,31 @@ pub(super) async fn email_path(
         }
     }
     let started = shared.clock.now();
-    let result = tokio::select! {
-        // A mailer that panics spends the attempt (the mail may have gone out).
-        r = AssertUnwindSafe(ch.mailer.send(&mail, &key)).catch_unwind() => r.unwrap_or_else(|_| {
-            tracing::error!("the mailer panicked");
-            Err(MailError::new(
-                MailErrorCode::Other,
-                MailOutcome::Unknown,
-                "the mailer panicked",
-            ))
-        }),
-        // Abandoned mid-call: the mail may have gone out.
-        () = shared.clock.sleep(shared.config.mail_deadline()) => Err(MailError::new(
+    let unknown = |detail: &str| MailSent {
+        result: Err(MailError::new(
             MailErrorCode::Timeout,
             MailOutcome::Unknown,
-            "the mailer did not answer before the mail deadline",
+            detail,
         )),
+        detail: None,
+    };
+    let MailSent { result, detail } = tokio::select! {
+        // A mailer that panics spends the attempt (the mail may have gone out).
+        r = AssertUnwindSafe(ch.mailer.send_detailed(&mail, &key)).catch_unwind() => r.unwrap_or_else(|_| {
+            tracing::error!("the mailer panicked");
+            MailSent {
+                result: Err(MailError::new(
+                    MailErrorCode::Other,
+                    MailOutcome::Unknown,
+                    "the mailer panicked",
+                )),
+                detail: None,
+            }
+        }),
+        // Abandoned mid-call: the mail may have gone out.
+        () = shared.clock.sleep(shared.config.mail_deadline()) => {
+            unknown("the mailer did not answer before the mail deadline")
+        }
     };
     let finished = shared.clock.now();
     let text = match &result {
@@ -184,12 +193,9 @@ pub(super) async fn email_path(
     };
     let outcome = Outcome::Mail(result.map(|_| ()));
     let verdict = classify(&outcome, &context(shared, &lease), &policy);
-    completed(
-        lease,
-        verdict,
-        record(&outcome, started, finished, &text),
-        delivery,
-        started,
-        finished,
-    )
+    let mut rec = record(&outcome, started, finished, &text);
+    if let Some(r) = &mut rec {
+        r.detail = detail;
+    }
+    completed(lease, verdict, rec, delivery, started, finished)
 }

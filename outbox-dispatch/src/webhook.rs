@@ -41,6 +41,23 @@ pub fn forward_traceparent(
     request
 }
 
+/// Write the values of `endpoint`'s secret custom headers as
+/// [`REDACTED`](outboxkit_core::model::REDACTED) in an attempt's recorded request headers:
+/// the transport records what it sent, and only the endpoint knows which values were
+/// sealed (an `authorization` value the transport redacts itself).
+pub(crate) fn redact_secret_headers(
+    detail: &mut outboxkit_core::model::AttemptDetail,
+    endpoint: &Endpoint,
+) {
+    for h in endpoint.headers.iter().filter(|h| h.value.is_secret()) {
+        for (name, value) in &mut detail.request_headers {
+            if name.eq_ignore_ascii_case(&h.name) {
+                outboxkit_core::model::REDACTED.clone_into(value);
+            }
+        }
+    }
+}
+
 /// The outcome when an endpoint cannot receive (missing, paused, disabled), else `None`.
 pub fn endpoint_gate(endpoint: Option<&Endpoint>) -> Option<Outcome> {
     match endpoint.map(|e| &e.status) {
@@ -354,6 +371,41 @@ mod tests {
         let o = keys.get(&vault, &e).await.unwrap();
         assert_eq!(o.headers.len(), 2);
         assert!(!format!("{o:?}").contains("key-2"));
+    }
+
+    #[test]
+    fn secret_header_values_are_redacted_in_the_record_and_plain_ones_kept() {
+        use outboxkit_core::endpoint::HeaderValue;
+        use outboxkit_core::model::{AttemptDetail, REDACTED};
+        let mut e = endpoint();
+        e.headers = vec![
+            CustomHeader {
+                name: "x-api-key".into(),
+                value: HeaderValue::Secret(SealedSecret(vec![1, 2, 3])),
+            },
+            CustomHeader {
+                name: "x-route".into(),
+                value: HeaderValue::Plain("eu".into()),
+            },
+        ];
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let mut d = AttemptDetail {
+            request_headers: vec![
+                pair("webhook-signature", "v1,abc="),
+                pair("X-Api-Key", "hunter2"),
+                pair("x-route", "eu"),
+            ],
+            ..AttemptDetail::default()
+        };
+        redact_secret_headers(&mut d, &e);
+        assert_eq!(
+            d.request_headers,
+            vec![
+                pair("webhook-signature", "v1,abc="),
+                pair("X-Api-Key", REDACTED),
+                pair("x-route", "eu"),
+            ]
+        );
     }
 
     #[test]

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use outboxkit_core::model::{check_response_body_cap, RESPONSE_BODY_CAP_DEFAULT};
+
 use crate::error::HttpError;
 
 /// The default deadline over connect, headers and body: 10 s.
@@ -25,6 +27,10 @@ pub struct HttpTransportConfig {
     pub max_body: usize,
     /// The `user-agent` header. Default `outbox/<crate version>`.
     pub user_agent: String,
+    /// How much of a response body `send_detailed` keeps for the ledger (the attempt in
+    /// full). Default [`RESPONSE_BODY_CAP_DEFAULT`] (16 KiB), at most
+    /// [`outboxkit_core::model::RESPONSE_BODY_CAP_MAX`] (64 KiB, the read cap).
+    pub response_body_cap: usize,
 }
 
 impl Default for HttpTransportConfig {
@@ -33,6 +39,7 @@ impl Default for HttpTransportConfig {
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
             user_agent: DEFAULT_USER_AGENT.to_owned(),
+            response_body_cap: RESPONSE_BODY_CAP_DEFAULT,
         }
     }
 }
@@ -45,7 +52,10 @@ impl HttpTransportConfig {
         if self.max_body == 0 {
             return Err(setting("max_body", "must be at least one byte"));
         }
-        check_header_value("user_agent", &self.user_agent)
+        check_header_value("user_agent", &self.user_agent)?;
+        check_response_body_cap(self.response_body_cap)
+            .map_err(|_| setting("response_body_cap", "must be at most 65536 bytes (64 KiB)"))?;
+        Ok(())
     }
 }
 

@@ -3,9 +3,12 @@
 
 mod address;
 pub mod config;
+mod detail;
 pub mod egress;
 mod error;
+mod mail_detail;
 pub mod mailer;
+mod timing;
 pub mod tls;
 pub mod transport;
 

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use outboxkit_core::{
     Accepted, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage, MailOutcome,
-    Mailer,
+    MailSent, Mailer,
 };
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 
@@ -48,6 +48,8 @@ pub struct HttpMailer {
     /// `Bearer <key>`, built once (marked sensitive: never printed).
     auth: HeaderValue,
     config: HttpMailerConfig,
+    /// How much of an answer's body `send_detailed` keeps.
+    response_body_cap: usize,
 }
 
 impl HttpMailer {
@@ -75,7 +77,45 @@ impl HttpMailer {
             url,
             auth,
             config,
+            response_body_cap: outboxkit_core::model::RESPONSE_BODY_CAP_DEFAULT,
         })
+    }
+
+    /// Keep at most `cap` bytes of each answer's body in `send_detailed` (default 16 KiB;
+    /// more than 64 KiB is `Misconfigured`).
+    pub fn with_response_body_cap(mut self, cap: usize) -> outboxkit_core::Result<Self> {
+        outboxkit_core::model::check_response_body_cap(cap).map_err(|_| HttpError::Setting {
+            field: "response_body_cap",
+            message: "must be at most 65536 bytes (64 KiB)",
+        })?;
+        self.response_body_cap = cap;
+        Ok(self)
+    }
+
+    /// The request of one send.
+    pub(crate) fn request(
+        &self,
+        message: &MailMessage,
+        key: &IdempotencyKey,
+    ) -> reqwest::RequestBuilder {
+        let from_name = message
+            .from_name
+            .as_ref()
+            .or(self.config.from_name.as_ref());
+        self.client
+            .post(self.url.clone())
+            .header(AUTHORIZATION, self.auth.clone())
+            .header("idempotency-key", key.as_str())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(mail_body(message, from_name))
+    }
+
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    pub(crate) fn response_body_cap(&self) -> usize {
+        self.response_body_cap
     }
 
     /// Whether the service deduplicates by idempotency key (from the configuration).
@@ -89,7 +129,7 @@ fn refused(code: MailErrorCode, outcome: MailOutcome, detail: &str) -> MailError
 }
 
 /// The mail error for a non-2xx status.
-fn from_status(status: u16) -> MailError {
+pub(crate) fn from_status(status: u16) -> MailError {
     use MailErrorCode as C;
     use MailOutcome as O;
     match status {
@@ -152,7 +192,7 @@ fn mail_body(message: &MailMessage, from_name: Option<&String>) -> Vec<u8> {
 }
 
 /// A JSON `id` field (a string or a number) of at most 200 characters.
-fn provider_id(body: &[u8]) -> Option<String> {
+pub(crate) fn provider_id(body: &[u8]) -> Option<String> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     let id = match value.get("id")? {
         serde_json::Value::String(s) => s.clone(),
@@ -169,17 +209,8 @@ impl Mailer for HttpMailer {
         message: &MailMessage,
         key: &IdempotencyKey,
     ) -> Result<Accepted, MailError> {
-        let from_name = message
-            .from_name
-            .as_ref()
-            .or(self.config.from_name.as_ref());
         let mut response = self
-            .client
-            .post(self.url.clone())
-            .header(AUTHORIZATION, self.auth.clone())
-            .header("idempotency-key", key.as_str())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .body(mail_body(message, from_name))
+            .request(message, key)
             .send()
             .await
             .map_err(|e| mail_failure(&e))?;
@@ -198,6 +229,10 @@ impl Mailer for HttpMailer {
         Ok(Accepted {
             provider_id: provider_id(&read),
         })
+    }
+
+    async fn send_detailed(&self, message: &MailMessage, key: &IdempotencyKey) -> MailSent {
+        crate::mail_detail::send_detailed(self, message, key).await
     }
 
     fn capabilities(&self) -> MailCapabilities {

@@ -14,12 +14,14 @@ use outboxkit_core::{ErrorClass, SignedRequest, WebhookResponse, WebhookTranspor
 use crate::config::HttpTransportConfig;
 use crate::egress::{EgressPolicy, PolicyResolver};
 use crate::error::{webhook_failure, HttpError};
+use crate::timing::Timed;
 
 /// How much of the body is kept for the excerpt (the ledger keeps 300 bytes of it).
-const EXCERPT_BYTES: usize = 1024;
+pub(crate) const EXCERPT_BYTES: usize = 1024;
 
-/// The connector: TCP through the policy's resolver, then rustls for `https`.
-type Connector = hyper_rustls::HttpsConnector<HttpConnector<PolicyResolver>>;
+/// The connector: TCP through the policy's resolver, then rustls for `https`, each new
+/// connection timed (`timing.rs`).
+type Connector = Timed<hyper_rustls::HttpsConnector<HttpConnector<PolicyResolver>>>;
 
 /// Sends signed webhooks over HTTP(S).
 ///
@@ -28,7 +30,10 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector<PolicyResolver>>;
 ///   and an explicit `content-length`.
 /// - One deadline (`SignedRequest::timeout`) over connect, headers and body.
 /// - Reads at most 64 KiB of the answer, keeps an excerpt of at most 300 bytes, drops the
-///   rest unread.
+///   rest unread. [`WebhookTransport::send_detailed`] keeps the attempt in full besides:
+///   the request headers as sent (`authorization` values as
+///   [`REDACTED`](outboxkit_core::model::REDACTED)), the response headers, the body up to
+///   [`HttpTransportConfig::response_body_cap`], the timings and the remote address.
 /// - Never follows redirects: a 3xx is returned as an answer.
 /// - Applies the [`EgressPolicy`] before connecting, through its own DNS resolver; no
 ///   proxy from the environment is used (it would bypass the policy).
@@ -83,6 +88,7 @@ impl HttpTransport {
             .https_or_http()
             .enable_all_versions()
             .wrap_connector(http);
+        let connector = Timed(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -107,7 +113,7 @@ impl HttpTransport {
 
     /// The HTTP request of `request`, taking its parts: the body moves into it, each header
     /// value's text becomes the header value without a copy.
-    fn build(&self, request: SignedRequest) -> Option<http::Request<Full<Bytes>>> {
+    pub(crate) fn build(&self, request: SignedRequest) -> Option<http::Request<Full<Bytes>>> {
         let SignedRequest {
             url, headers, body, ..
         } = request;
@@ -153,15 +159,22 @@ impl HttpTransport {
             .get(http::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let mut body = response.into_body();
-        let mut kept = Vec::new();
+        let read = self.read_body(response.into_body(), EXCERPT_BYTES).await;
+        WebhookResponse::answered(status, retry_after, &String::from_utf8_lossy(&read.kept))
+    }
+
+    /// Read at most `max_body` bytes of `body`, keeping the first `keep` of them.
+    pub(crate) async fn read_body(&self, mut body: hyper::body::Incoming, keep: usize) -> Body {
+        // Sized once from the announced length, so the kept bytes are copied once.
+        let hint = hyper::body::Body::size_hint(&body).lower();
+        let mut kept = Vec::with_capacity(keep.min(usize::try_from(hint).unwrap_or(keep)));
         let mut read = 0usize;
         while read < self.config.max_body {
             match body.frame().await {
                 Some(Ok(frame)) => {
                     if let Some(chunk) = frame.data_ref() {
                         read += chunk.len();
-                        let room = EXCERPT_BYTES.saturating_sub(kept.len());
+                        let room = keep.saturating_sub(kept.len());
                         kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
                     }
                 }
@@ -170,10 +183,34 @@ impl HttpTransport {
                 Some(Err(_)) | None => break,
             }
         }
+        let unread = read >= self.config.max_body && !hyper::body::Body::is_end_stream(&body);
         // Dropping the body here closes a connection whose body was not read to its end.
         drop(body);
-        WebhookResponse::answered(status, retry_after, &String::from_utf8_lossy(&kept))
+        Body { kept, read, unread }
     }
+
+    /// The deadline of `request`: its own, else the configured one.
+    pub(crate) fn deadline(&self, request: &SignedRequest) -> std::time::Duration {
+        if request.timeout.is_zero() {
+            self.config.timeout
+        } else {
+            request.timeout
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client<Connector, Full<Bytes>> {
+        &self.client
+    }
+}
+
+/// What [`HttpTransport::read_body`] read.
+pub(crate) struct Body {
+    /// The first bytes kept.
+    pub(crate) kept: Vec<u8>,
+    /// How many bytes were read.
+    pub(crate) read: usize,
+    /// The read stopped at the read cap with more to come.
+    pub(crate) unread: bool,
 }
 
 /// The header names every signed request carries, as constants: a name among them costs
@@ -196,7 +233,7 @@ fn header_name(name: &str) -> Option<HeaderName> {
     }
 }
 
-fn failed(class: ErrorClass, detail: String) -> WebhookResponse {
+pub(crate) fn failed(class: ErrorClass, detail: String) -> WebhookResponse {
     // No URL, no address, no payload in the event: the class and the short detail only.
     tracing::debug!(class = class.as_str(), detail = %detail, "webhook send failed");
     WebhookResponse::Failed { class, detail }
@@ -208,11 +245,7 @@ impl WebhookTransport for HttpTransport {
         if let Err(refusal) = self.policy.check_url(&request.url) {
             return failed(ErrorClass::EgressRefused, refusal.to_string());
         }
-        let deadline = if request.timeout.is_zero() {
-            self.config.timeout
-        } else {
-            request.timeout
-        };
+        let deadline = self.deadline(&request);
         let Some(http) = self.build(request) else {
             return failed(
                 ErrorClass::Network,
@@ -224,6 +257,10 @@ impl WebhookTransport for HttpTransport {
             Ok(response) => response,
             Err(_) => failed(ErrorClass::Timeout, "the deadline passed".into()),
         }
+    }
+
+    async fn send_detailed(&self, request: SignedRequest) -> outboxkit_core::Sent {
+        crate::detail::send_detailed(self, request).await
     }
 }
 

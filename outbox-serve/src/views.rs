@@ -2,9 +2,14 @@
 //! (UTC, milliseconds). Nothing secret: no signing secret (except the one answer that
 //! creates or rotates it), no e-mail recipient, no URL query string or userinfo.
 
-use outboxkit_core::{Attempt, Delivery, Destination, Endpoint, EndpointUrl, Stats, Timestamp};
+use outboxkit_core::{Delivery, Destination, Endpoint, EndpointUrl, Stats, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
+
+mod attempt;
+pub use attempt::{
+    AttemptDetailView, AttemptView, DeliveryDetail, PayloadRef, PayloadView, TimingView, WireHeader,
+};
 
 fn time(t: Timestamp) -> String {
     t.to_rfc3339()
@@ -396,51 +401,6 @@ impl From<&Delivery> for DeliveryView {
             completed_at: d.completed_at.map(time),
         }
     }
-}
-
-/// One attempt in the ledger.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct AttemptView {
-    /// 1, 2, …
-    pub number: u32,
-    /// The run it belongs to.
-    pub run: u32,
-    /// A probe of a held delivery (spent no attempt).
-    pub probe: bool,
-    /// When it started.
-    pub started_at: String,
-    /// How long it took.
-    pub duration_ms: u64,
-    /// `succeeded` or an error class.
-    pub outcome: String,
-    /// The HTTP status, when it answered.
-    pub status_code: Option<u16>,
-    /// The start of the answer (at most 300 bytes).
-    pub excerpt: Option<String>,
-}
-
-impl From<&Attempt> for AttemptView {
-    fn from(a: &Attempt) -> Self {
-        AttemptView {
-            number: a.number,
-            run: a.run,
-            probe: a.probe,
-            started_at: time(a.record.started_at),
-            duration_ms: u64::try_from(a.duration().as_millis()).unwrap_or(u64::MAX),
-            outcome: a.record.outcome.as_str().to_owned(),
-            status_code: a.record.status_code,
-            excerpt: a.record.excerpt.clone(),
-        }
-    }
-}
-
-/// A delivery with its attempt ledger.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeliveryDetail {
-    /// The delivery.
-    pub delivery: DeliveryView,
-    /// Its attempts, oldest first.
-    pub attempts: Vec<AttemptView>,
 }
 
 /// A page of deliveries.

@@ -15,7 +15,7 @@ use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter,
 use lettre::transport::smtp::response::Response;
 use outboxkit_core::{
     Accepted, Clock, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage,
-    MailOutcome, Mailer, SystemClock, Timestamp,
+    MailOutcome, MailSent, Mailer, SystemClock, Timestamp,
 };
 
 use crate::config::{SmtpAuth, SmtpConfig, SmtpSecurity};
@@ -358,16 +358,13 @@ fn provider_id(r: &Response) -> Option<String> {
         .then(|| line.to_owned())
 }
 
-#[async_trait]
-impl Mailer for SmtpMailer {
-    /// # Cancel Safety
-    /// Dropping the future drops the connection; whether the message went out is then
-    /// unknown, as for a deadline.
-    async fn send(
+impl SmtpMailer {
+    /// One send: the receipt and the server's final reply, as text.
+    async fn exchange(
         &self,
         message: &MailMessage,
         key: &IdempotencyKey,
-    ) -> Result<Accepted, MailError> {
+    ) -> Result<(Accepted, Option<String>), MailError> {
         let (envelope, email) = self.compose(message, key)?;
         if !self.available() {
             // Claimed before the pause began: not sent, and not another refusal to die of.
@@ -382,11 +379,58 @@ impl Mailer for SmtpMailer {
         let sent =
             tokio::time::timeout(inner.config.timeout, inner.send(&envelope, &email, &stage)).await;
         match sent {
-            Ok(Ok(response)) => Ok(Accepted {
-                provider_id: provider_id(&response),
-            }),
+            Ok(Ok(response)) => {
+                let lines: Vec<&str> = response.message().collect();
+                let reply = format!("{} {}", response.code(), lines.join("\n"));
+                Ok((
+                    Accepted {
+                        provider_id: provider_id(&response),
+                    },
+                    Some(reply),
+                ))
+            }
             Ok(Err(f)) => Err(inner.failed(&stage, f)),
             Err(_) => Err(inner.failed(&stage, Failure::Deadline)),
+        }
+    }
+}
+
+#[async_trait]
+impl Mailer for SmtpMailer {
+    /// # Cancel Safety
+    /// Dropping the future drops the connection; whether the message went out is then
+    /// unknown, as for a deadline.
+    async fn send(
+        &self,
+        message: &MailMessage,
+        key: &IdempotencyKey,
+    ) -> Result<Accepted, MailError> {
+        self.exchange(message, key)
+            .await
+            .map(|(accepted, _)| accepted)
+    }
+
+    /// The server's final reply to an accepted message as the detail's body (`250 2.0.0 Ok:
+    /// queued as …`; a refusal's code and meaning are the attempt's excerpt) and the total
+    /// time; no request headers (the mail's own carry addresses), no address or connect
+    /// timing (lettre's connection does not expose them).
+    async fn send_detailed(&self, message: &MailMessage, key: &IdempotencyKey) -> MailSent {
+        let watch = outboxkit_core::Stopwatch::start();
+        let (result, reply) = match self.exchange(message, key).await {
+            Ok((accepted, reply)) => (Ok(accepted), reply),
+            Err(e) => (Err(e), None),
+        };
+        let mut detail = outboxkit_core::AttemptDetail::default();
+        if let Some(reply) = reply {
+            detail.set_response_body(
+                reply.as_bytes(),
+                outboxkit_core::model::RESPONSE_BODY_CAP_DEFAULT,
+            );
+        }
+        detail.timing.total = watch.elapsed();
+        MailSent {
+            result,
+            detail: Some(Box::new(detail)),
         }
     }
 

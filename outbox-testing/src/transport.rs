@@ -10,12 +10,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outboxkit_core::{EntropyExt, ErrorClass, SignedRequest, WebhookResponse, WebhookTransport};
+use outboxkit_core::{
+    EntropyExt, ErrorClass, Sent, SignedRequest, WebhookResponse, WebhookTransport,
+};
 
 use crate::clock::SeededEntropy;
 
 /// A [`WebhookTransport`] that answers from a queue, then with a default answer (200 unless
-/// set), and records every request. Clones share the queue and the record.
+/// set), and records every request. Clones share the queue and the record. An answer queued
+/// with [`ScriptedTransport::push_sent`] carries an attempt detail, which
+/// `send_detailed` returns (`send` only its response).
 ///
 /// ```
 /// use outboxkit_core::{WebhookResponse, WebhookTransport};
@@ -33,7 +37,7 @@ pub struct ScriptedTransport {
 
 #[derive(Debug)]
 struct Script {
-    queue: VecDeque<WebhookResponse>,
+    queue: VecDeque<Sent>,
     default: WebhookResponse,
     requests: Vec<SignedRequest>,
 }
@@ -60,12 +64,25 @@ impl ScriptedTransport {
 
     /// Queue one answer (answers are given in the order queued).
     pub fn push(&self, response: WebhookResponse) {
-        self.state().queue.push_back(response);
+        self.push_sent(Sent {
+            response,
+            detail: None,
+        });
+    }
+
+    /// Queue one answer with the attempt in full.
+    pub fn push_sent(&self, sent: Sent) {
+        self.state().queue.push_back(sent);
     }
 
     /// Queue several answers.
     pub fn push_many(&self, responses: impl IntoIterator<Item = WebhookResponse>) {
-        self.state().queue.extend(responses);
+        self.state()
+            .queue
+            .extend(responses.into_iter().map(|response| Sent {
+                response,
+                detail: None,
+            }));
     }
 
     /// The answer given once the queue is empty.
@@ -87,11 +104,18 @@ impl ScriptedTransport {
 #[async_trait]
 impl WebhookTransport for ScriptedTransport {
     async fn send(&self, request: SignedRequest) -> WebhookResponse {
+        self.send_detailed(request).await.response
+    }
+
+    async fn send_detailed(&self, request: SignedRequest) -> Sent {
         let mut s = self.state();
         s.requests.push(request);
         match s.queue.pop_front() {
-            Some(r) => r,
-            None => s.default.clone(),
+            Some(sent) => sent,
+            None => Sent {
+                response: s.default.clone(),
+                detail: None,
+            },
         }
     }
 }
@@ -147,19 +171,41 @@ impl<T: WebhookTransport> FaultyTransport<T> {
     }
 }
 
-#[async_trait]
-impl<T: WebhookTransport> WebhookTransport for FaultyTransport<T> {
-    async fn send(&self, request: SignedRequest) -> WebhookResponse {
+impl<T: WebhookTransport> FaultyTransport<T> {
+    /// Wait the latency, then `Some(failure)` when this send is to fail.
+    async fn fault(&self) -> Option<WebhookResponse> {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }
         if self.entropy.unit_sample() < self.error_ratio {
             self.injected.fetch_add(1, Ordering::Relaxed);
-            return WebhookResponse::Failed {
+            return Some(WebhookResponse::Failed {
                 class: ErrorClass::Network,
                 detail: "injected network fault".into(),
-            };
+            });
         }
-        self.inner.send(request).await
+        None
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<T: WebhookTransport> WebhookTransport for FaultyTransport<T> {
+    async fn send(&self, request: SignedRequest) -> WebhookResponse {
+        match self.fault().await {
+            Some(failure) => failure,
+            None => self.inner.send(request).await,
+        }
+    }
+
+    /// An injected fault sent nothing: it keeps no detail.
+    async fn send_detailed(&self, request: SignedRequest) -> Sent {
+        match self.fault().await {
+            Some(response) => Sent {
+                response,
+                detail: None,
+            },
+            None => self.inner.send_detailed(request).await,
+        }
     }
 }

@@ -189,7 +189,7 @@ fn the_relay_runs_from_a_file_that_sets_its_options() {
             "store = \"{url}\"\nnamespace = \"outbox\"\nallow-private = true\nallow-http = true\n\
              connect-timeout = \"3s\"\n\n[relay]\nuntil-idle = true\njson = true\nbatch-size = 10\n\
              concurrency = 4\nendpoint-concurrency = 2\nmax-connections = 4\npoll-interval = \"50ms\"\n\
-             webhook-timeout = \"5s\"\nlease = \"30s\"\nshutdown-grace = \"1s\"\n\
+             webhook-timeout = \"5s\"\nresponse-body-cap = 4096\nlease = \"30s\"\nshutdown-grace = \"1s\"\n\
              held-probe-interval = \"1m\"\nforward-traceparent = true\nmail-key-prefix = \"ob\"\n"
         ),
     )

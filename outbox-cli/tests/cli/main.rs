@@ -2,6 +2,7 @@
 //! relay on PostgreSQL.
 
 mod alerts;
+mod attempts;
 mod bad_input;
 mod broker;
 mod bulk;

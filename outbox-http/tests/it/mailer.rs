@@ -217,3 +217,46 @@ async fn an_untrusted_certificate_fails_the_tls_handshake_unsent() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_detailed_send_keeps_the_exchange_with_the_key_redacted_and_the_body_capped() {
+    use outboxkit_core::model::REDACTED;
+    let r = WebhookReceiver::start().await.unwrap();
+    r.script([
+        Reply::Body(202, r#"{"id":"prov_9"}"#.into()),
+        Reply::Body(503, "x".repeat(100)),
+    ]);
+    let m = mailer(r.url_for("/v1/send"), Duration::from_secs(10))
+        .with_response_body_cap(10)
+        .unwrap();
+    let sent = m.send_detailed(&message(), &key()).await;
+    assert_eq!(sent.result.unwrap().provider_id.as_deref(), Some("prov_9"));
+    let d = sent.detail.unwrap();
+    let header = |name: &str| {
+        d.request_headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("authorization").as_deref(), Some(REDACTED));
+    assert_eq!(header("idempotency-key").as_deref(), Some(key().as_str()));
+    assert!(header("user-agent").is_some());
+    assert_eq!(d.response_body, br#"{"id":"pro"#);
+    assert!(d.response_body_truncated);
+    assert_eq!(d.remote_addr, Some(r.addr().to_string()));
+    assert_eq!(
+        r.requests()[0].header("authorization"),
+        Some("Bearer test-api-key-123")
+    );
+
+    let failed = m.send_detailed(&message(), &key()).await;
+    assert_eq!(failed.result.unwrap_err().code, C::Unavailable);
+    let d = failed.detail.unwrap();
+    assert_eq!(d.response_body, b"xxxxxxxxxx");
+    assert!(d.response_body_truncated);
+    assert!(!format!("{d:?}").contains(KEY));
+    let e = mailer(r.url_for("/v1/send"), Duration::from_secs(10))
+        .with_response_body_cap(65_537)
+        .unwrap_err();
+    assert_eq!(e.field(), Some("response_body_cap"));
+}

@@ -11,7 +11,7 @@ use crate::problem::{ApiResult, Problem};
 use crate::state::Serve;
 use crate::views::{
     AttemptView, BulkAction, BulkBody, BulkFilter, BulkResult, Changed, DeliveryDetail,
-    DeliveryPage, DeliveryQuery, DeliveryView, Skipped,
+    DeliveryPage, DeliveryQuery, DeliveryView, PayloadView, Skipped,
 };
 
 /// The store's filter from the query's fields (each checked).
@@ -95,7 +95,8 @@ pub(crate) async fn list(
     }))
 }
 
-/// One delivery with its attempt ledger.
+/// One delivery with its payload and its attempt ledger, each attempt in full (request
+/// headers as sent, response headers and body within the relay's cap, timings, address).
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/deliveries/{id}", tag = "deliveries",
     params(("tenant" = String, Path, description = "The tenant"), ("id" = String, Path, description = "The delivery id")),
     responses((status = 200, body = DeliveryDetail), (status = 400, body = Problem), (status = 401, body = Problem), (status = 404, body = Problem)),
@@ -112,8 +113,10 @@ pub(crate) async fn detail(s: &Serve, tenant: &TenantId, id: &str) -> ApiResult<
     let id = delivery_id(id)?;
     let d = s.inner.store.get_delivery(tenant, id).await?;
     let attempts = s.inner.store.attempts(tenant, id).await?;
+    let message = s.inner.store.get_message(tenant, d.message_id).await?;
     Ok(DeliveryDetail {
         delivery: DeliveryView::from(&d),
+        payload: PayloadView::from(&message),
         attempts: attempts.iter().map(AttemptView::from).collect(),
     })
 }

@@ -3,6 +3,7 @@
 //! Chromium session.
 
 mod api;
+mod attempts;
 mod auth;
 mod browser;
 mod browser_console;

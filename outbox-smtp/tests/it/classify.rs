@@ -40,6 +40,18 @@ async fn an_accepted_mail_is_recorded_with_its_envelope_headers_and_message_id()
 }
 
 #[tokio::test]
+async fn a_detailed_send_keeps_the_servers_final_reply_and_no_address() {
+    let smtp = SmtpStandIn::start().await;
+    let m = mailer(plain(&smtp));
+    let sent = m.send_detailed(&mail(), &key(2)).await;
+    assert!(sent.result.is_ok());
+    let d = sent.detail.expect("a detail");
+    assert_eq!(d.response_text(), "250 ok queued as standin");
+    assert!(d.request_headers.is_empty(), "the mail's headers carry addresses");
+    assert!(!d.response_text().contains("ada@example.com"));
+}
+
+#[tokio::test]
 async fn an_html_mail_is_multipart_alternative() {
     let smtp = SmtpStandIn::start().await;
     let m = mailer(plain(&smtp));

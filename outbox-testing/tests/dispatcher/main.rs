@@ -3,6 +3,7 @@
 
 mod deadletter;
 mod dedup;
+mod detail;
 mod fidelity;
 mod followups;
 mod handlers;
