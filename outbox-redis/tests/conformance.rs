@@ -164,7 +164,8 @@ async fn fixture(prefix: String, clock: Arc<ManualClock>) -> Option<Fixture> {
     let (p, c) = (prefix.clone(), clock.clone());
     Some(
         Fixture::new(Arc::new(store.clone()), clock)
-            .with_tokens(Arc::new(store))
+            .with_tokens(Arc::new(store.clone()))
+            .with_console(Arc::new(store))
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
                 async move {
@@ -181,6 +182,8 @@ async fn fixture(prefix: String, clock: Arc<ManualClock>) -> Option<Fixture> {
 outboxkit_testing::conformance_tests!(setup);
 
 outboxkit_testing::token_conformance_tests!(setup);
+
+outboxkit_testing::console_conformance_tests!(setup);
 
 /// The transaction harness: the caller's write is a `SET` of a marker key (in the
 /// outbox's hash slot, as a `MULTI` on a cluster needs), the transaction an atomic

@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "consumer_pause",
         include_str!("0014_consumer_pause.sql"),
     ),
+    (16, "console", include_str!("0016_console.sql")),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

@@ -51,6 +51,8 @@ while a <= #ARGV do
         if redis.call('EXISTS', ek) == 1 then redis.call('HSET', ek, 'last', record) end
       end
       local ak = k_a(id)
+      -- Activity: the delivery by its latest attempt (one command per attempt).
+      redis.call('ZADD', k_tx(tenant), now, id)
       local len = redis.call('RPUSH', ak, entry)
       if len > cap then
         redis.call('LTRIM', ak, -cap, -1)
