@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 the operation failed, 2 bad usage or input. A closed output pipe
 //! (`outbox deliveries list | head -1`) ends a command quietly with 0.
 
+mod audit;
 mod broker;
 mod bulk;
 mod cancel;

@@ -2,9 +2,11 @@
 #![deny(missing_docs)]
 
 mod api;
+mod audit;
 mod auth;
 mod console;
 mod html;
+mod local_console;
 mod openapi;
 pub mod problem;
 mod routes;

@@ -11,8 +11,8 @@ use http_body_util::BodyExt;
 use outboxkit_core::endpoint::AnyUrl;
 use outboxkit_core::tokens::{ApiToken, TokenAccess, TokenScope, TokenStore};
 use outboxkit_core::{
-    Clock, DeliveryStatus, EndpointId, EntropyExt, Ledger, MessageStore, NewMessage, OsEntropy,
-    PlaintextVault, RetryPolicy, Store, SystemClock, TenantId, TenantPolicy,
+    Clock, ConsoleStore, DeliveryStatus, EndpointId, EntropyExt, Ledger, MessageStore, NewMessage,
+    OsEntropy, PlaintextVault, RetryPolicy, Store, SystemClock, TenantId, TenantPolicy,
 };
 use outboxkit_dispatch::Dispatcher;
 use outboxkit_http::{EgressPolicy, HttpTransport};
@@ -30,6 +30,8 @@ pub struct App {
     pub router: Router,
     pub store: Arc<dyn Store>,
     pub tokens: Arc<dyn TokenStore>,
+    /// Its console sessions and audit log.
+    pub console: Arc<dyn ConsoleStore>,
     /// The tenant the tokens below are scoped to.
     pub tenant: TenantId,
     /// All tenants.
@@ -92,8 +94,9 @@ pub async fn issue_with(
 }
 
 impl App {
-    async fn over<S: Store + TokenStore + Clone>(s: S, config: ServeConfig) -> App {
+    async fn over<S: Store + TokenStore + ConsoleStore + Clone>(s: S, config: ServeConfig) -> App {
         let store: Arc<dyn Store> = Arc::new(s.clone());
+        let console: Arc<dyn ConsoleStore> = Arc::new(s.clone());
         let tokens: Arc<dyn TokenStore> = Arc::new(s);
         let serve = Serve::new(
             store.clone(),
@@ -104,6 +107,7 @@ impl App {
         .with_vault(Arc::new(PlaintextVault))
         .with_url_policy(Arc::new(AnyUrl))
         .with_transport(loopback())
+        .with_console_store(console.clone())
         .with_config(config);
         let acme = TenantId::new("acme").unwrap();
         let other = TenantId::new("other").unwrap();
@@ -124,6 +128,7 @@ impl App {
             router: serve.router(),
             store,
             tokens,
+            console,
             tenant: acme,
             admin,
             writer,

@@ -3,6 +3,7 @@
 //! Chromium session.
 
 mod api;
+mod audit;
 mod auth;
 mod browser;
 mod cancel;
@@ -16,3 +17,4 @@ mod limiter;
 mod messages;
 mod openapi;
 mod rotation;
+mod sessions;
