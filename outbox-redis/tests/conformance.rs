@@ -125,7 +125,8 @@ async fn setup_cluster(clock: Arc<ManualClock>) -> Option<Fixture> {
     let (p, c) = (prefix.clone(), clock.clone());
     Some(
         Fixture::new(Arc::new(store.clone()), clock)
-            .with_tokens(Arc::new(store))
+            .with_tokens(Arc::new(store.clone()))
+            .with_console(Arc::new(store))
             .with_keys_split_over_shards()
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
@@ -146,6 +147,8 @@ mod cluster {
     outboxkit_testing::conformance_tests!(setup_cluster);
 
     outboxkit_testing::token_conformance_tests!(setup_cluster);
+
+    outboxkit_testing::console_conformance_tests!(setup_cluster);
 }
 
 fn new_prefix() -> String {

@@ -11,6 +11,7 @@ mod common;
 mod connections;
 mod console;
 mod consumers;
+mod down_console;
 mod event_types;
 mod headers;
 mod limiter;
