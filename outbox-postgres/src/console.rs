@@ -18,9 +18,6 @@ use crate::error::{map_err, DbResult};
 use crate::sql::{self, Params, Statement};
 use crate::store::PostgresStore;
 
-/// The console statements.
-const CONSOLE: &str = include_str!("sql/console.sql");
-
 impl PostgresStore {
     /// A statement of `sql/console.sql` on this store's schema.
     fn console_statement(&self, name: &str) -> Result<Statement> {
@@ -29,7 +26,7 @@ impl PostgresStore {
         let sessions = format!("{s}.console_sessions");
         let t = &self.inner.tables;
         sql::load(
-            CONSOLE,
+            sql::CONSOLE,
             name,
             &[
                 ("audit", &audit),
