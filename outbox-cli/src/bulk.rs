@@ -150,6 +150,17 @@ impl Action {
         }
     }
 
+    /// The audit log's name of the action.
+    fn audit(self) -> &'static str {
+        match self {
+            Action::Replay => "delivery.replay",
+            Action::Retry => "delivery.retry",
+            Action::Reset => "delivery.reset",
+            Action::ReleaseHeld => "delivery.release-held",
+            Action::Cancel => "delivery.cancel",
+        }
+    }
+
     fn past(self) -> &'static str {
         match self {
             Action::Replay => "replayed",
@@ -360,6 +371,14 @@ pub(crate) async fn single(
         );
     }
     action.apply(&op, env, id).await?;
+    crate::audit::record(
+        env,
+        Some(&env.tenant),
+        action.audit(),
+        &id.to_string(),
+        "from the cli".to_owned(),
+    )
+    .await;
     if f.json {
         let d = env.store.get_delivery(&env.tenant, id).await?;
         return report(action, f, &[d], 1, &[]);
@@ -405,6 +424,19 @@ pub(crate) async fn run_bulk(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if changed > 0 {
+        crate::audit::record(
+            env,
+            Some(&env.tenant),
+            action.audit(),
+            &format!("{changed} deliveries"),
+            format!(
+                "bulk from the cli: {changed} changed, {} skipped",
+                skipped.len()
+            ),
+        )
+        .await;
+    }
     report(action, f, &matched, changed, &skipped)
 }
 

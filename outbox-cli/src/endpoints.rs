@@ -447,7 +447,20 @@ pub async fn run(cmd: EndpointsCmd) -> CliResult<()> {
 async fn set_status(a: StatusArgs, status: EndpointStatus) -> CliResult<()> {
     let id = endpoint_id(&a.id)?;
     let env = a.store.open_with(&a.vault).await?;
+    let action = match status {
+        EndpointStatus::Paused => "endpoint.pause",
+        EndpointStatus::Active => "endpoint.resume",
+        _ => "endpoint.status",
+    };
     let e = admin(&env)?.set_status(&env.tenant, id, status).await?;
+    crate::audit::record(
+        &env,
+        Some(&env.tenant),
+        action,
+        &id.to_string(),
+        "from the cli".to_owned(),
+    )
+    .await;
     if a.json {
         return emit_json(&json::endpoint(&e, false));
     }

@@ -4,6 +4,7 @@
 //! (`outbox deliveries list | head -1`) ends a command quietly with 0.
 
 mod attempt_view;
+mod audit;
 mod broker;
 mod bulk;
 mod cancel;

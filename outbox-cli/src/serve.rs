@@ -86,6 +86,31 @@ fn positive(flag: &str, s: &str) -> CliResult<std::time::Duration> {
     Ok(d)
 }
 
+/// Remove audit entries older than [`outboxkit_core::AUDIT_RETENTION_DEFAULT`] (90 days),
+/// at start and then every hour, 1,000 at a time.
+fn purge_audit_hourly(env: &crate::store::Env) {
+    let console = crate::audit::console_store(env);
+    let clock = env.clock.clone();
+    tokio::spawn(async move {
+        loop {
+            let before = clock
+                .now()
+                .saturating_sub(outboxkit_core::AUDIT_RETENTION_DEFAULT);
+            loop {
+                match console.purge_audit(before, 1_000).await {
+                    Ok(1_000) => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not purge the audit log");
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        }
+    });
+}
+
 /// Run `outbox serve` until SIGINT/SIGTERM.
 pub async fn run(a: ServeArgs) -> CliResult<()> {
     if a.failed_auth_limit == 0 {
@@ -111,6 +136,7 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
         env.clock.clone(),
         env.entropy.clone(),
     )
+    .with_console_store(crate::audit::console_store(&env))
     .with_url_policy(Arc::new(policy))
     .with_transport(Arc::new(transport))
     .with_config(ServeConfig {
@@ -133,6 +159,7 @@ pub async fn run(a: ServeArgs) -> CliResult<()> {
             "note: no OUTBOX_VAULT_KEY: creating endpoints, rotating and testing them answer 503"
         ),
     }
+    purge_audit_hourly(&env);
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .map_err(|e| CliError::failed(format!("cannot listen on {}: {e}", a.listen)))?;

@@ -166,6 +166,11 @@ pub async fn run(cmd: TokensCmd) -> CliResult<()> {
             let id = TokenId::parse(&a.id)?;
             let env = a.location.open().await?;
             let t = token_store(&env).revoke_token(id, env.clock.now()).await?;
+            // Its console sessions end now (the server also refuses them at their next use).
+            crate::audit::console_store(&env)
+                .delete_token_sessions(id)
+                .await?;
+            crate::audit::record(&env, None, "token.revoke", &id.to_string(), String::new()).await;
             if a.json {
                 emit_json(&view(&t))
             } else {

@@ -11,40 +11,45 @@ use crate::error::webhook_failure;
 use crate::timing::ConnectStamp;
 use crate::transport::{failed, HttpTransport, EXCERPT_BYTES};
 
-/// Send `request` through `transport`, keeping the attempt in full. A request refused by
-/// the egress policy, or one whose headers are not valid HTTP, was never sent: it keeps no
-/// detail.
-pub(crate) async fn send_detailed(transport: &HttpTransport, request: SignedRequest) -> Sent {
-    let nothing_sent = |response| Sent {
-        response,
-        detail: None,
-    };
-    if let Err(refusal) = transport.policy().check_url(&request.url) {
-        return nothing_sent(failed(ErrorClass::EgressRefused, refusal.to_string()));
-    }
-    let deadline = transport.deadline(&request);
-    let Some(http) = transport.build(request) else {
-        return nothing_sent(failed(
-            ErrorClass::Network,
-            "a request header is not valid http".into(),
-        ));
-    };
-    let mut detail = Box::new(AttemptDetail {
-        request_headers: recorded(http.headers()),
-        ..AttemptDetail::default()
-    });
-    let watch = Stopwatch::start();
-    // One deadline from connect to the end of the body read; what arrived before it passed
-    // (the response's headers) stays in the detail.
-    let response =
-        match tokio::time::timeout(deadline, exchange(transport, http, &mut detail, watch)).await {
-            Ok(response) => response,
-            Err(_) => failed(ErrorClass::Timeout, "the deadline passed".into()),
+impl HttpTransport {
+    /// Send `request`, keeping the attempt in full
+    /// ([`outboxkit_core::WebhookTransport::send_detailed`]). A request refused by the egress
+    /// policy, or one whose headers are not valid HTTP, was never sent: it keeps no detail.
+    pub(crate) async fn send_keeping_detail(&self, request: SignedRequest) -> Sent {
+        let transport = self;
+        let nothing_sent = |response| Sent {
+            response,
+            detail: None,
         };
-    detail.timing.total = watch.elapsed();
-    Sent {
-        response,
-        detail: Some(detail),
+        if let Err(refusal) = transport.policy().check_url(&request.url) {
+            return nothing_sent(failed(ErrorClass::EgressRefused, refusal.to_string()));
+        }
+        let deadline = transport.deadline(&request);
+        let Some(http) = transport.build(request) else {
+            return nothing_sent(failed(
+                ErrorClass::Network,
+                "a request header is not valid http".into(),
+            ));
+        };
+        let mut detail = Box::new(AttemptDetail {
+            request_headers: recorded(http.headers()),
+            ..AttemptDetail::default()
+        });
+        let watch = Stopwatch::start();
+        // One deadline from connect to the end of the body read; what arrived before it passed
+        // (the response's headers) stays in the detail.
+        let response =
+            match tokio::time::timeout(deadline, exchange(transport, http, &mut detail, watch))
+                .await
+            {
+                Ok(response) => response,
+                Err(_) => failed(ErrorClass::Timeout, "the deadline passed".into()),
+            };
+        detail.timing.total = watch.elapsed();
+        Sent {
+            response,
+            detail: Some(detail),
+        }
     }
 }
 

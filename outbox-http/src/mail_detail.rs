@@ -11,49 +11,53 @@ use crate::config::{DEFAULT_MAX_BODY, DEFAULT_USER_AGENT};
 use crate::error::mail_failure;
 use crate::mailer::{from_status, provider_id, HttpMailer};
 
-pub(crate) async fn send_detailed(
-    mailer: &HttpMailer,
-    message: &MailMessage,
-    key: &IdempotencyKey,
-) -> MailSent {
-    let request = match mailer.request(message, key).build() {
-        Ok(r) => r,
-        Err(e) => {
-            return MailSent {
-                result: Err(mail_failure(&e)),
-                detail: None,
+impl HttpMailer {
+    /// [`outboxkit_core::Mailer::send_detailed`]: the mail, keeping the exchange in full.
+    pub(crate) async fn send_keeping_detail(
+        &self,
+        message: &MailMessage,
+        key: &IdempotencyKey,
+    ) -> MailSent {
+        let mailer = self;
+        let request = match mailer.request(message, key).build() {
+            Ok(r) => r,
+            Err(e) => {
+                return MailSent {
+                    result: Err(mail_failure(&e)),
+                    detail: None,
+                }
             }
+        };
+        let mut request_headers: Vec<(String, String)> = request
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                let value = if k == AUTHORIZATION {
+                    REDACTED.to_owned()
+                } else {
+                    String::from_utf8_lossy(v.as_bytes()).into_owned()
+                };
+                (k.as_str().to_owned(), value)
+            })
+            .collect();
+        // The client adds its user-agent when it sends.
+        if !request.headers().contains_key(USER_AGENT) {
+            request_headers.push((
+                USER_AGENT.as_str().to_owned(),
+                DEFAULT_USER_AGENT.to_owned(),
+            ));
         }
-    };
-    let mut request_headers: Vec<(String, String)> = request
-        .headers()
-        .iter()
-        .map(|(k, v)| {
-            let value = if k == AUTHORIZATION {
-                REDACTED.to_owned()
-            } else {
-                String::from_utf8_lossy(v.as_bytes()).into_owned()
-            };
-            (k.as_str().to_owned(), value)
-        })
-        .collect();
-    // The client adds its user-agent when it sends.
-    if !request.headers().contains_key(USER_AGENT) {
-        request_headers.push((
-            USER_AGENT.as_str().to_owned(),
-            DEFAULT_USER_AGENT.to_owned(),
-        ));
-    }
-    let mut detail = Box::new(AttemptDetail {
-        request_headers,
-        ..AttemptDetail::default()
-    });
-    let watch = Stopwatch::start();
-    let result = exchange(mailer, request, &mut detail, watch).await;
-    detail.timing.total = watch.elapsed();
-    MailSent {
-        result,
-        detail: Some(detail),
+        let mut detail = Box::new(AttemptDetail {
+            request_headers,
+            ..AttemptDetail::default()
+        });
+        let watch = Stopwatch::start();
+        let result = exchange(mailer, request, &mut detail, watch).await;
+        detail.timing.total = watch.elapsed();
+        MailSent {
+            result,
+            detail: Some(detail),
+        }
     }
 }
 

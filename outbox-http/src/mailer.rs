@@ -232,7 +232,7 @@ impl Mailer for HttpMailer {
     }
 
     async fn send_detailed(&self, message: &MailMessage, key: &IdempotencyKey) -> MailSent {
-        crate::mail_detail::send_detailed(self, message, key).await
+        self.send_keeping_detail(message, key).await
     }
 
     fn capabilities(&self) -> MailCapabilities {

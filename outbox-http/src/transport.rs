@@ -260,7 +260,7 @@ impl WebhookTransport for HttpTransport {
     }
 
     async fn send_detailed(&self, request: SignedRequest) -> outboxkit_core::Sent {
-        crate::detail::send_detailed(self, request).await
+        self.send_keeping_detail(request).await
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod claim;
 mod config;
+mod console;
 mod deliveries;
 mod endpoints;
 mod enqueue;

@@ -76,6 +76,7 @@ async fn fresh(clock: Arc<ManualClock>) -> Option<(Fixture, PostgresStore, Strin
     };
     let fx = Fixture::new(Arc::new(store.clone()), clock)
         .with_tokens(Arc::new(store.clone()))
+        .with_console(Arc::new(store.clone()))
         .with_reopen(reopen)
         .with_cleanup(cleanup);
     Some((fx, store, schema))
@@ -88,6 +89,8 @@ async fn setup(clock: Arc<ManualClock>) -> Option<Fixture> {
 outboxkit_testing::conformance_tests!(setup);
 
 outboxkit_testing::token_conformance_tests!(setup);
+
+outboxkit_testing::console_conformance_tests!(setup);
 
 /// The caller's transaction: a row in a marker table of the test's schema, then
 /// `enqueue_in` of each message on the same `sqlx` transaction.

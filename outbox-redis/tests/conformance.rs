@@ -125,7 +125,8 @@ async fn setup_cluster(clock: Arc<ManualClock>) -> Option<Fixture> {
     let (p, c) = (prefix.clone(), clock.clone());
     Some(
         Fixture::new(Arc::new(store.clone()), clock)
-            .with_tokens(Arc::new(store))
+            .with_tokens(Arc::new(store.clone()))
+            .with_console(Arc::new(store))
             .with_keys_split_over_shards()
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
@@ -146,6 +147,8 @@ mod cluster {
     outboxkit_testing::conformance_tests!(setup_cluster);
 
     outboxkit_testing::token_conformance_tests!(setup_cluster);
+
+    outboxkit_testing::console_conformance_tests!(setup_cluster);
 }
 
 fn new_prefix() -> String {
@@ -164,7 +167,8 @@ async fn fixture(prefix: String, clock: Arc<ManualClock>) -> Option<Fixture> {
     let (p, c) = (prefix.clone(), clock.clone());
     Some(
         Fixture::new(Arc::new(store.clone()), clock)
-            .with_tokens(Arc::new(store))
+            .with_tokens(Arc::new(store.clone()))
+            .with_console(Arc::new(store))
             .with_reopen(move || {
                 let (p, c) = (p.clone(), c.clone());
                 async move {
@@ -181,6 +185,8 @@ async fn fixture(prefix: String, clock: Arc<ManualClock>) -> Option<Fixture> {
 outboxkit_testing::conformance_tests!(setup);
 
 outboxkit_testing::token_conformance_tests!(setup);
+
+outboxkit_testing::console_conformance_tests!(setup);
 
 /// The transaction harness: the caller's write is a `SET` of a marker key (in the
 /// outbox's hash slot, as a `MULTI` on a cluster needs), the transaction an atomic

@@ -68,6 +68,13 @@ pub(crate) async fn authenticate(
     Ok(stored)
 }
 
+/// Name the caller for the audit log, when the call is one it records.
+fn name_actor(parts: &Parts, token: &ApiToken) {
+    if let Some(slot) = parts.extensions.get::<crate::audit::ActorSlot>() {
+        slot.set(crate::state::actor_of(token.id, &token.label));
+    }
+}
+
 /// The token and the `{tenant}` of the path, when the token reaches that tenant.
 async fn token_for_path(parts: &mut Parts, state: &Serve) -> Result<(ApiToken, TenantId), Problem> {
     let inner = &state.inner;
@@ -79,6 +86,7 @@ async fn token_for_path(parts: &mut Parts, state: &Serve) -> Result<(ApiToken, T
         });
     };
     let token = authenticate(inner, ip, text).await?;
+    name_actor(parts, &token);
     let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
         .await
         .map_err(|_| Problem::not_found())?;
@@ -148,6 +156,7 @@ async fn global_token(parts: &mut Parts, state: &Serve) -> Result<(ApiToken, boo
         });
     };
     let token = authenticate(inner, ip, text).await?;
+    name_actor(parts, &token);
     Ok((token, !matches!(parts.method, Method::GET | Method::HEAD)))
 }
 

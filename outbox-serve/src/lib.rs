@@ -2,10 +2,12 @@
 #![deny(missing_docs)]
 
 mod api;
+mod audit;
 mod auth;
 mod base_path;
 mod console;
 mod html;
+mod local_console;
 mod openapi;
 pub mod problem;
 mod routes;

@@ -57,6 +57,8 @@ impl Modify for Bearer {
         api::consumers::list,
         api::consumers::pause,
         api::consumers::resume,
+        api::audit::tenant,
+        api::audit::all,
     ),
     components(schemas(
         Problem,
@@ -98,6 +100,9 @@ impl Modify for Bearer {
         api::event_types::ModeBody,
         api::consumers::ConsumerView,
         api::consumers::ConsumerList,
+        api::audit::AuditView,
+        api::audit::AuditPageView,
+        api::audit::AuditQuery,
     )),
     modifiers(&Bearer)
 )]

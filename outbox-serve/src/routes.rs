@@ -48,6 +48,8 @@ pub const API_ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/consumers"),
     ("post", "/v1/consumers/{name}/pause"),
     ("post", "/v1/consumers/{name}/resume"),
+    ("get", "/v1/tenants/{tenant}/audit"),
+    ("get", "/v1/audit"),
 ];
 
 /// The Content-Security-Policy of every answer: nothing but this origin's own styles,
@@ -176,7 +178,13 @@ fn router(state: Serve) -> Router {
         )
         .route("/v1/consumers", get(api::consumers::list))
         .route("/v1/consumers/{name}/pause", post(api::consumers::pause))
-        .route("/v1/consumers/{name}/resume", post(api::consumers::resume));
+        .route("/v1/consumers/{name}/resume", post(api::consumers::resume))
+        .route(&format!("{t}/audit"), get(api::audit::tenant))
+        .route("/v1/audit", get(api::audit::all))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ));
     let base = state.inner.config.base_path.clone();
     let app = Router::new()
         .merge(api)

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -11,8 +11,11 @@ use outboxkit_core::endpoint::{HttpsOnly, UrlPolicy};
 use outboxkit_core::ops::{EndpointAdmin, Operator};
 use outboxkit_core::tokens::{DynTokenStore, TokenScope};
 use outboxkit_core::{
-    DynClock, DynEntropy, DynSecretVault, DynStore, DynWebhookTransport, Timestamp, TokenId,
+    AuditEntry, ConsoleSession, DynClock, DynConsoleStore, DynEntropy, DynSecretVault, DynStore,
+    DynWebhookTransport, TenantId, Timestamp, TokenId,
 };
+
+use crate::local_console::LocalConsole;
 
 /// Settings of the API and the console, with documented defaults.
 #[derive(Clone, Debug)]
@@ -38,8 +41,9 @@ pub struct ServeConfig {
     pub enqueue_body_limit: usize,
     /// How long a console session lasts (default 8 h).
     pub session_ttl: Duration,
-    /// The most console sessions kept; a new login past it ends the oldest (default
-    /// 10,000).
+    /// Unused since sessions moved to the console store, which keeps at most
+    /// [`outboxkit_core::MAX_SESSIONS_PER_TOKEN`] (16) per token, oldest ended first, and
+    /// removes expired ones. Kept so existing configurations still build.
     pub max_sessions: usize,
     /// How long a connection may take to send a request's headers, counted from when the
     /// server starts waiting for that request, so an idle keep-alive connection is closed
@@ -94,14 +98,16 @@ pub(crate) struct Inner {
     pub entropy: Arc<DynEntropy>,
     pub vault: Option<Arc<DynSecretVault>>,
     pub transport: Option<Arc<DynWebhookTransport>>,
-    /// The audit log and activity of the console (charts, audit page, bulk replay's entry).
-    pub console: Option<Arc<outboxkit_core::DynConsoleStore>>,
     pub urls: Arc<dyn UrlPolicy>,
     pub config: ServeConfig,
     pub failures: Mutex<Failures>,
-    pub sessions: Mutex<HashMap<String, Session>>,
-    /// Logins so far (orders sessions of the same expiry).
-    pub logins: AtomicU64,
+    /// Console sessions and the audit log (the store's, or this process's).
+    pub console: Arc<DynConsoleStore>,
+    /// The last login's time in ms: each login is opened at least 1 ms after the one
+    /// before, so the oldest of a token's sessions is the one ended first.
+    pub last_login: AtomicI64,
+    /// The same for audit entries: one server's entries keep the order they were made in.
+    pub last_audit: AtomicI64,
 }
 
 /// A console session: the token it was opened with and its CSRF token.
@@ -111,9 +117,18 @@ pub(crate) struct Session {
     pub scope: TokenScope,
     pub read_only: bool,
     pub csrf: String,
-    pub expires: Timestamp,
-    /// A login counter: among sessions of one expiry, the older is evicted first.
-    pub created: u64,
+}
+
+impl Session {
+    /// The console's view of a stored session.
+    pub(crate) fn of(s: ConsoleSession) -> Self {
+        Session {
+            token: s.token,
+            scope: s.scope,
+            read_only: s.read_only,
+            csrf: s.csrf,
+        }
+    }
 }
 
 /// Failed authentications: per client address (bounded, oldest forgotten first) and over
@@ -142,12 +157,12 @@ impl Serve {
                 entropy,
                 vault: None,
                 transport: None,
-                console: None,
                 urls: Arc::new(HttpsOnly),
                 config: ServeConfig::default(),
                 failures: Mutex::default(),
-                sessions: Mutex::default(),
-                logins: AtomicU64::new(0),
+                console: Arc::new(LocalConsole::default()),
+                last_login: AtomicI64::new(0),
+                last_audit: AtomicI64::new(0),
             }),
         }
     }
@@ -164,12 +179,12 @@ impl Serve {
                     entropy: i.entropy.clone(),
                     vault: i.vault.clone(),
                     transport: i.transport.clone(),
-                    console: i.console.clone(),
                     urls: i.urls.clone(),
                     config: i.config.clone(),
                     failures: Mutex::default(),
-                    sessions: Mutex::default(),
-                    logins: AtomicU64::new(0),
+                    console: i.console.clone(),
+                    last_login: AtomicI64::new(0),
+                    last_audit: AtomicI64::new(0),
                 };
                 f(&mut copy);
                 self.inner = Arc::new(copy);
@@ -188,15 +203,15 @@ impl Serve {
         self.edit(|i| i.transport = Some(transport))
     }
 
-    /// Keep the audit log and read activity with `console` (usually the same store): the
-    /// console's charts, audit page and bulk replay's audit entry need it.
-    pub fn with_console_store(self, console: Arc<outboxkit_core::DynConsoleStore>) -> Self {
-        self.edit(|i| i.console = Some(console))
-    }
-
     /// Check new and changed endpoint URLs with `policy` (default: https only).
     pub fn with_url_policy(self, policy: Arc<dyn UrlPolicy>) -> Self {
         self.edit(|i| i.urls = policy)
+    }
+
+    /// Keep console sessions and the audit log in `console` (usually the same store), so
+    /// sessions survive a restart. Without it they live in this process only.
+    pub fn with_console_store(self, console: Arc<DynConsoleStore>) -> Self {
+        self.edit(|i| i.console = console)
     }
 
     /// Use `config` instead of the defaults.
@@ -279,25 +294,38 @@ impl Inner {
         e.0 = e.0.saturating_add(1);
     }
 
-    /// Keep a new console session, ending the oldest when the table is full.
-    pub(crate) fn add_session(&self, id: String, session: Session) {
-        let now = self.now();
-        let mut map = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        let cap = self.config.max_sessions.max(1);
-        if map.len() >= cap {
-            map.retain(|_, s| s.expires > now);
+    /// Record one state-changing action in the audit log. A failure to record is logged,
+    /// not answered: the action itself is done.
+    pub(crate) async fn audit(&self, a: Audit<'_>) {
+        let entry = AuditEntry::new(
+            self.after(&self.last_audit),
+            &*self.entropy,
+            a.tenant,
+            a.actor,
+            a.action,
+            outboxkit_core::audit::clean(a.target, outboxkit_core::audit::MAX_AUDIT_FIELD),
+        )
+        .with_detail(a.detail)
+        .with_source(a.source.map(|ip| ip.to_string()));
+        if let Err(e) = self.console.record_audit(&entry).await {
+            tracing::warn!(error = %e, action = %entry.action, "could not record an audit entry");
         }
-        while map.len() >= cap {
-            let oldest = map
-                .iter()
-                .min_by_key(|(_, s)| (s.expires, s.created))
-                .map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => map.remove(&k),
-                None => break,
-            };
-        }
-        map.insert(id, session);
+    }
+
+    /// The time a new login opens at: now, or 1 ms after the previous login.
+    pub(crate) fn login_time(&self) -> Timestamp {
+        self.after(&self.last_login)
+    }
+
+    /// Now, or 1 ms after the time last taken from `last`.
+    fn after(&self, last: &AtomicI64) -> Timestamp {
+        let now = self.now().as_unix_millis();
+        let prev = last
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some(p.max(now - 1) + 1)
+            })
+            .unwrap_or(now - 1);
+        Timestamp::from_unix_millis_clamped(prev.max(now - 1) + 1)
     }
 
     /// 32 random bytes as hex.
@@ -305,5 +333,25 @@ impl Inner {
         let mut b = [0u8; 32];
         self.entropy.fill(&mut b);
         b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+}
+
+/// One audit entry to record ([`Inner::audit`]).
+pub(crate) struct Audit<'a> {
+    pub tenant: Option<TenantId>,
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub target: &'a str,
+    pub detail: String,
+    pub source: Option<IpAddr>,
+}
+
+/// How the audit log names a token: `token:<id> (<label>)`.
+pub(crate) fn actor_of(id: TokenId, label: &str) -> String {
+    let label = outboxkit_core::audit::clean(label, 120);
+    if label.is_empty() {
+        format!("token:{id}")
+    } else {
+        format!("token:{id} ({label})")
     }
 }

@@ -1,4 +1,4 @@
-//! The attempt in full (DESIGN §18): what a webhook or HTTP mail attempt sent and what came
+//! The attempt's excerpt and the attempt in full (DESIGN §18): what a webhook or HTTP mail attempt sent and what came
 //! back, kept in the ledger beside the attempt's outcome.
 //!
 //! The payload is not copied here: a message's payload never changes, so the attempt's
@@ -11,6 +11,27 @@ use base64::Engine as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, ErrorKind, Result};
+
+/// The most bytes of a response kept in the ledger.
+pub const EXCERPT_LIMIT: usize = 300;
+
+/// Cut `text` to at most [`EXCERPT_LIMIT`] bytes on a character boundary, and replace
+/// control characters (other than newline and tab) so the ledger stays printable.
+pub fn excerpt(text: &str) -> String {
+    let mut out = String::with_capacity(EXCERPT_LIMIT.min(text.len()));
+    for c in text.chars() {
+        let c = if c.is_control() && c != '\n' && c != '\t' {
+            '\u{fffd}'
+        } else {
+            c
+        };
+        if out.len() + c.len_utf8() > EXCERPT_LIMIT {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
 
 /// The response body kept per attempt when nothing else is configured: 16 KiB.
 pub const RESPONSE_BODY_CAP_DEFAULT: usize = 16 * 1024;

@@ -392,27 +392,6 @@ impl AttemptOutcome {
     }
 }
 
-/// The most bytes of a response kept in the ledger.
-pub const EXCERPT_LIMIT: usize = 300;
-
-/// Cut `text` to at most [`EXCERPT_LIMIT`] bytes on a character boundary, and replace
-/// control characters (other than newline and tab) so the ledger stays printable.
-pub fn excerpt(text: &str) -> String {
-    let mut out = String::with_capacity(EXCERPT_LIMIT.min(text.len()));
-    for c in text.chars() {
-        let c = if c.is_control() && c != '\n' && c != '\t' {
-            '\u{fffd}'
-        } else {
-            c
-        };
-        if out.len() + c.len_utf8() > EXCERPT_LIMIT {
-            break;
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// One try of one delivery, as recorded by the dispatcher and appended to the ledger.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttemptRecord {

@@ -48,6 +48,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "attempt_detail",
         include_str!("0015_attempt_detail.sql"),
     ),
+    (16, "console", include_str!("0016_console.sql")),
 ];
 
 /// The quoted names of one outbox's schema and tables, substituted into every statement.

@@ -39,6 +39,8 @@ pub(crate) const ENQUEUE: &str = include_str!("enqueue.sql");
 pub(crate) const PERMITS: &str = include_str!("permits.sql");
 /// The ledger's reads.
 pub(crate) const LEDGER: &str = include_str!("ledger.sql");
+/// The console's records: audit log, sessions, activity.
+pub(crate) const CONSOLE: &str = include_str!("console.sql");
 
 type Bind<'q> = Box<
     dyn FnOnce(&mut PgArguments) -> std::result::Result<(), sqlx::error::BoxDynError> + Send + 'q,
@@ -272,6 +274,8 @@ mod tests {
     fn every_sql_file_parses() {
         let tables = [
             ("api_tokens", "\"s\".api_tokens"),
+            ("audit", "\"s\".audit"),
+            ("console_sessions", "\"s\".console_sessions"),
             ("event_types", "\"s\".event_types"),
             ("catalogue", "\"s\".catalogue"),
             ("endpoints", "\"s\".endpoints"),
@@ -294,6 +298,7 @@ mod tests {
         ];
         for file in [
             TOKENS,
+            CONSOLE,
             EVENT_TYPES,
             ENDPOINTS,
             LEDGER,

@@ -36,9 +36,10 @@ async fn a_version_3_database_with_every_status_upgrades_in_place_under_concurre
         .fetch_all(&db.admin)
         .await
         .unwrap();
+        // Every shipped migration (the numbers may have gaps).
         assert_eq!(
             versions,
-            (1..=migrations().len() as i32).collect::<Vec<_>>()
+            migrations().iter().map(|m| m.version).collect::<Vec<_>>()
         );
 
         // Claimable as before: nothing is due yet (the pending ones wait behind their key's

@@ -32,6 +32,8 @@ local function k_h(id) return P .. ':h:' .. id end
 local function k_td(t) return P .. ':td:' .. t end
 local function k_tf(t) return P .. ':tf:' .. t end
 local function k_tm(t) return P .. ':tm:' .. t end
+-- A tenant's deliveries by the time of their latest attempt (activity for the console).
+local function k_tx(t) return P .. ':tx:' .. t end
 local function k_te(t) return P .. ':te:' .. t end
 local function k_i(t, topic, key) return P .. ':i:' .. lp(t) .. lp(topic) .. key end
 local function k_o(t, kind, target, okey)

@@ -57,6 +57,8 @@ while a <= #ARGV do
         end
       end
       local ak = k_a(id)
+      -- Activity: the delivery by its latest attempt (one command per attempt).
+      redis.call('ZADD', k_tx(tenant), now, id)
       local len = redis.call('RPUSH', ak, entry)
       if len > cap then
         redis.call('LTRIM', ak, -cap, -1)

@@ -74,6 +74,7 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', k_tf(tenant), '-inf', cut, 'LIMIT
     nd = nd + 1
   end
   redis.call('ZREM', k_td(tenant), id)
+  redis.call('ZREM', k_tx(tenant), id)
   redis.call('ZREM', k_tf(tenant), m)
 end
 for _, mid in ipairs(redis.call('ZRANGEBYSCORE', k_tm(tenant), '-inf', cut, 'LIMIT', 0, limit)) do

@@ -1,6 +1,7 @@
 //! The JSON API under `/v1`. Every handler authenticates first ([`Scoped`]), then checks its
 //! input, then acts: a request that fails a check changes nothing.
 
+pub(crate) mod audit;
 pub(crate) mod consumers;
 pub(crate) mod deliveries;
 pub(crate) mod endpoints;

@@ -172,7 +172,24 @@ pub(super) async fn act(
         (TokenScope::Tenant(own), Ok(t)) if *own == t => {}
         _ => return error_page(&user, &Problem::not_found()),
     }
-    match run(&s, &user, &f).await {
+    let done = run(&s, &user, &f).await;
+    if done.is_ok() {
+        let noun = match f.action.as_str() {
+            "replay" | "retry" | "reset" | "cancel" => "delivery",
+            _ => "endpoint",
+        };
+        s.inner
+            .audit(crate::state::Audit {
+                tenant: Some(user.tenant.clone()),
+                actor: &user.actor,
+                action: &format!("{noun}.{}", f.action),
+                target: &f.target,
+                detail: "from the console".to_owned(),
+                source: user.ip,
+            })
+            .await;
+    }
+    match done {
         Ok(Done::To(to)) => Redirect::to(&to).into_response(),
         Ok(Done::Show(res)) => res,
         Err(p) => error_page(&user, &p),

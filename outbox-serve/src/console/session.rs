@@ -7,20 +7,25 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::Form;
 use outboxkit_core::tokens::TokenScope;
-use outboxkit_core::TenantId;
+use outboxkit_core::{ConsoleSession, TenantId};
 use serde::Deserialize;
 
 use super::{error_page, page, COOKIE};
 use crate::auth::{authenticate, client_ip};
 use crate::html::esc;
 use crate::problem::Problem;
-use crate::state::{Serve, Session};
+use crate::state::{actor_of, Audit, Serve, Session};
 
 /// A signed-in console user and the tenant the page is about.
 pub(crate) struct User {
-    pub(super) session_id: String,
+    /// SHA-256 of the session cookie's value (what the store keeps).
+    pub(super) session_hash: [u8; 32],
     pub(super) session: Session,
     pub(super) tenant: TenantId,
+    /// `token:<id> (<label>)`, for the audit log.
+    pub(super) actor: String,
+    /// The client's address.
+    pub(super) ip: Option<std::net::IpAddr>,
 }
 
 fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -60,26 +65,26 @@ impl FromRequestParts<Serve> for User {
         let inner = &state.inner;
         let id = cookie_value(&parts.headers, COOKIE).ok_or_else(login)?;
         let now = inner.now();
-        let session = {
-            let mut map = inner
-                .sessions
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            map.retain(|_, s| s.expires > now);
-            map.get(id).cloned().ok_or_else(login)?
-        };
-        // A revoked token ends its sessions at once.
-        match inner.tokens.get_token(session.token).await {
-            Ok(t) if t.revoked_at.is_none() => {}
-            _ => {
-                inner
-                    .sessions
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .remove(id);
+        let hash = ConsoleSession::hash_of(id);
+        let stored = match inner.console.get_session(&hash, now).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(login()),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a console session");
                 return Err(login());
             }
-        }
+        };
+        let session = Session::of(stored);
+        // A revoked token ends its sessions at once.
+        let actor = match inner.tokens.get_token(session.token).await {
+            Ok(t) if t.revoked_at.is_none() => actor_of(t.id, &t.label),
+            _ => {
+                if let Err(e) = inner.console.delete_token_sessions(session.token).await {
+                    tracing::warn!(error = %e, "could not end a revoked token's sessions");
+                }
+                return Err(login());
+            }
+        };
         let tenant = match &session.scope {
             TokenScope::Tenant(t) => t.clone(),
             TokenScope::Admin => query_tenant(parts)
@@ -87,9 +92,11 @@ impl FromRequestParts<Serve> for User {
                 .unwrap_or_else(|| TenantId::new("default").expect("a valid tenant name")),
         };
         Ok(User {
-            session_id: id.to_owned(),
+            session_hash: hash,
             session,
             tenant,
+            actor,
+            ip: client_ip(parts),
         })
     }
 }
@@ -153,7 +160,8 @@ pub(super) async fn login(
         );
         return (p.status_code(), page(None, "Log in", &body)).into_response();
     }
-    let token = match authenticate(inner, client_ip(&parts), f.token.trim()).await {
+    let ip = client_ip(&parts);
+    let token = match authenticate(inner, ip, f.token.trim()).await {
         Ok(t) => t,
         Err(p) => {
             let body = format!(
@@ -174,17 +182,34 @@ pub(super) async fn login(
             .into_response();
     }
     let id = inner.random_hex();
-    let session = Session {
+    let now = inner.login_time();
+    let session = ConsoleSession {
+        id_hash: ConsoleSession::hash_of(&id),
         token: token.id,
         scope: token.scope.clone(),
         read_only: !token.access.may_change(),
         csrf: inner.random_hex(),
-        expires: inner.now().saturating_add(inner.config.session_ttl),
-        created: inner
-            .logins
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        created_at: now,
+        expires_at: now.saturating_add(inner.config.session_ttl),
     };
-    inner.add_session(id.clone(), session);
+    if let Err(e) = inner.console.put_session(&session, now).await {
+        let p = Problem::from(e);
+        let body = format!(
+            "<div class=\"login\"><div class=\"error\">{}</div><a class=\"button\" href=\"/console/login\">Try again</a></div>",
+            esc(&p.title)
+        );
+        return (p.status_code(), page(None, "Log in", &body)).into_response();
+    }
+    inner
+        .audit(Audit {
+            tenant: token.scope.tenant().cloned(),
+            actor: &actor_of(token.id, &token.label),
+            action: "session.login",
+            target: "console",
+            detail: String::new(),
+            source: ip,
+        })
+        .await;
     let secure = if inner.config.secure_cookies {
         "; Secure"
     } else {
@@ -224,11 +249,19 @@ pub(super) async fn logout(
             &Problem::forbidden("the form has expired; reload the page"),
         );
     }
+    if let Err(e) = s.inner.console.delete_session(&user.session_hash).await {
+        return error_page(&user, &Problem::from(e));
+    }
     s.inner
-        .sessions
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(&user.session_id);
+        .audit(Audit {
+            tenant: user.session.scope.tenant().cloned(),
+            actor: &user.actor,
+            action: "session.logout",
+            target: "console",
+            detail: String::new(),
+            source: user.ip,
+        })
+        .await;
     let mut res = Redirect::to("/console/login").into_response();
     res.headers_mut().insert(
         header::SET_COOKIE,

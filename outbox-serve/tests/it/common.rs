@@ -11,8 +11,8 @@ use http_body_util::BodyExt;
 use outboxkit_core::endpoint::AnyUrl;
 use outboxkit_core::tokens::{ApiToken, TokenAccess, TokenScope, TokenStore};
 use outboxkit_core::{
-    Clock, DeliveryStatus, EndpointId, EntropyExt, Ledger, MessageStore, NewMessage, OsEntropy,
-    PlaintextVault, RetryPolicy, Store, SystemClock, TenantId, TenantPolicy,
+    Clock, ConsoleStore, DeliveryStatus, EndpointId, EntropyExt, Ledger, MessageStore, NewMessage,
+    OsEntropy, PlaintextVault, RetryPolicy, Store, SystemClock, TenantId, TenantPolicy,
 };
 use outboxkit_dispatch::Dispatcher;
 use outboxkit_http::{EgressPolicy, HttpTransport};
@@ -30,6 +30,8 @@ pub struct App {
     pub router: Router,
     pub store: Arc<dyn Store>,
     pub tokens: Arc<dyn TokenStore>,
+    /// Its console sessions and audit log.
+    pub console: Arc<dyn ConsoleStore>,
     /// The tenant the tokens below are scoped to.
     pub tenant: TenantId,
     /// All tenants.
@@ -94,12 +96,9 @@ pub async fn issue_with(
 }
 
 impl App {
-    async fn over<S: Store + TokenStore + Clone>(
-        s: S,
-        config: ServeConfig,
-        console: Option<Arc<outboxkit_core::DynConsoleStore>>,
-    ) -> App {
+    async fn over<S: Store + TokenStore + ConsoleStore + Clone>(s: S, config: ServeConfig) -> App {
         let store: Arc<dyn Store> = Arc::new(s.clone());
+        let console: Arc<dyn ConsoleStore> = Arc::new(s.clone());
         let tokens: Arc<dyn TokenStore> = Arc::new(s);
         let serve = Serve::new(
             store.clone(),
@@ -110,11 +109,8 @@ impl App {
         .with_vault(Arc::new(PlaintextVault))
         .with_url_policy(Arc::new(AnyUrl))
         .with_transport(loopback())
+        .with_console_store(console.clone())
         .with_config(config.clone());
-        let serve = match console {
-            Some(c) => serve.with_console_store(c),
-            None => serve,
-        };
         let acme = TenantId::new("acme").unwrap();
         let other = TenantId::new("other").unwrap();
         let t = &*tokens;
@@ -134,6 +130,7 @@ impl App {
             router: serve.router(),
             store,
             tokens,
+            console,
             tenant: acme,
             admin,
             writer,
@@ -157,8 +154,7 @@ impl App {
         )
         .await
         .unwrap();
-        let console: Arc<outboxkit_core::DynConsoleStore> = Arc::new(s.clone());
-        let mut app = App::over(s, config, Some(console)).await;
+        let mut app = App::over(s, config).await;
         app._dir = Some(dir);
         app
     }
@@ -190,7 +186,7 @@ impl App {
         )
         .unwrap();
         s.migrate().await.unwrap();
-        let mut app = App::over(s, config(), None).await;
+        let mut app = App::over(s, config()).await;
         app.cleanup = Some(Box::new(move || {
             Box::pin(async move {
                 let _ = outboxkit_postgres::sqlx::query(outboxkit_postgres::sqlx::AssertSqlSafe(

@@ -14,7 +14,7 @@ use crate::auth::{raw, seed};
 use crate::common::{config, App};
 
 /// A form POST.
-fn form(path: &str, cookie: Option<&str>, body: String) -> Request<Body> {
+pub(crate) fn form(path: &str, cookie: Option<&str>, body: String) -> Request<Body> {
     let mut r = Request::post(path).header("content-type", "application/x-www-form-urlencoded");
     if let Some(c) = cookie {
         r = r.header("cookie", c);
@@ -35,7 +35,7 @@ pub(crate) async fn login(app: &App, token: &str) -> String {
         .to_owned()
 }
 
-fn get(path: &str, cookie: &str) -> Request<Body> {
+pub(crate) fn get(path: &str, cookie: &str) -> Request<Body> {
     Request::get(path)
         .header("cookie", cookie)
         .body(Body::empty())
@@ -43,7 +43,7 @@ fn get(path: &str, cookie: &str) -> Request<Body> {
 }
 
 /// The CSRF token of a console page.
-fn csrf_of(html: &str) -> String {
+pub(crate) fn csrf_of(html: &str) -> String {
     html.split("name=\"csrf\" value=\"")
         .nth(1)
         .expect("a form with a CSRF token")
@@ -55,7 +55,7 @@ fn csrf_of(html: &str) -> String {
 
 /// Submit an action through the console (reading the CSRF token from the confirmation
 /// page first): `(status, headers, html)`.
-async fn act(
+pub(crate) async fn act(
     app: &App,
     cookie: &str,
     tenant: &str,
@@ -218,16 +218,14 @@ async fn login_from_another_origin_is_refused() {
 }
 
 #[tokio::test]
-async fn the_session_table_is_bounded_oldest_first() {
-    let app = App::sqlite_with(ServeConfig {
-        max_sessions: 3,
-        ..config()
-    })
-    .await;
+async fn a_token_keeps_at_most_sixteen_sessions_oldest_ended_first() {
+    let app = App::sqlite().await;
     let mut cookies = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..outboxkit_core::MAX_SESSIONS_PER_TOKEN + 2 {
         cookies.push(login(&app, &app.writer).await);
     }
+    // Another token's session is not one of them.
+    let other = login(&app, &app.reader).await;
     for (i, c) in cookies.iter().enumerate() {
         let (s, h, _) = raw(&app, get("/console", c)).await;
         if i < 2 {
@@ -237,6 +235,7 @@ async fn the_session_table_is_bounded_oldest_first() {
             assert_eq!(s, StatusCode::OK, "session {i} is kept");
         }
     }
+    assert_eq!(raw(&app, get("/console", &other)).await.0, StatusCode::OK);
 }
 
 /// A request from `ip`.

@@ -4,6 +4,7 @@
 
 mod api;
 mod attempts;
+mod audit;
 mod auth;
 mod browser;
 mod browser_console;
@@ -12,9 +13,11 @@ mod common;
 mod connections;
 mod console;
 mod consumers;
+mod down_console;
 mod event_types;
 mod headers;
 mod limiter;
 mod messages;
 mod openapi;
 mod rotation;
+mod sessions;

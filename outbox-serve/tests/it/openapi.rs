@@ -136,7 +136,7 @@ async fn case<'a>(
     status: u16,
     next_ip: &mut u8,
 ) -> Option<Case<'a>> {
-    if path.starts_with("/v1/consumers") {
+    if path.starts_with("/v1/consumers") || path == "/v1/audit" {
         return consumer_case(app, fx, method, path, status, next_ip).await;
     }
     if !path.contains("{tenant}") && path != "/v1/health" && path != "/v1/openapi.json" {
@@ -206,7 +206,7 @@ async fn case<'a>(
                 body: json_body(r#"{"action":"nope"}"#),
                 ..ok
             },
-            ("get", p) if p.ends_with("/deliveries") => Case {
+            ("get", p) if p.ends_with("/deliveries") || p.ends_with("/audit") => Case {
                 uri: format!("{}?limit=0", uri("")),
                 ..ok
             },
@@ -281,7 +281,8 @@ async fn guessed_past_the_limit<'a>(
     guess
 }
 
-/// [`case`] for the global `/v1/consumers` routes: an admin token, the consumer `billing`.
+/// [`case`] for the admin-only global routes (`/v1/consumers`, `/v1/audit`): an admin
+/// token, the consumer `billing`.
 async fn consumer_case<'a>(
     app: &'a App,
     fx: &Fixtures,
@@ -303,6 +304,10 @@ async fn consumer_case<'a>(
         200..=299 => ok,
         400 if path.contains("{name}") => Case {
             uri: uri("Bad!Name"),
+            ..ok
+        },
+        400 if path == "/v1/audit" => Case {
+            uri: "/v1/audit?limit=0".to_owned(),
             ..ok
         },
         401 => Case { token: None, ..ok },
@@ -407,6 +412,7 @@ async fn unavailable(dir: &std::path::Path) -> (axum::Router, String) {
         .with_vault(Arc::new(PlaintextVault))
         .with_url_policy(Arc::new(AnyUrl))
         .with_transport(loopback())
+        .with_console_store(Arc::new(crate::down_console::DownConsole))
         .with_config(config())
         .router();
     (router, admin)

@@ -47,7 +47,10 @@ async fn a_detailed_send_keeps_the_servers_final_reply_and_no_address() {
     assert!(sent.result.is_ok());
     let d = sent.detail.expect("a detail");
     assert_eq!(d.response_text(), "250 ok queued as standin");
-    assert!(d.request_headers.is_empty(), "the mail's headers carry addresses");
+    assert!(
+        d.request_headers.is_empty(),
+        "the mail's headers carry addresses"
+    );
     assert!(!d.response_text().contains("ada@example.com"));
 }
 
