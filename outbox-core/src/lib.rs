@@ -6,6 +6,7 @@ pub mod broker;
 pub mod catalogue;
 pub mod claim;
 pub mod claim_rules;
+pub mod console_memory;
 pub mod console_store;
 pub mod endpoint;
 pub mod endpoint_headers;
