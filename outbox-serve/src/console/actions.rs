@@ -152,25 +152,37 @@ enum Done {
     Show(Response),
 }
 
+/// A state-changing form's checks: its CSRF token, a session that may write, and the
+/// tenant it names (an admin token acts on that tenant, a tenant token only on its own,
+/// which `user` is then about). `Some` is the refusal page to answer with.
+pub(super) fn refused_change(user: &mut User, csrf: &str, tenant: &str) -> Option<Response> {
+    if !csrf_ok(user, csrf) {
+        return Some(error_page(
+            user,
+            &Problem::forbidden("the form has expired; reload the page"),
+        ));
+    }
+    if user.session.read_only {
+        return Some(error_page(
+            user,
+            &Problem::forbidden("this token is read-only"),
+        ));
+    }
+    match (&user.session.scope, TenantId::new(tenant)) {
+        (TokenScope::Admin, Ok(t)) => user.tenant = t,
+        (TokenScope::Tenant(own), Ok(t)) if *own == t => {}
+        _ => return Some(error_page(user, &Problem::not_found())),
+    }
+    None
+}
+
 pub(super) async fn act(
     State(s): State<Serve>,
     mut user: User,
     Form(f): Form<ActForm>,
 ) -> Response {
-    if !csrf_ok(&user, &f.csrf) {
-        return error_page(
-            &user,
-            &Problem::forbidden("the form has expired; reload the page"),
-        );
-    }
-    if user.session.read_only {
-        return error_page(&user, &Problem::forbidden("this token is read-only"));
-    }
-    // An admin token acts on the tenant the form names; a tenant token only on its own.
-    match (&user.session.scope, TenantId::new(f.tenant.as_str())) {
-        (TokenScope::Admin, Ok(t)) => user.tenant = t,
-        (TokenScope::Tenant(own), Ok(t)) if *own == t => {}
-        _ => return error_page(&user, &Problem::not_found()),
+    if let Some(refused) = refused_change(&mut user, &f.csrf, &f.tenant) {
+        return refused;
     }
     let done = run(&s, &user, &f).await;
     if done.is_ok() {

@@ -13,12 +13,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use outboxkit_core::audit::AuditEntry;
 use outboxkit_core::store::PageRequest;
-use outboxkit_core::tokens::TokenScope;
 use outboxkit_core::{DeliveryId, DeliveryStatus, ErrorKind, TenantId};
 use serde::Deserialize;
 
 use super::list::{endpoint_options, parse_query};
-use super::{console_store, csrf_ok, error_page, flash, page, User};
+use super::{console_store, error_page, flash, page, User};
 use crate::api::deliveries::filter;
 use crate::html::{enc, esc};
 use crate::problem::Problem;
@@ -188,19 +187,8 @@ pub(super) async fn replay(
     ext: Extensions,
     Form(f): Form<BulkForm>,
 ) -> Response {
-    if !csrf_ok(&user, &f.csrf) {
-        return error_page(
-            &user,
-            &Problem::forbidden("the form has expired; reload the page"),
-        );
-    }
-    if user.session.read_only {
-        return error_page(&user, &Problem::forbidden("this token is read-only"));
-    }
-    match (&user.session.scope, TenantId::new(f.tenant.as_str())) {
-        (TokenScope::Admin, Ok(t)) => user.tenant = t,
-        (TokenScope::Tenant(own), Ok(t)) if *own == t => {}
-        _ => return error_page(&user, &Problem::not_found()),
+    if let Some(refused) = super::actions::refused_change(&mut user, &f.csrf, &f.tenant) {
+        return refused;
     }
     // Every id is checked before anything changes.
     let ids: Result<Vec<DeliveryId>, _> = f
