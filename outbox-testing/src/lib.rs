@@ -5,6 +5,7 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod faults;
+pub mod fixtures;
 pub mod mail;
 pub mod memory;
 pub mod receiver;
@@ -16,6 +17,7 @@ pub mod transport;
 pub use clock::{ManualClock, SeededEntropy};
 // --- re-exports of memory / faults (in-memory store helper) ---
 pub use faults::FaultyStore;
+pub use fixtures::sample_endpoint;
 pub use memory::InMemoryStore;
 // --- re-exports of receiver / mail / transport (stand-ins helper) ---
 pub use mail::MailStandIn;

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use outboxkit_core::DeliveryStoreExt;
 use outboxkit_core::{
-    Clock, DeliveryFilter, DeliveryStatus, DeliveryStore, Endpoint, EndpointId, EndpointStatus,
-    EndpointStore, EndpointUpdate, EndpointUrl, Ledger, MessageStore, NewMessage, OsEntropy,
-    PageRequest, SealedSecret, TenantId, Timestamp, TopicFilter,
+    Clock, DeliveryFilter, DeliveryStatus, DeliveryStore, Endpoint, EndpointStatus, EndpointStore,
+    EndpointUpdate, Ledger, MessageStore, NewMessage, OsEntropy, PageRequest, TenantId, Timestamp,
 };
 use outboxkit_postgres::{sqlx, PostgresConfig, PostgresStore};
 use outboxkit_testing::ManualClock;
@@ -17,23 +16,7 @@ use outboxkit_testing::ManualClock;
 use crate::support::{success, with_db, LEASE};
 
 fn endpoint(tenant: &TenantId, now: Timestamp) -> Endpoint {
-    Endpoint {
-        id: EndpointId::generate(now, &OsEntropy),
-        tenant: tenant.clone(),
-        url: EndpointUrl::parse("https://hooks.example.com/in").unwrap(),
-        description: String::new(),
-        filter: TopicFilter::all(),
-        status: EndpointStatus::Active,
-        secret: SealedSecret(vec![1; 8]),
-        previous_secret: None,
-        headers: vec![],
-        body_format: Default::default(),
-        rate_limit: None,
-        fifo: false,
-        last_delivery: None,
-        created_at: now,
-        updated_at: now,
-    }
+    outboxkit_testing::sample_endpoint(tenant, now)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use outboxkit_core::{
     AttemptDetail, AttemptOutcome, AttemptRecord, Clock, Completion, DeliveryStore,
-    DeliveryStoreExt as _, Endpoint, EndpointId, EndpointStatus, EndpointStore, EndpointUrl,
-    Ledger, MessageStore, NewMessage, OsEntropy, SealedSecret, TenantId, TopicFilter, Verdict,
+    DeliveryStoreExt as _, EndpointStore, Ledger, MessageStore, NewMessage, TenantId, Verdict,
 };
 use outboxkit_testing::ManualClock;
 
@@ -19,23 +18,7 @@ async fn an_attempt_in_full_stays_out_of_the_endpoints_last_status() {
         let clock = ManualClock::new();
         let s = store(&prefix, clock.clone()).await;
         let t = TenantId::default();
-        let e = Endpoint {
-            id: EndpointId::generate(clock.now(), &OsEntropy),
-            tenant: t.clone(),
-            url: EndpointUrl::parse("https://hooks.example.com/in").unwrap(),
-            description: String::new(),
-            filter: TopicFilter::all(),
-            status: EndpointStatus::Active,
-            secret: SealedSecret(vec![1; 8]),
-            previous_secret: None,
-            headers: vec![],
-            body_format: Default::default(),
-            rate_limit: None,
-            fifo: false,
-            last_delivery: None,
-            created_at: clock.now(),
-            updated_at: clock.now(),
-        };
+        let e = outboxkit_testing::sample_endpoint(&t, clock.now());
         s.create_endpoint(&e).await.unwrap();
         s.enqueue(NewMessage::new("order.created", serde_json::json!({})))
             .await

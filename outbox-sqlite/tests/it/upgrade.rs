@@ -7,8 +7,8 @@ use std::time::Duration;
 use outboxkit_core::DeliveryStoreExt;
 use outboxkit_core::{
     ClaimRequest, Clock, Completion, DeliveryFilter, DeliveryStatus, DeliveryStore, Endpoint,
-    EndpointId, EndpointStatus, EndpointStore, EndpointUpdate, EndpointUrl, Ledger, MessageStore,
-    NewMessage, OsEntropy, PageRequest, SealedSecret, TenantId, Timestamp, TopicFilter, Verdict,
+    EndpointStatus, EndpointStore, EndpointUpdate, Ledger, MessageStore, NewMessage, PageRequest,
+    TenantId, Timestamp, Verdict,
 };
 use outboxkit_sqlite::SCHEMA_VERSION;
 use outboxkit_testing::ManualClock;
@@ -17,23 +17,7 @@ use rusqlite::Connection;
 use crate::common::{open, LEASE};
 
 fn endpoint(tenant: &TenantId, now: Timestamp) -> Endpoint {
-    Endpoint {
-        id: EndpointId::generate(now, &OsEntropy),
-        tenant: tenant.clone(),
-        url: EndpointUrl::parse("https://hooks.example.com/in").unwrap(),
-        description: String::new(),
-        filter: TopicFilter::all(),
-        status: EndpointStatus::Active,
-        secret: SealedSecret(vec![1; 8]),
-        previous_secret: None,
-        headers: vec![],
-        body_format: Default::default(),
-        rate_limit: None,
-        fifo: false,
-        last_delivery: None,
-        created_at: now,
-        updated_at: now,
-    }
+    outboxkit_testing::sample_endpoint(tenant, now)
 }
 
 #[tokio::test]
