@@ -13,7 +13,7 @@ use base64::Engine as _;
 use outboxkit_testing::{Reply, WebhookReceiver};
 use serde_json::Value;
 
-use crate::{free_port, namespace, outbox, outbox_cmd, sqlite_url};
+use crate::{free_port, outbox, outbox_cmd, sqlite_url};
 
 /// What the receiver answers: longer than the cap of 24 bytes, with escape sequences.
 const HOSTILE: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}<b>not your terminal</b> and more";
@@ -217,56 +217,22 @@ async fn the_attempt_in_full_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attempt_in_full_on_postgres() {
-    let Some((url, pool)) = crate::postgres_pool(1).await else {
-        return;
-    };
     let receiver = WebhookReceiver::start().await.unwrap();
-    let ns = namespace("cli_detail");
-    let store = vec![
-        "--store".to_owned(),
-        url,
-        "--namespace".to_owned(),
-        ns.clone(),
-    ];
-    let r = tokio::task::spawn_blocking(move || the_attempt_in_full(&store, &receiver)).await;
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"
-    )))
-    .execute(&pool)
+    crate::on_postgres("cli_detail", move |url, ns| {
+        let store = vec!["--store".to_owned(), url, "--namespace".to_owned(), ns];
+        the_attempt_in_full(&store, &receiver)
+    })
     .await;
-    r.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attempt_in_full_on_redis() {
-    let url =
-        std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = match client.get_multiplexed_async_connection().await {
-        Ok(c) => c,
-        Err(e) => {
-            return outboxkit_testing::conformance::backend_unavailable::<()>("redis", e)
-                .unwrap_or(())
-        }
-    };
     let receiver = WebhookReceiver::start().await.unwrap();
-    let ns = namespace("cli-detail");
-    let store = vec![
-        "--store".to_owned(),
-        url,
-        "--namespace".to_owned(),
-        ns.clone(),
-    ];
-    let r = tokio::task::spawn_blocking(move || the_attempt_in_full(&store, &receiver)).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{{ns}}}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap_or_default();
-    if !keys.is_empty() {
-        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
-    }
-    r.unwrap();
+    crate::on_redis("cli-detail", move |url, ns| {
+        let store = vec!["--store".to_owned(), url, "--namespace".to_owned(), ns];
+        the_attempt_in_full(&store, &receiver)
+    })
+    .await;
 }
 
 /// A cap above the transport's 64 KiB read cap is refused before anything starts: no

@@ -124,6 +124,50 @@ pub async fn postgres_pool(max: u32) -> Option<(String, sqlx::PgPool)> {
     }
 }
 
+/// Run `f(store_url, namespace)` (blocking: it drives the binary) against a fresh
+/// PostgreSQL schema named from `prefix`, dropped afterwards whatever `f` did; skipped (or a
+/// failure, when backends are required) without a server.
+pub async fn on_postgres(prefix: &str, f: impl FnOnce(String, String) + Send + 'static) {
+    let Some((url, pool)) = postgres_pool(1).await else {
+        return;
+    };
+    let ns = namespace(prefix);
+    let (u, n) = (url.clone(), ns.clone());
+    let r = tokio::task::spawn_blocking(move || f(u, n)).await;
+    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await;
+    r.unwrap();
+}
+
+/// [`on_postgres`] for Redis: a fresh key prefix, its keys deleted afterwards.
+pub async fn on_redis(prefix: &str, f: impl FnOnce(String, String) + Send + 'static) {
+    let url =
+        std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = match client.get_multiplexed_async_connection().await {
+        Ok(c) => c,
+        Err(e) => {
+            return outboxkit_testing::conformance::backend_unavailable::<()>("redis", e)
+                .unwrap_or(())
+        }
+    };
+    let ns = namespace(prefix);
+    let (u, n) = (url.clone(), ns.clone());
+    let r = tokio::task::spawn_blocking(move || f(u, n)).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{ns}}}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+    }
+    r.unwrap();
+}
+
 /// A webhook endpoint of `tenant` to `receiver` with `filter`, created through the library
 /// (secret sealed with [`VAULT_KEY`]); the receiver verifies its signature from then on.
 pub async fn signed_endpoint(

@@ -6,7 +6,6 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
 
-use outboxkit_core::{EntropyExt, OsEntropy};
 
 use crate::{free_port, outbox, outbox_cmd, sqlite_url};
 
@@ -113,55 +112,12 @@ fn tokens_and_serve_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_and_serve_on_postgres() {
-    let url = std::env::var("OUTBOX_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    let pool = match sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&url)
-        .await
-    {
-        Ok(p) => p,
-        Err(e) => {
-            return outboxkit_testing::conformance::backend_unavailable::<()>("postgres", e)
-                .unwrap_or(())
-        }
-    };
-    let ns = format!("cli_serve_{:012x}", OsEntropy.next_u64() >> 16);
-    let (u, n) = (url.clone(), ns.clone());
-    let r = tokio::task::spawn_blocking(move || serve_against(&u, &n)).await;
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS \"{ns}\" CASCADE"
-    )))
-    .execute(&pool)
-    .await;
-    r.unwrap();
+    crate::on_postgres("cli_serve", |url, ns| serve_against(&url, &ns)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_and_serve_on_redis() {
-    let url =
-        std::env::var("OUTBOX_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let client = redis::Client::open(url.as_str()).unwrap();
-    let mut conn = match client.get_multiplexed_async_connection().await {
-        Ok(c) => c,
-        Err(e) => {
-            return outboxkit_testing::conformance::backend_unavailable::<()>("redis", e)
-                .unwrap_or(())
-        }
-    };
-    let ns = format!("cli-serve-{:012x}", OsEntropy.next_u64() >> 16);
-    let (u, n) = (url.clone(), ns.clone());
-    let r = tokio::task::spawn_blocking(move || serve_against(&u, &n)).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{{ns}}}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap_or_default();
-    if !keys.is_empty() {
-        let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
-    }
-    r.unwrap();
+    crate::on_redis("cli-serve", |url, ns| serve_against(&url, &ns)).await;
 }
 
 /// Read until the server closes the connection, within a generous bound (fails if it never
