@@ -6,7 +6,6 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
 
-
 use crate::{free_port, outbox, outbox_cmd, sqlite_url};
 
 /// `GET path` over plain HTTP/1.1: the status code and the body.
