@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{
-    AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, DeliveryStore, Endpoint,
-    EndpointId, EndpointStatus, EndpointStore, EndpointUpdate, EndpointUrl, Lease, MessageStore,
-    NewMessage, OsEntropy, SealedSecret, TenantId, TopicFilter, Verdict,
+    AttemptOutcome, AttemptRecord, ClaimRequest, Clock, Completion, DeliveryStore, EndpointId,
+    EndpointStatus, EndpointStore, EndpointUpdate, Lease, MessageStore, NewMessage, OsEntropy,
+    TenantId, TopicFilter, Verdict,
 };
 use outboxkit_core::{DeliveryStoreExt, OperatorStore};
 use outboxkit_postgres::{migrations, sqlx, PostgresConfig, PostgresStore};
@@ -162,23 +162,7 @@ pub async fn every_status_at(db: &Arc<TestDb>, version: i32, clock: &Arc<ManualC
     )
     .await
     .unwrap();
-    let hook = Endpoint {
-        id: EndpointId::generate(clock.now(), &OsEntropy),
-        tenant: acme.clone(),
-        url: EndpointUrl::parse("https://hooks.example.com/in").unwrap(),
-        description: String::new(),
-        filter: TopicFilter::all(),
-        status: EndpointStatus::Active,
-        secret: SealedSecret(vec![1; 8]),
-        previous_secret: None,
-        headers: vec![],
-        body_format: Default::default(),
-        rate_limit: None,
-        fifo: false,
-        last_delivery: None,
-        created_at: clock.now(),
-        updated_at: clock.now(),
-    };
+    let hook = outboxkit_testing::sample_endpoint(&acme, clock.now());
     store.create_endpoint(&hook).await.unwrap();
     for n in 0..6 {
         let m = NewMessage::new("order.created", serde_json::json!({ "n": n }))
