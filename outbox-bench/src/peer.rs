@@ -22,6 +22,7 @@ use crate::common::{burn_down, chunks, err, payload, secs, unique, BenchResult, 
 use crate::pg::{pool, store, with_schemas};
 use crate::pg_dispatch::noop_dispatcher;
 use crate::physical::{cost_since, force_flush, snapshot_before, Cost, Scope};
+use crate::quiet::CpuTicks;
 use crate::report::{median, per_second, Figure, Row, Status, Target};
 use crate::timed::Timed;
 use crate::Ctx;
@@ -150,6 +151,8 @@ struct Drain {
     cost: Cost,
     /// Ours: the mean claim size (0 for pgmq, which reads 100 at a time).
     mean_claim: f64,
+    /// CPU microseconds per delivered message during the drain: (client, PostgreSQL server).
+    cpu: (f64, f64),
 }
 
 /// Ours: a backlog of `n` drained by a Dispatcher with the relay's defaults
@@ -174,7 +177,9 @@ async fn ours_drain(ctx: &Ctx, n: usize) -> BenchResult<Drain> {
         let timed = Arc::new(Timed::new(Arc::new(st.clone())));
         let progress = Progress::new(n as u64);
         let d = noop_dispatcher(timed.clone(), &progress, DispatcherConfig::default())?;
+        let cpu = CpuTicks::now();
         let b = burn_down(&d, &progress, n as u64, None).await?;
+        let cpu = CpuTicks::now().per_unit_since(&cpu, n as u64);
         drop(d);
         let (_, _, claims, completions) = timed.spent.totals();
         force_flush(&work).await;
@@ -200,6 +205,7 @@ async fn ours_drain(ctx: &Ctx, n: usize) -> BenchResult<Drain> {
             rate: b.rate,
             cost,
             mean_claim: b.mean_batch,
+            cpu,
         })
     })
     .await
@@ -228,6 +234,7 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
             settle.function()
         );
         let (mut done, mut calls) = (0u64, 0u64);
+        let cpu = CpuTicks::now();
         let sw = Stopwatch::start();
         loop {
             let rows = sqlx::query("SELECT msg_id, message FROM pgmq.read($1, $2, $3)")
@@ -258,6 +265,7 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
             done += settled as u64;
         }
         let rate = per_second(done, secs(&sw));
+        let cpu = CpuTicks::now().per_unit_since(&cpu, done);
         drop(conn);
         force_flush(&work).await;
         work.close().await;
@@ -269,6 +277,7 @@ async fn pgmq_drain(ctx: &Ctx, n: usize, settle: Settle) -> BenchResult<Drain> {
             rate,
             cost,
             mean_claim: 0.0,
+            cpu,
         })
     })
     .await
@@ -339,10 +348,16 @@ pub async fn drain(ctx: &Ctx) -> Vec<Row> {
             target,
             format!(
                 "{how} + {what} of the ids, until empty; ratio ours ÷ pgmq, median of {reps} \
-                 interleaved (ours {} msg/s, mean claim {}; pgmq {} msg/s)",
+                 interleaved (ours {} msg/s, mean claim {}; pgmq {} msg/s); CPU per delivery \
+                 (µs, median; /proc ticks of the client process and of every postgres process): \
+                 server ours {:.1}, pgmq {:.1}; client ours {:.1}, pgmq {:.1}",
                 spread(&d.ours, |x| x.rate),
                 spread(&d.ours, |x| x.mean_claim),
-                spread(peer, |x| x.rate)
+                spread(peer, |x| x.rate),
+                median_of(&d.ours, |x| x.cpu.1),
+                median_of(peer, |x| x.cpu.1),
+                median_of(&d.ours, |x| x.cpu.0),
+                median_of(peer, |x| x.cpu.0),
             ),
         )
     };

@@ -124,15 +124,48 @@ pub(crate) fn parse_proc_stat(stat: &str, children: bool) -> Option<(String, u64
     Some((comm, ticks))
 }
 
-/// This process and every service process, each with its waited-for children: PostgreSQL's
-/// postmaster reaps the backends of closed connections, so their CPU stays counted as ours.
-fn ours_busy() -> u64 {
-    let own = std::fs::read_to_string("/proc/self/stat")
+/// CPU time of this process and of the PostgreSQL server (every `postgres` process with its
+/// reaped children, so the backends of connections closed in between still count), in ticks:
+/// a count the machine's load moves far less than a rate (issue 33's drain rows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuTicks {
+    /// This process (the client: dispatcher, driver).
+    pub client: u64,
+    /// The PostgreSQL server.
+    pub server: u64,
+}
+
+impl CpuTicks {
+    /// Read `/proc` now.
+    pub fn now() -> Self {
+        CpuTicks {
+            client: own_ticks(),
+            server: service_ticks(&["postgres"]),
+        }
+    }
+
+    /// Microseconds of CPU per unit of work since `before`: (client, server).
+    pub fn per_unit_since(&self, before: &CpuTicks, units: u64) -> (f64, f64) {
+        let us = |t: u64| 1e6 * t as f64 / TICKS / units.max(1) as f64;
+        (
+            us(self.client.saturating_sub(before.client)),
+            us(self.server.saturating_sub(before.server)),
+        )
+    }
+}
+
+fn own_ticks() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|s| parse_proc_stat(&s, true))
-        .map_or(0, |(_, t)| t);
+        .map_or(0, |(_, t)| t)
+}
+
+/// utime + stime of every process whose name starts with one of `names` (not this one), each
+/// with its waited-for children.
+fn service_ticks(names: &[&str]) -> u64 {
     let own_pid = std::process::id().to_string();
-    let services: u64 = std::fs::read_dir("/proc")
+    std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
@@ -145,10 +178,15 @@ fn ours_busy() -> u64 {
         .filter(|e| e.file_name().to_string_lossy() != own_pid)
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter_map(|s| parse_proc_stat(&s, true))
-        .filter(|(comm, _)| SERVICES.iter().any(|s| comm.starts_with(s)))
+        .filter(|(comm, _)| names.iter().any(|s| comm.starts_with(s)))
         .map(|(_, t)| t)
-        .sum();
-    own + services
+        .sum()
+}
+
+/// This process and every service process, each with its waited-for children: PostgreSQL's
+/// postmaster reaps the backends of closed connections, so their CPU stays counted as ours.
+fn ours_busy() -> u64 {
+    own_ticks() + service_ticks(SERVICES)
 }
 
 #[cfg(test)]

@@ -40,6 +40,8 @@ pub(crate) struct Inner {
     pub clock: Arc<dyn Clock>,
     pub entropy: Arc<dyn Entropy>,
     pub wake: Wake,
+    /// The claim's and the settle's own connections (`claim/hot.rs`).
+    pub hot: crate::claim::HotPools,
     /// The quoted table names (for the few statements built at run time).
     pub tables: Tables,
     /// How far (ms, exclusive) the history's partitions are known to reach.
@@ -120,6 +122,7 @@ impl PostgresStore {
     ) -> Result<Self> {
         config.validate()?;
         let wake = Wake::start(runtime, &pool, &config);
+        let hot = crate::claim::HotPools::new(runtime, &pool, &config);
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 channel: config.channel(),
@@ -128,6 +131,7 @@ impl PostgresStore {
                 clock,
                 entropy,
                 wake,
+                hot,
                 history_upto: AtomicI64::new(i64::MIN),
                 catalogue: Default::default(),
                 tables: Tables::new(&config.schema),

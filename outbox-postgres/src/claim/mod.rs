@@ -3,9 +3,9 @@
 //!
 //! # Cancel safety
 //!
-//! The claim is one statement in a short transaction, every other method one statement on a
-//! pooled connection. Dropping a future before it returns may leave its change applied or
-//! not: a claim dropped before its commit claims nothing; one committed but never seen
+//! The claim is one autocommit statement, every other method one statement on a pooled
+//! connection (the claim's and the settle's own, `hot.rs`, or the application's pool).
+//! Dropping a future before it returns may leave its change applied or not: a claim dropped before its commit claims nothing; one committed but never seen
 //! leaves its deliveries leased until the lease ends, when they are claimable again (the
 //! attempt it spent counts); a completion or release that was applied changes the delivery
 //! as asked, one that was not leaves it leased. Nothing is half-applied.
@@ -24,22 +24,10 @@ use crate::rows::{self, get, int4, ms};
 use crate::sql::Params;
 use crate::store::PostgresStore;
 
+mod hot;
 mod settle;
 
-/// The claim's transaction, opened in one round trip with the planner settings of its one
-/// statement: JIT off (the statement's cost estimate easily crosses `jit_above_cost`, and JIT
-/// compilation was measured at 155 ms for a 5 ms execution) and the generic plan, planned
-/// once per connection (0.1–0.2 ms) instead of on every call (1–3 ms of planning, most of an
-/// idle claim). On the narrow queue every access of the statement is an index range or probe
-/// (`queue_claim`, `queue_key`, primary keys), so the generic plan is the same whatever the
-/// table size it was first planned at (docs/postgres-v3.md: planned on an empty queue, then
-/// 2.4–2.9 ms per 100 on a 20k backlog); sequential scans stay off for it as a guard. Its
-/// commit does not wait for the WAL flush: a claim lost to a server crash only makes its
-/// deliveries claimable again, and a completion's synchronous commit flushes the claim before
-/// it (docs/decisions.md; enqueue → handler p50 3.49 → 2.59 ms).
-const CLAIM_MODE: &str =
-    "BEGIN; SET LOCAL jit = off; SET LOCAL plan_cache_mode = force_generic_plan; \
-     SET LOCAL enable_seqscan = off; SET LOCAL synchronous_commit = off";
+pub(crate) use hot::HotPools;
 
 fn claimed(row: &PgRow) -> Result<Claimed> {
     let delivery = rows::delivery(row)?;
@@ -89,7 +77,6 @@ impl PostgresStore {
             .unzip();
         self.ensure_history(now).await?;
         let sql = &self.inner.sql.claim;
-        let mut tx = self.inner.pool.begin_with(CLAIM_MODE).await.db()?;
         let params = Params::new()
             .set("now", ms(now))
             .set("batch", batch as i64)
@@ -107,8 +94,12 @@ impl PostgresStore {
                 "endpoint_limit",
                 request.default_endpoint_limit().map(i64::from),
             );
-        let found = (sql.claim.bind(params)?).fetch_all(&mut *tx).await.db()?;
-        tx.commit().await.db()?;
+        // One autocommit statement on a claim connection (`hot.rs`: its session plans it
+        // generically, without JIT, and commits without waiting for the WAL flush).
+        let found = (sql.claim.bind(params)?)
+            .fetch_all(&self.inner.hot.claim)
+            .await
+            .db()?;
         found.iter().map(claimed).collect()
     }
 

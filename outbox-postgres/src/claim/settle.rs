@@ -98,7 +98,7 @@ impl PostgresStore {
             .set("awaits", a.awaits)
             .set("a_details", a.a_detail);
         let matched: Vec<Uuid> = (self.inner.sql.claim.complete.bind_scalar(params)?)
-            .fetch_all(&self.inner.pool)
+            .fetch_all(&self.inner.hot.settle)
             .await
             .db()?;
         let matched: HashSet<Uuid> = matched.into_iter().collect();
@@ -154,7 +154,7 @@ impl PostgresStore {
             .set("next_at", next)
             .set("tenants", tenants);
         let released: Vec<Uuid> = (self.inner.sql.claim.release.bind_scalar(params)?)
-            .fetch_all(&self.inner.pool)
+            .fetch_all(&self.inner.hot.settle)
             .await
             .db()?;
         let released = u32::try_from(released.len()).unwrap_or(u32::MAX);
