@@ -68,15 +68,15 @@ pub(crate) struct RunLoop<S> {
     /// Finished deliveries not yet handed to a settle.
     finished: Vec<Done>,
     /// At most one batch of completions is being written while the loop claims on (polled
-    /// by the loop beside everything else it waits for).
+    /// by the loop beside everything else it waits for). Its deliveries no longer count
+    /// against `capacity`: the next claim does not wait for the write (at most one batch of
+    /// at most `capacity` is written at a time, so held leases stay below twice `capacity`).
     settling: Option<Settling>,
-    /// How many deliveries that settle holds: they still hold their leases, so they count
-    /// against `capacity` like running ones (memory and completion size stay bounded).
-    settling_len: usize,
     /// Claimed ahead of free slots, waiting to start (their leases run meanwhile): each
     /// with the time its claim returned and its claim batch's endpoint cache.
     ready: VecDeque<(Claimed, Timestamp, Arc<EndpointCache>)>,
-    /// The most deliveries held at once: running, finished, settling and ready.
+    /// The most deliveries held at once besides the settle in flight: running, finished
+    /// and ready.
     capacity: usize,
     /// Refill in batches, not one free slot at a time.
     refill: usize,
@@ -115,7 +115,6 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             inline: FuturesUnordered::new(),
             finished: Vec::new(),
             settling: None,
-            settling_len: 0,
             ready: VecDeque::new(),
             capacity,
             refill,
@@ -179,7 +178,6 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     async fn settle_step(&mut self) {
         self.poll_settle();
         if self.settling.is_none() && !self.finished.is_empty() {
-            self.settling_len = self.finished.len();
             let batch = std::mem::take(&mut self.finished);
             let write = AssertUnwindSafe(settle(self.shared.clone(), self.run.clone(), batch))
                 .catch_unwind()
@@ -230,7 +228,6 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
 
     fn settled(&mut self, r: Report) {
         self.settling = None;
-        self.settling_len = 0;
         self.report.absorb(r);
     }
 
@@ -257,10 +254,11 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         self.run.stopping.is_cancelled() || spent
     }
 
-    /// Deliveries held against `capacity`: running, or finished and not yet written (they
-    /// still hold their leases).
+    /// Deliveries held against `capacity`: running, or finished and not yet handed to a
+    /// settle. Those of the settle in flight do not count, so a claim overlaps their write
+    /// instead of waiting for it; the next completion batch is still at most `capacity`.
     fn running(&self) -> usize {
-        self.active() + self.finished.len() + self.settling_len
+        self.active() + self.finished.len()
     }
 
     /// Deliveries running: what `concurrency` caps. One that finished is not running while

@@ -59,7 +59,10 @@ impl HotPools {
         // The pools' maintenance tasks (idle timeout) run on the store's runtime.
         let _entered = runtime.enter();
         let base = (*pool.connect_options()).clone().options(PLANNER);
-        let size = pool.options().get_max_connections().clamp(1, HOT_CONNECTIONS);
+        let size = pool
+            .options()
+            .get_max_connections()
+            .clamp(1, HOT_CONNECTIONS);
         let options = || {
             PgPoolOptions::new()
                 .max_connections(size)
@@ -72,9 +75,8 @@ impl HotPools {
                 .test_before_acquire(false)
         };
         HotPools {
-            claim: options().connect_lazy_with(
-                base.clone().options([("synchronous_commit", "off")]),
-            ),
+            claim: options()
+                .connect_lazy_with(base.clone().options([("synchronous_commit", "off")])),
             settle: options().connect_lazy_with(base),
         }
     }

@@ -8,18 +8,7 @@ use std::time::Duration;
 use outboxkit_core::{ClaimRequest, ConsumerName, DeliveryStatus, Message, Timestamp};
 use outboxkit_dispatch::{Context, DispatcherConfig, HandlerOptions, HandlerResult};
 
-use crate::{spawn_run, world, BUDGET};
-
-/// Wait (real time, bounded) until `cond` holds.
-async fn until(mut cond: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the condition never held");
-}
+use crate::{spawn_run, until, world, BUDGET};
 
 /// Which handler calls started (payload `i`), and how each ended (`true`: cancelled).
 type Calls = Arc<Mutex<Vec<(u64, Option<bool>)>>>;

@@ -11,7 +11,7 @@ use outboxkit_core::{
 };
 use outboxkit_dispatch::{Context, DeliveryEvent, HandlerOptions, HandlerResult, Observer};
 
-use crate::{spawn_run, world, BUDGET};
+use crate::{spawn_run, until, world, BUDGET};
 
 #[tokio::test]
 async fn a_budget_releases_what_cannot_finish_in_time() {
@@ -159,12 +159,14 @@ async fn after_a_crash_every_unfinished_delivery_runs_exactly_once_more() {
 }
 
 /// A store that hands the first claimed delivery out twice in one batch (when `double`),
-/// writes completions slowly, and remembers the largest completion batch.
+/// writes completions slowly (each waits for a permit of the gate, when there is one), and
+/// remembers the largest completion batch.
 #[derive(Debug)]
 struct Doubling(
     Arc<dyn outboxkit_core::Store>,
     bool,
     std::sync::atomic::AtomicUsize,
+    Option<Arc<tokio::sync::Semaphore>>,
 );
 
 #[async_trait::async_trait]
@@ -184,6 +186,10 @@ impl outboxkit_core::DeliveryStore for Doubling {
         items: &[(Lease, Completion)],
     ) -> outboxkit_core::Result<Vec<outboxkit_core::Result<()>>> {
         self.2.fetch_max(items.len(), Ordering::SeqCst);
+        let _permit = match &self.3 {
+            Some(gate) => Some(gate.acquire().await.expect("the gate is never closed")),
+            None => None,
+        };
         tokio::time::sleep(Duration::from_millis(20)).await;
         self.0.complete_many(items).await
     }
@@ -454,7 +460,7 @@ async fn a_delivery_handed_out_twice_runs_once() {
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
     let store: Arc<dyn outboxkit_core::Store> =
-        Arc::new(Doubling(w.store.clone(), true, Default::default()));
+        Arc::new(Doubling(w.store.clone(), true, Default::default(), None));
     let d = outboxkit_dispatch::Dispatcher::builder(store)
         .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
@@ -589,15 +595,14 @@ async fn shutdown_is_noticed_under_continuous_load() {
     );
 }
 
-/// Completions that wait to be written still hold their leases: they count against the
-/// dispatcher's capacity (its concurrency plus what it claims ahead), so a slow store never
-/// makes completion batches (or memory) grow past it. They hold no running slot: the next
-/// deliveries start while they are written, and no more than `concurrency` handlers ever run
-/// at once.
+/// Completions wait to be handed to a write against the dispatcher's capacity (its
+/// concurrency plus what it claims ahead), so a slow store never makes a completion batch (or
+/// memory) grow past it. They hold no running slot: the next deliveries start while they are
+/// written, and no more than `concurrency` handlers ever run at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_batches_stay_within_the_capacity_and_handlers_within_the_concurrency() {
     let w = world();
-    let slow = Arc::new(Doubling(w.store.clone(), false, Default::default()));
+    let slow = Arc::new(Doubling(w.store.clone(), false, Default::default(), None));
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (r2, p2) = (running.clone(), peak.clone());
@@ -635,4 +640,59 @@ async fn completion_batches_stay_within_the_capacity_and_handlers_within_the_con
     );
     let peak = peak.load(Ordering::SeqCst);
     assert!((1..=50).contains(&peak), "{peak} handlers ran at once");
+}
+
+/// The write of one batch of completions does not hold back the next claim: while it waits
+/// (the store's gate closed), the dispatcher claims and runs past its capacity — the
+/// deliveries being written no longer count against it — and the next batch to write stays
+/// within the capacity. Opened, everything completes once. (One thread: the first claim's
+/// handlers all finish before the loop looks, so the first write holds all ten.)
+#[tokio::test]
+async fn the_next_claim_does_not_wait_for_a_completion_write() {
+    let w = world();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = Arc::new(Doubling(
+        w.store.clone(),
+        false,
+        Default::default(),
+        Some(gate.clone()),
+    ));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let d = outboxkit_dispatch::Dispatcher::builder(store.clone())
+        .clock(w.clock.clone())
+        .config(outboxkit_dispatch::DispatcherConfig {
+            batch_size: 10,
+            concurrency: 10,
+            handler_concurrency: 100,
+            ..Default::default()
+        })
+        .handler("h", "*", move |_c: Context, _m: Message| {
+            let calls = c2.clone();
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                HandlerResult::Ok
+            }
+        })
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    w.enqueue_n(60).await;
+    let run = tokio::spawn({
+        let d = d.clone();
+        async move { d.run_once(BUDGET).await }
+    });
+    // Capacity: concurrency 10 plus 10 claimed ahead. The first write waits at the gate
+    // with ten; counted against the capacity, they would stop the run at 20.
+    until(|| calls.load(Ordering::SeqCst) > 20).await;
+    gate.add_permits(1_000);
+    let r = run.await.unwrap().unwrap();
+    assert_eq!(r.succeeded, 60, "{r}");
+    assert_eq!(calls.load(Ordering::SeqCst), 60, "each delivery ran once");
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 60);
+    let largest = store.2.load(Ordering::SeqCst);
+    assert!(
+        (1..=20).contains(&largest),
+        "largest completion batch {largest}"
+    );
 }

@@ -162,5 +162,16 @@ pub fn mins(n: u64) -> Duration {
     Duration::from_secs(60 * n)
 }
 
+/// Wait (real time, bounded) until `cond` holds.
+pub async fn until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the condition never held");
+}
+
 /// A budget long enough for any delivery to be reserved.
 pub const BUDGET: Duration = Duration::from_secs(120);
