@@ -283,9 +283,10 @@ impl Observer for RelayObserver {
     }
 }
 
-/// The smallest pool a relay should have with `concurrency` deliveries at once: one
-/// connection for claims, one for completion writes, and one more per 16 deliveries for
-/// endpoint reads and handler follow-ups.
+/// The smallest pool a relay should have with `concurrency` deliveries at once: two (claims
+/// and completion writes run on the store's own pools of up to two connections each, sized
+/// no larger than this one), and one more per 16 deliveries for endpoint reads, lease
+/// extensions and handler follow-ups, which use this pool.
 pub fn recommended_connections(concurrency: usize) -> u32 {
     u32::try_from(2 + concurrency.div_ceil(16)).unwrap_or(u32::MAX)
 }
@@ -295,13 +296,13 @@ pub fn recommended_connections(concurrency: usize) -> u32 {
 pub fn check_sizing(max_connections: u32, concurrency: usize) -> CliResult<Option<String>> {
     if max_connections < 2 {
         return Err(CliError::usage(
-            "invalid input: --max-connections: must be at least 2 (one for claims, one for completion writes)",
+            "invalid input: --max-connections: must be at least 2 (claims and completion writes each get up to 2 connections of their own, no more than this)",
         ));
     }
     let want = recommended_connections(concurrency);
     Ok((max_connections < want).then(|| {
         format!(
-            "--max-connections {max_connections} is below {want} for --concurrency {concurrency}: completion writes may wait behind claims and endpoint reads (leases may expire); raise it or lower --concurrency"
+            "--max-connections {max_connections} is below {want} for --concurrency {concurrency}: endpoint reads and lease extensions may wait for a connection (leases may expire); raise it or lower --concurrency"
         )
     }))
 }

@@ -53,9 +53,10 @@ pub struct PostgresConfig {
     /// authentication), and how long the pool then waits for a free connection, before
     /// failing with `Unavailable`. Default 5 s.
     pub connect_timeout: Duration,
-    /// The most connections [`PostgresConfig::connect_pool`] opens. A dispatcher holds one
-    /// per claim and one per completion write in flight; the wake-up listener holds its own,
-    /// outside the pool. Default 10.
+    /// The most connections [`PostgresConfig::connect_pool`] opens (enqueue, operator calls,
+    /// lease extensions). Claims and completion writes run on the store's own two small
+    /// pools beside it (at most 2 connections each), and the wake-up listener and notifier on
+    /// one connection each, all outside this pool. Default 10.
     pub max_connections: u32,
 }
 
