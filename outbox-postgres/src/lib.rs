@@ -9,6 +9,7 @@ mod endpoints;
 mod enqueue;
 pub mod error;
 mod event_types;
+mod hot;
 mod ledger;
 mod permits;
 mod rows;

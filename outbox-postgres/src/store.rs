@@ -40,8 +40,8 @@ pub(crate) struct Inner {
     pub clock: Arc<dyn Clock>,
     pub entropy: Arc<dyn Entropy>,
     pub wake: Wake,
-    /// The claim's and the settle's own connections (`claim/hot.rs`).
-    pub hot: crate::claim::HotPools,
+    /// The claim's and the settle's own connections (`hot.rs`).
+    pub hot: crate::hot::HotPools,
     /// The quoted table names (for the few statements built at run time).
     pub tables: Tables,
     /// How far (ms, exclusive) the history's partitions are known to reach.
@@ -122,7 +122,7 @@ impl PostgresStore {
     ) -> Result<Self> {
         config.validate()?;
         let wake = Wake::start(runtime, &pool, &config);
-        let hot = crate::claim::HotPools::new(runtime, &pool, &config);
+        let hot = crate::hot::HotPools::new(runtime, &pool, &config);
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 channel: config.channel(),

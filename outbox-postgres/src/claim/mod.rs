@@ -24,10 +24,7 @@ use crate::rows::{self, get, int4, ms};
 use crate::sql::Params;
 use crate::store::PostgresStore;
 
-mod hot;
 mod settle;
-
-pub(crate) use hot::HotPools;
 
 fn claimed(row: &PgRow) -> Result<Claimed> {
     let delivery = rows::delivery(row)?;
@@ -94,7 +91,7 @@ impl PostgresStore {
                 "endpoint_limit",
                 request.default_endpoint_limit().map(i64::from),
             );
-        // One autocommit statement on a claim connection (`hot.rs`: its session plans it
+        // One autocommit statement on a claim connection (`crate::hot`: its session plans it
         // generically, without JIT, and commits without waiting for the WAL flush).
         let found = (sql.claim.bind(params)?)
             .fetch_all(&self.inner.hot.claim)
