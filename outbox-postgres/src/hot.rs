@@ -11,7 +11,7 @@
 //!   off as a guard, and commits that do not wait for the WAL flush (a claim lost to a server
 //!   crash only makes its deliveries claimable again; a completion's synchronous commit flushes
 //!   the claim before it). The claim is then one autocommit statement: one round trip instead
-//!   of `BEGIN; SET LOCAL …`, the statement and `COMMIT` (three).
+//!   of four (the pool's ping, `BEGIN; SET LOCAL …`, the statement and `COMMIT`).
 //! - **settles** (`complete_many`, `release`): the same planner settings, synchronous commits
 //!   (a completion is durable when it returns): the completion's plan is built once per
 //!   connection instead of at every bind.

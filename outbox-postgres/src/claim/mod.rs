@@ -5,10 +5,11 @@
 //!
 //! The claim is one autocommit statement, every other method one statement on a pooled
 //! connection (the claim's and the settle's own, `hot.rs`, or the application's pool).
-//! Dropping a future before it returns may leave its change applied or not: a claim dropped before its commit claims nothing; one committed but never seen
-//! leaves its deliveries leased until the lease ends, when they are claimable again (the
-//! attempt it spent counts); a completion or release that was applied changes the delivery
-//! as asked, one that was not leaves it leased. Nothing is half-applied.
+//! Dropping a future before it returns may leave its change applied or not: a claim dropped
+//! before its commit claims nothing; one committed but never seen leaves its deliveries
+//! leased until the lease ends, when they are claimable again (the attempt it spent counts);
+//! a completion or release that was applied changes the delivery as asked, one that was not
+//! leaves it leased. Nothing is half-applied.
 
 use std::collections::HashSet;
 use std::time::Duration;
