@@ -15,6 +15,7 @@
 //!   are run and the difference is divided by the difference in messages, so opening the
 //!   file and the last, empty claim cancel out. Skipped when `valgrind` is not installed
 //!   (`apt-get install valgrind`). Run alone: `cargo xtask bench --only sqlite-counts`.
+//!   `OUTBOX_BENCH_KEEP_CALLGRIND=DIR` keeps each child's profile in `DIR`.
 //!
 //! Each row's ratio is raw ÷ ours (above 1: ours costs less).
 
@@ -353,7 +354,18 @@ async fn counted(ctx: &Ctx, kind: &str, n: usize) -> BenchResult<u64> {
     }
     .await;
     cleanup(&[&ours, &raw]);
-    let _ = std::fs::remove_file(&out_file);
+    // `OUTBOX_BENCH_KEEP_CALLGRIND=DIR`: keep the profile (to read with `callgrind_annotate`).
+    match std::env::var_os("OUTBOX_BENCH_KEEP_CALLGRIND").filter(|_| r.is_ok()) {
+        Some(dir) => {
+            let kept = Path::new(&dir).join(format!("sqlite-{kind}-{n}.callgrind"));
+            std::fs::rename(&out_file, &kept)
+                .or_else(|_| std::fs::copy(&out_file, &kept).map(|_| ()))
+                .map_err(|e| format!("keeping {}: {e}", kept.display()))?;
+        }
+        None => {
+            let _ = std::fs::remove_file(&out_file);
+        }
+    }
     let ir = r?;
     if ir == 0 {
         return Err(format!("callgrind counted nothing in {}", toggle(kind)));

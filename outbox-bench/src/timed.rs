@@ -147,6 +147,10 @@ impl DeliveryStore for Timed {
     fn wake_listener(&self) -> Option<WakeListener> {
         self.inner.wake_listener()
     }
+
+    fn parallel_claims(&self) -> usize {
+        self.inner.parallel_claims()
+    }
 }
 
 #[async_trait]

@@ -288,12 +288,18 @@ impl Dispatcher {
             + s.config.reservation_margin
     }
 
+    /// What one claim asks for: at most `size` deliveries of the consumers, sinks, endpoints
+    /// and mail this run serves now. Only a `wide` claim asks for webhooks and e-mail: a claim
+    /// started while a wide one is in flight does not know what that one will bring back
+    /// (`held` is what the run holds, and the per-endpoint caps and the mailer's rate count
+    /// it), so it takes handler and sink deliveries only.
     pub(crate) fn claim_request(
         &self,
         run: &RunState,
         size: usize,
         now: Timestamp,
         held: HashMap<EndpointId, usize>,
+        wide: bool,
     ) -> Option<ClaimRequest> {
         let s = &self.shared;
         let size = u32::try_from(size)
@@ -324,7 +330,7 @@ impl Dispatcher {
                 any = true;
             }
         }
-        if let Some(w) = &s.webhooks {
+        if let Some(w) = s.webhooks.as_ref().filter(|_| wide) {
             // Endpoints with an open circuit stay where they are; no endpoint gets more than
             // its cap lets start: its cap less what this run holds for it (claimed, not yet
             // finished) or what is in flight to it, whichever is more.
@@ -347,7 +353,7 @@ impl Dispatcher {
             req = req.exclude_endpoints(skip);
             any = true;
         }
-        if let Some(m) = &s.mail {
+        if let Some(m) = s.mail.as_ref().filter(|_| wide) {
             if m.mailer.available() {
                 req = req.email(m.claim_budget);
                 any = true;

@@ -25,7 +25,7 @@ use tokio::task::{Id, JoinSet};
 
 mod start;
 
-use self::start::{joined, Claim, Inline};
+use self::start::{joined, Claim, InFlight, Inline};
 use super::attempt::{Done, RunState};
 use super::settle::settle;
 use super::{Dispatcher, Shared};
@@ -75,8 +75,17 @@ pub(crate) struct RunLoop<S> {
     /// Claimed ahead of free slots, waiting to start (their leases run meanwhile): each
     /// with the time its claim returned and its claim batch's endpoint cache.
     ready: VecDeque<(Claimed, Timestamp, Arc<EndpointCache>)>,
-    /// The most deliveries held at once besides the settle in flight: running, finished
-    /// and ready.
+    /// Claims in flight (polled by the claim step): at most the store's
+    /// `parallel_claims`, of which at most one asks for webhooks and e-mail.
+    claims: FuturesUnordered<InFlight>,
+    /// What the claims in flight asked for at most (held against `capacity`).
+    claiming: usize,
+    /// A claim in flight asks for webhooks and e-mail.
+    wide_in_flight: bool,
+    /// The store's `parallel_claims` (at least 1).
+    parallel_claims: usize,
+    /// The most deliveries held at once besides the settle in flight: running, finished,
+    /// ready, and asked for by the claims in flight.
     capacity: usize,
     /// Refill in batches, not one free slot at a time.
     refill: usize,
@@ -103,6 +112,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         let capacity = c.concurrency + ahead;
         let refill = (capacity.min(c.batch_size as usize) / 2).max(1);
         let listener = shared.store.wake_listener();
+        let parallel_claims = shared.store.parallel_claims().max(1);
         RunLoop {
             dispatcher: dispatcher.clone(),
             start: shared.clock.now(),
@@ -116,6 +126,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             finished: Vec::new(),
             settling: None,
             ready: VecDeque::new(),
+            claims: FuturesUnordered::new(),
+            claiming: 0,
+            wide_in_flight: false,
+            parallel_claims,
             capacity,
             refill,
             listener,
@@ -177,6 +191,11 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// Absorb a finished settle; start the next one when there is something to write.
     async fn settle_step(&mut self) {
         self.poll_settle();
+        self.start_settle();
+    }
+
+    /// Start writing what finished when no write is in flight.
+    fn start_settle(&mut self) {
         if self.settling.is_none() && !self.finished.is_empty() {
             let batch = std::mem::take(&mut self.finished);
             let write = AssertUnwindSafe(settle(self.shared.clone(), self.run.clone(), batch))
@@ -254,9 +273,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         self.run.stopping.is_cancelled() || spent
     }
 
-    /// Deliveries held against `capacity`: running, or finished and not yet handed to a
-    /// settle. Those of the settle in flight do not count, so a claim overlaps their write
-    /// instead of waiting for it; the next completion batch is still at most `capacity`.
+    /// Deliveries held against `capacity` besides the claim-ahead queue and the claims in
+    /// flight: running, or finished and not yet handed to a settle. Those of the settle in
+    /// flight do not count, so a claim overlaps their write instead of waiting for it; the
+    /// next completion batch is still at most `capacity`.
     fn running(&self) -> usize {
         self.active() + self.finished.len()
     }
@@ -284,6 +304,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             && self.inline.is_empty()
             && self.settling.is_none()
             && self.finished.is_empty()
+            && self.claims.is_empty()
     }
 
     /// Sleep until a task finishes, a settle is written, the store wakes us, the poll
@@ -332,6 +353,8 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     async fn finish(mut self) -> Result<Report> {
         let s = self.shared.clone();
         self.run.stopping.cancel();
+        // Claims still in flight: what they bring back is never started.
+        self.land_claims().await;
         // Claimed ahead, never started: back at once, attempts refunded.
         for (claimed, _, _) in std::mem::take(&mut self.ready) {
             self.finished.push(Done::release_now(claimed.lease));

@@ -20,8 +20,10 @@
 //! trip per call); a connection that died while idle fails its next call as `Unavailable`.
 //!
 //! Each pool opens at most [`HOT_CONNECTIONS`] connections (fewer when the application's pool
-//! is smaller), lazily, and closes idle ones after [`HOT_IDLE`]. A dispatcher holds one claim
-//! and one settle at a time, so a store driven by one dispatcher opens two connections here.
+//! is smaller), lazily, and closes idle ones after [`HOT_IDLE`]. A dispatcher holds up to as
+//! many claims at once as the claim pool has connections (`DeliveryStore::parallel_claims`:
+//! two server processes run two claims side by side, where one claim left a core idle) and one
+//! settle, so a store driven by one dispatcher opens up to three connections here.
 //! Settings the application's pool applies after connecting (`after_connect`) are not
 //! repeated: the statements name their schema, so `search_path` does not matter, but a role
 //! set that way is not (ARCHITECTURE.md, "The hot path's connections").
@@ -51,6 +53,8 @@ const PLANNER: [(&str, &str); 3] = [
 pub(crate) struct HotPools {
     pub claim: PgPool,
     pub settle: PgPool,
+    /// The claim pool's most connections: the claims a dispatcher may have in flight.
+    pub claims_at_once: usize,
 }
 
 impl HotPools {
@@ -78,6 +82,7 @@ impl HotPools {
             claim: options()
                 .connect_lazy_with(base.clone().options([("synchronous_commit", "off")])),
             settle: options().connect_lazy_with(base),
+            claims_at_once: usize::try_from(size).unwrap_or(1),
         }
     }
 }

@@ -319,4 +319,10 @@ impl DeliveryStore for PostgresStore {
         self.inner.wake.listen();
         Some(listener)
     }
+
+    /// As many as the claim pool has connections (`hot.rs`): each claim runs in a server
+    /// process of its own.
+    fn parallel_claims(&self) -> usize {
+        self.inner.hot.claims_at_once
+    }
 }

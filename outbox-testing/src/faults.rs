@@ -211,6 +211,10 @@ impl<S: DeliveryStore> DeliveryStore for FaultyStore<S> {
     fn wake_listener(&self) -> Option<WakeListener> {
         self.inner.wake_listener()
     }
+
+    fn parallel_claims(&self) -> usize {
+        self.inner.parallel_claims()
+    }
 }
 
 #[async_trait]

@@ -146,6 +146,10 @@ mod without_tokens {
         fn wake_listener(&self) -> Option<WakeListener> {
             self.0.wake_listener()
         }
+
+        fn parallel_claims(&self) -> usize {
+            self.0.parallel_claims()
+        }
     }
 
     #[async_trait]

@@ -145,6 +145,18 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     fn wake_listener(&self) -> Option<WakeListener> {
         None
     }
+
+    /// How many claims one dispatcher may have in flight at once (at least 1; 1, the
+    /// default, where claims queue behind each other anyway: one writer thread, one server
+    /// thread, a store in memory). More where the backend runs claims in parallel, so a
+    /// second claim uses what the first leaves idle (PostgreSQL: a connection and a server
+    /// process each). Claims in flight together never take more than the dispatcher has room
+    /// for, and at most one of them asks for webhooks or e-mail (whose per-endpoint caps
+    /// count what the run holds), so the store's own rules are all they rely on: they are
+    /// claims of one backend racing, as those of two dispatchers do.
+    fn parallel_claims(&self) -> usize {
+        1
+    }
 }
 
 /// Conveniences over [`DeliveryStore`], for every store (never implement it: the blanket

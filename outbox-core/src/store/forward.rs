@@ -84,6 +84,9 @@ macro_rules! forward {
             fn wake_listener(&self) -> Option<WakeListener> {
                 (**self).wake_listener()
             }
+            fn parallel_claims(&self) -> usize {
+                (**self).parallel_claims()
+            }
         }
 
         #[async_trait]

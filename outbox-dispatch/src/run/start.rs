@@ -60,6 +60,19 @@ fn runs_inline(destination: &Destination) -> bool {
     matches!(destination, Destination::Webhook(_) | Destination::Email(_))
 }
 
+/// What a claim in flight brings back.
+pub(super) struct ClaimDone {
+    result: Result<Vec<Claimed>>,
+    duration: Duration,
+    /// The batch size it asked for (held against the capacity while it is in flight).
+    asked: usize,
+    /// It asked for webhooks and e-mail.
+    wide: bool,
+}
+
+/// A claim in flight, polled by the claim step (and by `finish`).
+pub(super) type InFlight = Pin<Box<dyn Future<Output = ClaimDone> + Send>>;
+
 /// What one claim step did.
 pub(super) enum Claim {
     /// Work was claimed and spawned: go round again at once.
@@ -111,43 +124,112 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         }
     }
 
-    /// Claim as many as the free room allows (running slots plus the claim-ahead queue) and
-    /// start what fits.
+    /// Start claims while the room allows (running slots plus the claim-ahead queue, less
+    /// what the claims in flight asked for) and the store runs them in parallel; then wait
+    /// for one to return and start what fits. A claim that found nothing while others are in
+    /// flight waits for them: the step is `Idle` only when no claim is left in flight, so
+    /// the loop never sleeps on a claim it does not poll.
     pub(super) async fn claim_step(&mut self) -> Result<Claim> {
-        let s = self.shared.clone();
-        let held = self.running() + self.ready.len();
-        let free = self.capacity.saturating_sub(held);
-        if free < self.refill {
-            return Ok(Claim::Idle);
-        }
-        if !s.handlers.is_empty() || !s.brokers.is_empty() {
-            self.run.paused.refresh(s.store.as_ref()).await;
-        }
-        let now = s.clock.now();
-        let Some(req) =
-            self.dispatcher
-                .claim_request(&self.run, free, now, self.held_per_endpoint())
-        else {
-            return Ok(Claim::Idle);
-        };
-        let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
-        let watch = outboxkit_core::Stopwatch::start();
-        // The inline deliveries and the settle go on while the store answers.
-        let claim = s.store.claim(&req).instrument(span);
-        tokio::pin!(claim);
-        let claim = loop {
-            let woke = tokio::select! {
-                biased;
-                r = &mut claim => break r,
-                Some(done) = self.inline.next(), if !self.inline.is_empty() => Woke::Task(done),
-                r = settled(&mut self.settling), if self.settling.is_some() => Woke::Settled(r),
+        self.start_claims().await;
+        let mut failed = false;
+        let pause = self.shared.config.poll_interval;
+        while !self.claims.is_empty() {
+            // Deliveries and the settle go on while the store answers: what finishes is
+            // collected, written and replaced by a ready delivery without waiting for the
+            // claim (with claims side by side, one is nearly always out).
+            let done = loop {
+                let claims = &mut self.claims;
+                let inline = &mut self.inline;
+                let tasks = &mut self.tasks;
+                let leases = &mut self.leases;
+                let run = &self.run;
+                let settling = &mut self.settling;
+                let woke = tokio::select! {
+                    biased;
+                    Some(done) = claims.next() => break done,
+                    Some(done) = inline.next(), if !inline.is_empty() => Woke::Task(done),
+                    Some(r) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                        Woke::Task(joined(r, leases, run, pause))
+                    }
+                    r = settled(settling), if settling.is_some() => Woke::Settled(r),
+                };
+                self.woke(woke);
+                self.start_ready();
+                self.start_settle();
             };
-            self.woke(woke);
-        };
+            match self.claimed(done)? {
+                Claim::Spawned => return Ok(Claim::Spawned),
+                Claim::Failed => failed = true,
+                Claim::Idle => {}
+            }
+        }
+        Ok(if failed { Claim::Failed } else { Claim::Idle })
+    }
+
+    /// Start claims until the room left is below a refill, the store's parallel claims are
+    /// all in flight, or there is nothing to ask for.
+    async fn start_claims(&mut self) {
+        let s = self.shared.clone();
+        let mut refreshed = false;
+        while self.claims.len() < self.parallel_claims {
+            let held = self.running() + self.ready.len() + self.claiming;
+            let free = self.capacity.saturating_sub(held);
+            if free < self.refill {
+                return;
+            }
+            // With claims side by side, one claim takes no more than its share of the
+            // capacity, so the next finds room to start while it is out.
+            let free = free.min((self.capacity / self.parallel_claims).max(self.refill));
+            if !refreshed && (!s.handlers.is_empty() || !s.brokers.is_empty()) {
+                self.run.paused.refresh(s.store.as_ref()).await;
+                refreshed = true;
+            }
+            let wide = !self.wide_in_flight;
+            let now = s.clock.now();
+            let Some(req) =
+                self.dispatcher
+                    .claim_request(&self.run, free, now, self.held_per_endpoint(), wide)
+            else {
+                return;
+            };
+            let asked = req.batch_size() as usize;
+            let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
+            let store = s.store.clone();
+            self.claiming += asked;
+            self.wide_in_flight |= wide;
+            self.claims.push(Box::pin(
+                async move {
+                    let watch = outboxkit_core::Stopwatch::start();
+                    let result = store.claim(&req).await;
+                    ClaimDone {
+                        result,
+                        duration: watch.elapsed(),
+                        asked,
+                        wide,
+                    }
+                }
+                .instrument(span),
+            ));
+        }
+    }
+
+    /// Take back what a claim in flight asked for.
+    fn landed(&mut self, done: &ClaimDone) {
+        self.claiming = self.claiming.saturating_sub(done.asked);
+        if done.wide {
+            self.wide_in_flight = false;
+        }
+    }
+
+    /// Absorb a claim that returned: queue and start what it brought.
+    fn claimed(&mut self, done: ClaimDone) -> Result<Claim> {
+        self.landed(&done);
+        let s = self.shared.clone();
+        let claim = done.result;
         if let Some(o) = &s.observer {
             let event = ClaimEvent {
                 size: claim.as_ref().map_or(0, Vec::len),
-                duration: watch.elapsed(),
+                duration: done.duration,
                 failed: claim.is_err(),
             };
             observe(|| o.on_claim(&event));
@@ -155,13 +237,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         match claim {
             Ok(batch) if batch.is_empty() => Ok(Claim::Idle),
             Ok(batch) => {
-                self.report.batches += 1;
-                if let Some(o) = &s.observer {
-                    observe(|| o.on_batch(batch.len()));
-                }
-                for claimed in &batch {
-                    self.report.record_claim(&claimed.delivery.topic);
-                }
+                self.record_batch(&batch);
                 let claimed_at = s.clock.now();
                 // One endpoint cache per claim batch: its deliveries read each endpoint once,
                 // however many start rounds they take (the keyed secrets outlive it, bound
@@ -188,6 +264,31 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                     tracing::error!(error = %e, "claim failed; backing off");
                 }
                 Ok(Claim::Failed)
+            }
+        }
+    }
+
+    /// Count a claimed batch in the report and tell the observer.
+    fn record_batch(&mut self, batch: &[Claimed]) {
+        self.report.batches += 1;
+        if let Some(o) = &self.shared.observer {
+            observe(|| o.on_batch(batch.len()));
+        }
+        for claimed in batch {
+            self.report.record_claim(&claimed.delivery.topic);
+        }
+    }
+
+    /// At the end of a run: wait for the claims still in flight and hand back, unstarted,
+    /// what they took (attempts refunded).
+    pub(super) async fn land_claims(&mut self) {
+        while let Some(done) = self.claims.next().await {
+            self.landed(&done);
+            if let Ok(batch) = done.result {
+                self.record_batch(&batch);
+                for claimed in batch {
+                    self.finished.push(Done::release_now(claimed.lease));
+                }
             }
         }
     }

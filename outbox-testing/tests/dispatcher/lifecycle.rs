@@ -159,19 +159,73 @@ async fn after_a_crash_every_unfinished_delivery_runs_exactly_once_more() {
 }
 
 /// A store that hands the first claimed delivery out twice in one batch (when `double`),
-/// writes completions slowly (each waits for a permit of the gate, when there is one), and
-/// remembers the largest completion batch.
+/// writes completions slowly (each waits for a permit of the gate, when there is one),
+/// remembers the largest completion batch, and, with [`Parallel`], says it runs claims side
+/// by side and counts the claims in flight.
 #[derive(Debug)]
 struct Doubling(
     Arc<dyn outboxkit_core::Store>,
     bool,
     std::sync::atomic::AtomicUsize,
     Option<Arc<tokio::sync::Semaphore>>,
+    Option<Parallel>,
 );
+
+/// Claims in flight at once, each held for a moment (real time) so that they can overlap.
+#[derive(Debug, Default)]
+struct Parallel {
+    /// What `parallel_claims` says.
+    parallel: usize,
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// The most claims in flight at once.
+    most: std::sync::atomic::AtomicUsize,
+    /// Claims in flight that ask for webhooks or e-mail, and the most of them at once.
+    wide: std::sync::atomic::AtomicUsize,
+    wide_most: std::sync::atomic::AtomicUsize,
+    /// Webhook deliveries handed out per endpoint, in total.
+    per_endpoint: Mutex<HashMap<outboxkit_core::EndpointId, usize>>,
+    /// When set, each claim waits for a permit before it reads the store.
+    hold: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+impl Parallel {
+    fn new(parallel: usize) -> Option<Self> {
+        Some(Parallel {
+            parallel,
+            ..Parallel::default()
+        })
+    }
+}
 
 #[async_trait::async_trait]
 impl outboxkit_core::DeliveryStore for Doubling {
     async fn claim(&self, r: &ClaimRequest) -> outboxkit_core::Result<Vec<Claimed>> {
+        if let Some(p) = &self.4 {
+            let now = p.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            p.most.fetch_max(now, Ordering::SeqCst);
+            let wide = r.webhook_budget().is_some() || r.email_budget().is_some();
+            if wide {
+                let now = p.wide.fetch_add(1, Ordering::SeqCst) + 1;
+                p.wide_most.fetch_max(now, Ordering::SeqCst);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if let Some(hold) = &p.hold {
+                hold.acquire().await.expect("never closed").forget();
+            }
+            let v = self.0.claim(r).await;
+            if wide {
+                p.wide.fetch_sub(1, Ordering::SeqCst);
+            }
+            p.in_flight.fetch_sub(1, Ordering::SeqCst);
+            let v = v?;
+            let mut per = p.per_endpoint.lock().unwrap();
+            for c in &v {
+                if let Some(e) = c.delivery.destination.endpoint() {
+                    *per.entry(e).or_default() += 1;
+                }
+            }
+            return Ok(v);
+        }
         let mut v = self.0.claim(r).await?;
         if self.1 {
             if let Some(first) = v.first().cloned() {
@@ -215,6 +269,10 @@ impl outboxkit_core::DeliveryStore for Doubling {
 
     async fn mark_sending(&self, l: &Lease) -> outboxkit_core::Result<()> {
         self.0.mark_sending(l).await
+    }
+
+    fn parallel_claims(&self) -> usize {
+        self.4.as_ref().map_or(1, |p| p.parallel)
     }
 }
 
@@ -459,8 +517,13 @@ async fn a_delivery_handed_out_twice_runs_once() {
     let w = world();
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();
-    let store: Arc<dyn outboxkit_core::Store> =
-        Arc::new(Doubling(w.store.clone(), true, Default::default(), None));
+    let store: Arc<dyn outboxkit_core::Store> = Arc::new(Doubling(
+        w.store.clone(),
+        true,
+        Default::default(),
+        None,
+        None,
+    ));
     let d = outboxkit_dispatch::Dispatcher::builder(store)
         .clock(w.clock.clone())
         .handler("h", "*", move |_c: Context, _m: Message| {
@@ -602,7 +665,13 @@ async fn shutdown_is_noticed_under_continuous_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_batches_stay_within_the_capacity_and_handlers_within_the_concurrency() {
     let w = world();
-    let slow = Arc::new(Doubling(w.store.clone(), false, Default::default(), None));
+    let slow = Arc::new(Doubling(
+        w.store.clone(),
+        false,
+        Default::default(),
+        None,
+        None,
+    ));
     let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (r2, p2) = (running.clone(), peak.clone());
@@ -656,6 +725,7 @@ async fn the_next_claim_does_not_wait_for_a_completion_write() {
         false,
         Default::default(),
         Some(gate.clone()),
+        None,
     ));
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let c2 = calls.clone();
@@ -695,4 +765,156 @@ async fn the_next_claim_does_not_wait_for_a_completion_write() {
         (1..=20).contains(&largest),
         "largest completion batch {largest}"
     );
+}
+
+/// A dispatcher on a store with claims of `parallel` in flight at once: `n` handler messages
+/// (and, with `webhooks`, the same messages to two endpoints) delivered with a batch of 10;
+/// the store's counts and what each handler and endpoint saw.
+async fn run_with_parallel_claims(parallel: usize, n: usize, webhooks: bool) -> Arc<Doubling> {
+    let w = world();
+    let store = Arc::new(Doubling(
+        w.store.clone(),
+        false,
+        Default::default(),
+        None,
+        Parallel::new(parallel),
+    ));
+    let calls = Arc::new(Mutex::new(HashMap::<DeliveryId, usize>::new()));
+    let c2 = calls.clone();
+    let transport = outboxkit_testing::ScriptedTransport::new();
+    let mut builder = outboxkit_dispatch::Dispatcher::builder(store.clone())
+        .clock(w.clock.clone())
+        .config(outboxkit_dispatch::DispatcherConfig {
+            batch_size: 10,
+            concurrency: 20,
+            handler_concurrency: 100,
+            endpoint_concurrency: Some(3),
+            ..Default::default()
+        })
+        .handler("h", "*", move |c: Context, _m: Message| {
+            let calls = c2.clone();
+            async move {
+                *calls.lock().unwrap().entry(c.delivery_id()).or_default() += 1;
+                HandlerResult::Ok
+            }
+        });
+    if webhooks {
+        builder = builder.webhooks(
+            Arc::new(transport.clone()),
+            Arc::new(outboxkit_core::PlaintextVault),
+        );
+        w.endpoint("https://hooks.example/a").await;
+        w.endpoint("https://hooks.example/b").await;
+    }
+    let d = builder.build().unwrap();
+    d.register().await.unwrap();
+    w.enqueue_n(n).await;
+    let r = d.run_once(BUDGET).await.unwrap();
+    let each = if webhooks { 3 } else { 1 };
+    assert_eq!(r.succeeded, (n * each) as u64, "{r}");
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, n * each);
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.len(), n, "every handler delivery ran");
+    assert!(calls.values().all(|c| *c == 1), "and ran once");
+    if webhooks {
+        assert_eq!(
+            transport.count(),
+            2 * n,
+            "every webhook delivery was sent once"
+        );
+    }
+    store
+}
+
+#[tokio::test]
+async fn claims_overlap_where_the_store_runs_them_side_by_side() {
+    let store = run_with_parallel_claims(2, 200, false).await;
+    let p = store.4.as_ref().unwrap();
+    assert_eq!(
+        p.most.load(Ordering::SeqCst),
+        2,
+        "two claims were in flight at once"
+    );
+}
+
+#[tokio::test]
+async fn one_claim_at_a_time_where_the_store_says_so() {
+    let store = run_with_parallel_claims(1, 200, false).await;
+    let p = store.4.as_ref().unwrap();
+    assert_eq!(p.most.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn only_one_claim_in_flight_asks_for_webhooks() {
+    // The per-endpoint cap counts what the run holds: a second claim asking for webhooks
+    // could not know what the first brings back.
+    let store = run_with_parallel_claims(2, 60, true).await;
+    let p = store.4.as_ref().unwrap();
+    assert_eq!(p.most.load(Ordering::SeqCst), 2, "claims overlapped");
+    assert_eq!(p.wide_most.load(Ordering::SeqCst), 1);
+    let per = p.per_endpoint.lock().unwrap();
+    assert_eq!(per.len(), 2);
+    assert!(per.values().all(|n| *n == 60), "{per:?}");
+}
+
+#[tokio::test]
+async fn the_end_of_a_run_hands_back_what_a_claim_in_flight_brings() {
+    let w = world();
+    let hold = Arc::new(tokio::sync::Semaphore::new(0));
+    let store = Arc::new(Doubling(
+        w.store.clone(),
+        false,
+        Default::default(),
+        None,
+        Some(Parallel {
+            parallel: 2,
+            hold: Some(hold.clone()),
+            ..Parallel::default()
+        }),
+    ));
+    let d = outboxkit_dispatch::Dispatcher::builder(store.clone())
+        .clock(w.clock.clone())
+        .config(outboxkit_dispatch::DispatcherConfig {
+            batch_size: 10,
+            concurrency: 20,
+            ..Default::default()
+        })
+        .handler("h", "*", |_c: Context, _m: Message| async {
+            HandlerResult::Ok
+        })
+        .build()
+        .unwrap();
+    d.register().await.unwrap();
+    w.enqueue_n(50).await;
+    let run = tokio::spawn({
+        let d = d.clone();
+        async move { d.run_once(BUDGET).await }
+    });
+    let p = store.4.as_ref().unwrap();
+    until(|| p.in_flight.load(Ordering::SeqCst) == 2).await;
+    // The budget is spent while both claims are in flight: the run ends when the first
+    // returns, with the second still out.
+    w.advance(BUDGET + Duration::from_secs(1));
+    hold.add_permits(2);
+    let r = run.await.unwrap().unwrap();
+    assert_eq!(r.claimed, 20, "{r}");
+    assert_eq!(r.succeeded + r.released, 20, "{r}");
+    assert!(
+        r.released >= 10,
+        "the claim still in flight was handed back: {r}"
+    );
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await as u64, r.succeeded);
+    assert_eq!(
+        w.count(DeliveryStatus::Processing).await,
+        0,
+        "no lease is left behind"
+    );
+    let pending: Vec<_> = w
+        .deliveries()
+        .await
+        .into_iter()
+        .filter(|d| d.status == DeliveryStatus::Pending)
+        .collect();
+    assert_eq!(pending.len() as u64, 50 - r.succeeded);
+    assert!(pending.iter().all(|d| d.attempts == 0), "attempts refunded");
 }
