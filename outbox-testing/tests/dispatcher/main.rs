@@ -1,9 +1,11 @@
 //! The dispatcher driven on `InMemoryStore` with `ManualClock`, `ScriptedTransport`,
 //! `WebhookReceiver` (through the real `HttpTransport`) and `MailStandIn`.
 
+mod claims;
 mod deadletter;
 mod dedup;
 mod detail;
+mod doubling;
 mod fidelity;
 mod followups;
 mod handlers;
