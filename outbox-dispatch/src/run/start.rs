@@ -186,9 +186,15 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             }
             let wide = !self.wide_in_flight;
             let now = s.clock.now();
-            let Some(req) =
-                self.dispatcher
-                    .claim_request(&self.run, free, now, self.held_per_endpoint(), wide)
+            // What the run holds per endpoint counts for the webhook part only.
+            let held = if wide {
+                self.held_per_endpoint()
+            } else {
+                HashMap::new()
+            };
+            let Some(req) = self
+                .dispatcher
+                .claim_request(&self.run, free, now, held, wide)
             else {
                 return;
             };
