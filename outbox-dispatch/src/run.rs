@@ -84,6 +84,10 @@ pub(crate) struct RunLoop<S> {
     wide_in_flight: bool,
     /// The store's `parallel_claims` (at least 1).
     parallel_claims: usize,
+    /// Deliveries finished plus settles written, counted: a claim that comes back empty
+    /// when this has moved since it was sent asked with a room that may have grown since
+    /// (see `Claim::Again`).
+    progress: u64,
     /// The most deliveries held at once besides the settle in flight: running, finished,
     /// ready, and asked for by the claims in flight.
     capacity: usize,
@@ -130,6 +134,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             claiming: 0,
             wide_in_flight: false,
             parallel_claims,
+            progress: 0,
             capacity,
             refill,
             listener,
@@ -147,7 +152,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             }
             self.start_ready();
             match self.claim_step().await? {
-                Claim::Spawned => continue,
+                Claim::Spawned | Claim::Again => continue,
                 Claim::Failed => {
                     let pause = self.shared.config.poll_interval.min(Duration::from_secs(1));
                     self.pause(pause).await;
@@ -182,9 +187,11 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                 self.shared.config.poll_interval,
             );
             self.finished.push(done);
+            self.progress += 1;
         }
         while let Some(Some(done)) = self.inline.next().now_or_never() {
             self.finished.push(done);
+            self.progress += 1;
         }
     }
 
@@ -238,7 +245,10 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// Record what a wait returned.
     fn woke(&mut self, woke: Woke) {
         match woke {
-            Woke::Task(done) => self.finished.push(done),
+            Woke::Task(done) => {
+                self.finished.push(done);
+                self.progress += 1;
+            }
             Woke::Settled(r) => self.settled(r),
             Woke::Shutdown => self.run.shut_down(),
             Woke::Other => {}
@@ -247,6 +257,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
 
     fn settled(&mut self, r: Report) {
         self.settling = None;
+        self.progress += 1;
         self.report.absorb(r);
     }
 

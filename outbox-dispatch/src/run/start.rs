@@ -68,6 +68,8 @@ pub(super) struct ClaimDone {
     asked: usize,
     /// It asked for webhooks and e-mail.
     wide: bool,
+    /// The loop's progress count when it was sent (see `RunLoop::progress`).
+    sent_at: u64,
 }
 
 /// A claim in flight, polled by the claim step (and by `finish`).
@@ -79,6 +81,9 @@ pub(super) enum Claim {
     Spawned,
     /// Nothing was claimed (no free slots, nothing due, nothing to ask for).
     Idle,
+    /// Nothing was claimed, but deliveries finished or were written while the claim was
+    /// out: the room it asked with is stale, so go round and ask again at once.
+    Again,
     /// The store failed: pause, then go round again.
     Failed,
 }
@@ -131,7 +136,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// the loop never sleeps on a claim it does not poll.
     pub(super) async fn claim_step(&mut self) -> Result<Claim> {
         self.start_claims().await;
-        let mut failed = false;
+        let (mut failed, mut again) = (false, false);
         let pause = self.shared.config.poll_interval;
         while !self.claims.is_empty() {
             // Deliveries and the settle go on while the store answers: what finishes is
@@ -160,10 +165,15 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             match self.claimed(done)? {
                 Claim::Spawned => return Ok(Claim::Spawned),
                 Claim::Failed => failed = true,
+                Claim::Again => again = true,
                 Claim::Idle => {}
             }
         }
-        Ok(if failed { Claim::Failed } else { Claim::Idle })
+        Ok(match (failed, again) {
+            (true, _) => Claim::Failed,
+            (false, true) => Claim::Again,
+            (false, false) => Claim::Idle,
+        })
     }
 
     /// Start claims until the room left is below a refill, the store's parallel claims are
@@ -201,6 +211,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             let asked = req.batch_size() as usize;
             let span = tracing::debug_span!("outbox.claim", batch_size = req.batch_size());
             let store = s.store.clone();
+            let sent_at = self.progress;
             self.claiming += asked;
             self.wide_in_flight |= wide;
             self.claims.push(Box::pin(
@@ -212,6 +223,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
                         duration: watch.elapsed(),
                         asked,
                         wide,
+                        sent_at,
                     }
                 }
                 .instrument(span),
@@ -241,6 +253,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             observe(|| o.on_claim(&event));
         }
         match claim {
+            // An empty answer is the store's last word only if nothing was freed while the
+            // claim was out (an endpoint at its cap when it was sent may have room now).
+            Ok(batch) if batch.is_empty() && done.sent_at != self.progress => Ok(Claim::Again),
             Ok(batch) if batch.is_empty() => Ok(Claim::Idle),
             Ok(batch) => {
                 self.record_batch(&batch);

@@ -163,3 +163,82 @@ async fn the_end_of_a_run_hands_back_what_a_claim_in_flight_brings() {
     assert_eq!(pending.len() as u64, 50 - r.succeeded);
     assert!(pending.iter().all(|d| d.attempts == 0), "attempts refunded");
 }
+
+/// A transport whose sends wait at a gate (one permit each) and counts the waiting ones.
+#[derive(Debug)]
+struct Gated {
+    gate: Arc<tokio::sync::Semaphore>,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl outboxkit_core::WebhookTransport for Gated {
+    async fn send(&self, _r: outboxkit_core::SignedRequest) -> outboxkit_core::WebhookResponse {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        self.gate.acquire().await.expect("never closed").forget();
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        outboxkit_core::WebhookResponse::answered(200, None, "")
+    }
+}
+
+#[tokio::test]
+async fn an_empty_claim_sent_while_an_endpoint_was_full_does_not_end_the_run() {
+    // The endpoint is at its cap when the second claim is sent, so that claim asks for
+    // nothing of it and comes back empty; meanwhile its deliveries finish and are written.
+    // That empty answer is stale: `run_once` asks again instead of reporting itself drained.
+    let w = world();
+    let hold = Arc::new(tokio::sync::Semaphore::new(1));
+    let store = Arc::new(Doubling(
+        w.store.clone(),
+        false,
+        Default::default(),
+        None,
+        Some(Parallel {
+            parallel: 1,
+            hold: Some(hold.clone()),
+            ..Parallel::default()
+        }),
+    ));
+    let transport = Arc::new(Gated {
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        waiting: Default::default(),
+    });
+    let d = outboxkit_dispatch::Dispatcher::builder(store.clone())
+        .clock(w.clock.clone())
+        .config(outboxkit_dispatch::DispatcherConfig {
+            batch_size: 10,
+            concurrency: 10,
+            endpoint_concurrency: Some(2),
+            ..Default::default()
+        })
+        .webhooks(transport.clone(), Arc::new(outboxkit_core::PlaintextVault))
+        .build()
+        .unwrap();
+    w.endpoint("https://hooks.example/a").await;
+    d.register().await.unwrap();
+    w.enqueue_n(6).await;
+    let run = tokio::spawn({
+        let d = d.clone();
+        async move { d.run_once(BUDGET).await }
+    });
+    let p = store.4.as_ref().unwrap();
+    // The first claim took the endpoint's two; the second is out, waiting at the hold.
+    until(|| transport.waiting.load(Ordering::SeqCst) == 2).await;
+    until(|| p.in_flight.load(Ordering::SeqCst) == 1).await;
+    // The two finish and are written while that claim is out.
+    transport.gate.add_permits(2);
+    for _ in 0..1000 {
+        if w.count(DeliveryStatus::Succeeded).await == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 2);
+    // Let the loop take in the written batch before the empty claim returns.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    transport.gate.add_permits(100);
+    hold.add_permits(100);
+    let r = run.await.unwrap().unwrap();
+    assert_eq!(r.succeeded, 6, "{r}");
+    assert_eq!(w.count(DeliveryStatus::Succeeded).await, 6);
+}
