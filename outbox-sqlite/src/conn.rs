@@ -126,6 +126,8 @@ pub(crate) struct Pool {
     queued: Arc<AtomicUsize>,
     busy_timeout: Duration,
     readers: Option<mpsc::Sender<Job>>,
+    /// Rollbacks on the writer connection, counted by its rollback hook (see `groups`).
+    rollbacks: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Pool {
@@ -168,6 +170,11 @@ impl Pool {
             }
         }
         crate::schema::migrate(&mut writer, config.busy_timeout, now)?;
+        let rollbacks = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = rollbacks.clone();
+        writer.rollback_hook(Some(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }))?;
 
         let writer_conn = Arc::new(Mutex::new(writer));
         let queued = Arc::new(AtomicUsize::new(0));
@@ -189,7 +196,13 @@ impl Pool {
             queued,
             busy_timeout: config.busy_timeout,
             readers,
+            rollbacks,
         })
+    }
+
+    /// The writer connection's rollback count (bumped by its rollback hook).
+    pub(crate) fn rollbacks(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.rollbacks.clone()
     }
 
     /// Run `f` on the writer connection.

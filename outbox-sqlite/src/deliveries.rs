@@ -18,8 +18,9 @@ const RELEASE_HELD: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', updated_at = ?3, next_attempt_at = MAX(?3, coalesce(( \
          SELECT m.available_at FROM outbox_messages AS m \
           WHERE m.id = outbox_deliveries.message_id), ?3)) \
-     WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status = 'held' \
-       AND status NOT IN ('succeeded', 'dead')";
+     WHERE grp = (SELECT id FROM outbox_groups \
+                   WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2) \
+       AND status = 'held' AND status NOT IN ('succeeded', 'dead')";
 
 /// Make the endpoint's held deliveries pending, due at the later of now and their message's
 /// `available_at` (a delayed message published during a pause keeps its time).

@@ -81,8 +81,9 @@ pub(crate) fn list_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec
 /// Make the endpoint's pending and held deliveries wait for it (a pause or disable).
 const HOLD_FOR_ENDPOINT: &str = "UPDATE outbox_deliveries \
      SET status = 'held', next_attempt_at = ?3, updated_at = ?4 \
-     WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2 AND status IN ('pending', 'held') \
-       AND status NOT IN ('succeeded', 'dead')";
+     WHERE grp = (SELECT id FROM outbox_groups \
+                   WHERE tenant = ?1 AND kind = 'webhook' AND target = ?2) \
+       AND status IN ('pending', 'held') AND status NOT IN ('succeeded', 'dead')";
 
 const UPDATE_ENDPOINT: &str = "UPDATE outbox_endpoints \
      SET url = ?3, description = ?4, filter = ?5, status = ?6, disabled_reason = ?7, \
@@ -167,7 +168,8 @@ const SET_CONSUMER_STATUS: &str = "UPDATE outbox_consumers SET status = ?2 WHERE
 /// flight finish as they would.
 const HOLD_FOR_CONSUMER: &str = "UPDATE outbox_deliveries \
      SET status = 'held', next_attempt_at = ?2, updated_at = ?3 \
-     WHERE kind = 'handler' AND target = ?1 AND status = 'pending'";
+     WHERE grp IN (SELECT id FROM outbox_groups WHERE kind = 'handler' AND target = ?1) \
+       AND status = 'pending' AND status NOT IN ('succeeded', 'dead')";
 
 /// A resumed consumer's held deliveries are due at the later of now and their message's
 /// `available_at`.
@@ -175,7 +177,8 @@ const RELEASE_FOR_CONSUMER: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', updated_at = ?2, next_attempt_at = MAX(?2, coalesce(( \
          SELECT m.available_at FROM outbox_messages AS m \
           WHERE m.id = outbox_deliveries.message_id), ?2)) \
-     WHERE kind = 'handler' AND target = ?1 AND status = 'held'";
+     WHERE grp IN (SELECT id FROM outbox_groups WHERE kind = 'handler' AND target = ?1) \
+       AND status = 'held' AND status NOT IN ('succeeded', 'dead')";
 
 /// Pause or resume a consumer, holding or releasing its deliveries. Returns it as stored
 /// and how many deliveries were released.

@@ -39,8 +39,8 @@ const INSERT_MESSAGE: &str = concat!(
 
 const INSERT_DELIVERY: &str = "INSERT INTO outbox_deliveries \
      (id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
-      next_attempt_at, created_at, updated_at, barrier) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+      next_attempt_at, created_at, updated_at, barrier, grp) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 
 /// Write validated messages and their deliveries in the caller's open transaction, in
 /// order. A message whose `(tenant, topic, idempotency key)` exists (written earlier, or
@@ -102,14 +102,19 @@ pub(crate) fn write(
         for d in &deliveries {
             let key = d.ordering_key.as_ref().map(|k| k.as_str());
             let fifo = fanout::is_fifo(d, tenant_endpoints);
+            let (kind, target) = (d.destination.kind(), d.destination.target());
+            let grp = match routes {
+                Some(r) => r.groups.id(conn, d.tenant.as_str(), kind, &target)?,
+                None => crate::groups::group_id(conn, d.tenant.as_str(), kind, &target)?,
+            };
             insert_delivery.execute(params![
                 d.id.to_string(),
                 d.message_id.to_string(),
                 d.tenant.as_str(),
                 d.topic.as_str(),
                 d.ordering_key.as_ref().map(|k| k.as_str()),
-                d.destination.kind().as_str(),
-                d.destination.target(),
+                kind.as_str(),
+                target,
                 d.status.as_str(),
                 d.attempts,
                 d.snoozes,
@@ -117,6 +122,7 @@ pub(crate) fn write(
                 ms(d.created_at),
                 ms(d.updated_at),
                 outboxkit_core::claim_rules::barrier_key(key, fifo),
+                grp,
             ])?;
         }
         out.push(Enqueued {

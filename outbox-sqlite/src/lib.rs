@@ -12,6 +12,7 @@ mod endpoints;
 mod enqueue;
 mod error;
 mod event_types;
+mod groups;
 mod ledger;
 mod permits;
 mod routes;

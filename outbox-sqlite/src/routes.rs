@@ -20,6 +20,7 @@ use outboxkit_core::{Consumer, Endpoint, TenantId};
 use rusqlite::Connection;
 
 use crate::error::Result;
+use crate::groups::GroupIds;
 use crate::rows;
 
 /// The most tenants whose endpoints are kept (beyond it the copy starts over).
@@ -36,6 +37,8 @@ pub(crate) struct Routes {
     /// Bumped as each own routing write ends.
     generation: AtomicU64,
     copy: Mutex<Option<Copy>>,
+    /// The claim-group ids the writer connection has seen.
+    pub(crate) groups: GroupIds,
 }
 
 #[derive(Debug)]
@@ -81,6 +84,14 @@ pub(crate) fn read_endpoints(conn: &Connection, tenant: &TenantId) -> Result<Vec
 }
 
 impl Routes {
+    /// The copy of a writer connection whose rollbacks bump `rollbacks`.
+    pub(crate) fn new(rollbacks: Arc<std::sync::atomic::AtomicU64>) -> Self {
+        Routes {
+            groups: GroupIds::new(rollbacks),
+            ..Routes::default()
+        }
+    }
+
     /// Announce an own routing write: hold the guard in the write's closure.
     pub(crate) fn change(self: &Arc<Self>) -> Change {
         self.pending.fetch_add(1, Ordering::SeqCst);

@@ -111,6 +111,7 @@ impl SqliteStore {
         .map_err(|e| {
             Error::new(ErrorKind::Unexpected, "opening the sqlite database failed").with_source(e)
         })??;
+        let routes = Arc::new(Routes::new(pool.rollbacks()));
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 pool,
@@ -120,7 +121,7 @@ impl SqliteStore {
                 busy_timeout: config.busy_timeout,
                 wakeups,
                 path: config.path,
-                routes: Arc::new(Routes::default()),
+                routes,
                 fences: claim::Fences::default(),
                 catalogue: Default::default(),
             }),

@@ -27,12 +27,14 @@ fn set_oldest(stats: &mut Stats, oldest: Option<i64>, now: Timestamp) -> Result<
 }
 
 /// Counts of one tenant (and one endpoint when `?2` is not NULL).
-/// Unfinished rows through the claim index, finished ones through the retention index (each
-/// a partial index keyed by tenant first; no index covers every row of a tenant).
+/// Unfinished rows through the claim index (one range per group of the tenant), finished
+/// ones through the finished index (keyed by tenant first); no index covers every row of a
+/// tenant.
 const TENANT_STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliveries \
      INDEXED BY outbox_deliveries_claim \
-     WHERE tenant = ?1 AND status NOT IN ('succeeded', 'dead') \
-       AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2)) GROUP BY status \
+     WHERE grp IN (SELECT id FROM outbox_groups WHERE tenant = ?1 \
+                     AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2))) \
+       AND status NOT IN ('succeeded', 'dead') GROUP BY status \
      UNION ALL \
      SELECT status, count(*) FROM outbox_deliveries INDEXED BY outbox_deliveries_finished \
      WHERE tenant = ?1 AND status IN ('succeeded', 'dead') \
@@ -40,7 +42,8 @@ const TENANT_STATS_COUNTS: &str = "SELECT status, count(*) FROM outbox_deliverie
 
 const TENANT_STATS_OLDEST_DUE: &str = "SELECT min(next_attempt_at) \
      FROM outbox_deliveries \
-     WHERE tenant = ?1 AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2)) \
+     WHERE grp IN (SELECT id FROM outbox_groups WHERE tenant = ?1 \
+                     AND (?2 IS NULL OR (kind = 'webhook' AND target = ?2))) \
        AND status NOT IN ('succeeded', 'dead') AND next_attempt_at <= ?3";
 
 /// Counts of one tenant's deliveries (to one endpoint when given).

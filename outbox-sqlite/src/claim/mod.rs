@@ -9,9 +9,9 @@
 //! sequence (none is made today) is resolved by the delivery id.
 //!
 //! **Fair claiming.** A group is `(tenant, kind, target)`: a tenant's endpoint, consumer or
-//! e-mail channel. The claim walks the groups that have unfinished rows through the
-//! `outbox_deliveries_claim` index (one seek per group, reading only the group's head),
-//! reads the first claimable rows of each due group, and fills the batch in rounds: the
+//! e-mail channel, known by its integer id (`grp`, see `groups`). The claim walks the
+//! groups that have unfinished rows through the `outbox_deliveries_claim` index, keyed by
+//! `grp` (one seek per group, reading only the group's head), reads the first claimable rows of each due group, and fills the batch in rounds: the
 //! first row of every group, then the second, …; within a round, groups in the order of
 //! their oldest due row. A group's backlog is never scanned beyond what the batch can take.
 
@@ -152,9 +152,9 @@ impl<'r> Served<'r> {
     }
 }
 
-/// A `(tenant, kind, target)` group with due work.
+/// A group with due work: its id (`grp`) and its destination (the tenant is its rows').
 struct Group {
-    tenant: String,
+    id: i64,
     kind: String,
     target: String,
 }
@@ -205,56 +205,35 @@ fn discard_exhausted(conn: &Connection, served: &Served<'_>, now: Timestamp) -> 
     Ok(())
 }
 
-/// The next group after `(tenant, kind, target)` with unfinished rows, and the due time of
-/// its earliest row: the first hit of three seeks on the claim index, each landing past the
-/// groups before it — a later target of the same tenant and kind, a later kind of the same
-/// tenant, a later tenant. (The row value `(tenant, kind, target) > (?1, ?2, ?3)` is coded by
-/// SQLite as a seek on the first column and a filter on every entry after it, so each claim
-/// read every entry of the groups before the next one: the whole backlog of a one-group
-/// outbox, per claim.)
+/// The next group after `?1` (by id) with unfinished rows, its key and the due time of its
+/// earliest row: one seek on the claim index, one on the groups' rowid.
 const NEXT_GROUP: &str = concat!(
-    "SELECT * FROM (SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
+    "SELECT d.grp, g.kind, g.target, d.next_attempt_at \
+     FROM (SELECT grp, next_attempt_at FROM outbox_deliveries \
        WHERE status ",
     unfinished!(),
-    " AND tenant = ?1 AND kind = ?2 AND target > ?3 \
-       ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1) \
-     UNION ALL \
-     SELECT * FROM (SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
-       WHERE status ",
-    unfinished!(),
-    " AND tenant = ?1 AND kind > ?2 \
-       ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1) \
-     UNION ALL \
-     SELECT * FROM (SELECT tenant, kind, target, next_attempt_at FROM outbox_deliveries \
-       WHERE status ",
-    unfinished!(),
-    " AND tenant > ?1 \
-       ORDER BY tenant, kind, target, next_attempt_at, seq LIMIT 1) \
-     LIMIT 1"
+    " AND grp > ?1 ORDER BY grp, next_attempt_at, seq LIMIT 1) AS d \
+     JOIN outbox_groups AS g ON g.id = d.grp"
 );
 
 /// Every group this claim serves whose earliest unfinished row is due.
 fn due_groups(conn: &Connection, served: &Served<'_>, now: Timestamp) -> Result<Vec<Group>> {
     let mut stmt = conn.prepare_cached(NEXT_GROUP)?;
     let mut groups = Vec::new();
-    let mut after = (String::new(), String::new(), String::new());
+    let mut after = i64::MIN;
     loop {
-        let next: Option<(String, String, String, i64)> = stmt
-            .query_row(params![after.0, after.1, after.2], |r| {
+        let next: Option<(i64, String, String, i64)> = stmt
+            .query_row(params![after], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })
             .optional()?;
-        let Some((tenant, kind, target, head)) = next else {
+        let Some((id, kind, target, head)) = next else {
             break;
         };
         if head <= ms(now) && served.budget(&kind, &target).is_some() {
-            groups.push(Group {
-                tenant: tenant.clone(),
-                kind: kind.clone(),
-                target: target.clone(),
-            });
+            groups.push(Group { id, kind, target });
         }
-        after = (tenant, kind, target);
+        after = id;
     }
     Ok(groups)
 }
@@ -280,15 +259,14 @@ const CANDIDATES: &str = concat!(
             c.last_outcome, c.last_status_code, c.last_excerpt, c.last_at, c.dead_reason, \
             c.completed_at, c.status, c.next_attempt_at, c.attempt_count \
      FROM outbox_deliveries AS c \
-     WHERE c.tenant = :tenant AND c.kind = :kind AND c.target = :target \
+     WHERE c.grp = :grp \
        AND c.status ",
     unfinished!(),
     " AND c.next_attempt_at <= :now \
        AND (c.status = 'held' OR c.attempts < :budget) \
        AND (c.barrier IS NULL OR NOT EXISTS ( \
          SELECT 1 FROM outbox_deliveries AS b \
-         WHERE b.tenant = c.tenant AND b.kind = c.kind AND b.target = c.target \
-           AND b.barrier = c.barrier AND b.seq < c.seq \
+         WHERE b.grp = c.grp AND b.barrier = c.barrier AND b.seq < c.seq \
            AND b.barrier IS NOT NULL AND b.status NOT IN ('succeeded', 'dead') \
            AND b.topic NOT IN (SELECT value FROM json_each(:dormant)))) \
      ORDER BY c.next_attempt_at, c.seq LIMIT :limit"
@@ -307,9 +285,7 @@ fn candidates(
     let limit = limit.min(served.cap(group));
     let mut stmt = conn.prepare_cached(CANDIDATES)?;
     let mut rows = stmt.query(named_params! {
-        ":tenant": group.tenant,
-        ":kind": group.kind,
-        ":target": group.target,
+        ":grp": group.id,
         ":now": ms(now),
         ":dormant": served.dormant,
         ":budget": served.budget(&group.kind, &group.target),

@@ -36,12 +36,19 @@ async fn a_backlog_of_100k_does_not_delay_another_tenant() {
             (MESSAGE, now - BACKLOG - 1),
         )
         .unwrap();
+        // Every delivery carries its group's id (schema 15).
+        tx.execute(
+            "INSERT INTO outbox_groups (tenant, kind, target) VALUES ('a', 'handler', 'worker')",
+            [],
+        )
+        .unwrap();
         tx.execute(
             "INSERT INTO outbox_deliveries (id, message_id, tenant, topic, kind, target, status, \
-                 attempts, snoozes, next_attempt_at, created_at, updated_at) \
+                 attempts, snoozes, next_attempt_at, created_at, updated_at, grp) \
              WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?3) \
              SELECT printf('0190c000-0000-7000-8000-%012d', i), ?1, 'a', 'order.created', \
-                    'handler', 'worker', 'pending', 0, 0, ?2 - ?3 + i, ?2, ?2 FROM n",
+                    'handler', 'worker', 'pending', 0, 0, ?2 - ?3 + i, ?2, ?2, \
+                    (SELECT id FROM outbox_groups WHERE tenant = 'a') FROM n",
             (MESSAGE, now - 1, BACKLOG),
         )
         .unwrap();

@@ -15,6 +15,7 @@ mod upgrade;
 mod upgrade_claim;
 mod upgrade_detail;
 mod upgrade_fifo;
+mod upgrade_groups;
 mod upgrade_headers;
 mod upgrade_lean;
 mod upgrade_ledger;
