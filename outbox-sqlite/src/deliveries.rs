@@ -173,10 +173,15 @@ const MESSAGE_OF_TENANT: &str = "SELECT 1 FROM outbox_messages WHERE id = ?1 AND
 const CANCEL_MESSAGE: &str = "UPDATE outbox_deliveries \
      SET status = 'dead', dead_reason = 'cancelled', completed_at = ?3, next_attempt_at = ?3, \
          updated_at = ?3, claim_token = NULL, lease_until = NULL, claimed_from = NULL \
-     WHERE message_id = ?1 AND tenant = ?2 AND status IN ('pending', 'held')";
+     WHERE seq BETWEEN (SELECT first_seq FROM outbox_messages WHERE id = ?1) \
+                   AND (SELECT last_seq FROM outbox_messages WHERE id = ?1) \
+       AND message_id = ?1 AND tenant = ?2 AND status IN ('pending', 'held')";
 
-const MESSAGE_DELIVERIES: &str =
-    "SELECT count(*) FROM outbox_deliveries WHERE message_id = ?1 AND tenant = ?2";
+/// A message's deliveries: the `seq` range it recorded (schema 15), each checked by id.
+const MESSAGE_DELIVERIES: &str = "SELECT count(*) FROM outbox_deliveries \
+     WHERE seq BETWEEN (SELECT first_seq FROM outbox_messages WHERE id = ?1) \
+                   AND (SELECT last_seq FROM outbox_messages WHERE id = ?1) \
+       AND message_id = ?1 AND tenant = ?2";
 
 /// Cancel every pending or held delivery of a tenant's message (in the caller's
 /// transaction); the others are counted as skipped.
@@ -253,14 +258,15 @@ fn counted(conn: &Connection, counts: &str, now: Timestamp) -> Result<Stats> {
 }
 
 /// A page of a tenant's deliveries, newest first: the tenant's messages newest first (their
-/// retention index), each message's deliveries (the message index). A delivery's
+/// retention index), each message's deliveries (the `seq` range it recorded). A delivery's
 /// `created_at` is its message's, so this is the order of (created_at, id) the cursor
 /// continues.
 const LIST_DELIVERIES: &str = "SELECT d.id, d.message_id, d.tenant, d.topic, d.ordering_key, \
          d.kind, d.target, d.status, d.attempts, d.snoozes, d.next_attempt_at, d.lease_until, \
          d.last_outcome, d.last_status_code, d.last_excerpt, d.last_at, d.dead_reason, \
          d.created_at, d.updated_at, d.completed_at, d.run \
-     FROM outbox_messages AS m JOIN outbox_deliveries AS d ON d.message_id = m.id \
+     FROM outbox_messages AS m JOIN outbox_deliveries AS d \
+       ON d.seq BETWEEN m.first_seq AND m.last_seq AND d.message_id = m.id \
      WHERE m.tenant = :tenant AND d.tenant = :tenant \
        AND (:status IS NULL OR d.status = :status) \
        AND (:endpoint IS NULL OR (d.kind = 'webhook' AND d.target = :endpoint)) \

@@ -30,17 +30,22 @@ pub(crate) fn validate_all(
         .collect()
 }
 
+/// The message, with the `seq` range its deliveries take (schema 15: the range replaces an
+/// index of deliveries by message); NULL when it has none.
 const INSERT_MESSAGE: &str = concat!(
     "INSERT INTO outbox_messages (",
     message_cols!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+    ", first_seq, last_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
      ON CONFLICT (tenant, topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
 );
 
+/// The `seq` the next delivery takes: past every row (one seek to the last rowid).
+const NEXT_SEQ: &str = "SELECT coalesce(max(seq), 0) + 1 FROM outbox_deliveries";
+
 const INSERT_DELIVERY: &str = "INSERT INTO outbox_deliveries \
      (id, message_id, tenant, topic, ordering_key, kind, target, status, attempts, snoozes, \
-      next_attempt_at, created_at, updated_at, barrier, grp) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+      next_attempt_at, created_at, updated_at, barrier, grp, seq) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
 
 /// Write validated messages and their deliveries in the caller's open transaction, in
 /// order. A message whose `(tenant, topic, idempotency key)` exists (written earlier, or
@@ -59,22 +64,7 @@ pub(crate) fn write(
     let mut insert_delivery = conn.prepare_cached(INSERT_DELIVERY)?;
     for v in valid {
         let m = fanout::message_row(v, now, entropy);
-        let inserted = insert_message.execute(params![
-            m.id.to_string(),
-            m.topic.as_str(),
-            m.payload,
-            m.tenant.as_str(),
-            m.ordering_key.as_ref().map(|k| k.as_str()),
-            m.idempotency_key.as_ref().map(|k| k.as_str()),
-            ms(m.available_at),
-            rows::headers_json(&m)?,
-            rows::cause_json(&m)?,
-            ms(m.created_at),
-        ])?;
-        if inserted == 0 {
-            out.push(duplicate(conn, v)?);
-            continue;
-        }
+        // The fan-out first: the message row records how many deliveries follow it.
         if consumers.is_none() || !endpoints.contains_key(&m.tenant) {
             let (c, e) = match routes {
                 Some(r) => r.lookup(conn, &m.tenant)?,
@@ -99,7 +89,34 @@ pub(crate) fn write(
         let mut deliveries = fanout::delivery_rows(&m, destinations, entropy);
         fanout::hold_for_endpoints(&mut deliveries, tenant_endpoints, now);
         fanout::hold_for_consumers(&mut deliveries, consumers.as_deref().unwrap_or_default());
-        for d in &deliveries {
+        let count = i64::try_from(deliveries.len()).unwrap_or(i64::MAX);
+        // The deliveries' seqs, consecutive from the next free one, read in this
+        // transaction (the store's own is `BEGIN IMMEDIATE`; in a caller's deferred one,
+        // SQLite refuses the write if another connection wrote since the read).
+        let first: Option<i64> = if count > 0 {
+            Some(conn.prepare_cached(NEXT_SEQ)?.query_row([], |r| r.get(0))?)
+        } else {
+            None
+        };
+        let inserted = insert_message.execute(params![
+            m.id.to_string(),
+            m.topic.as_str(),
+            m.payload,
+            m.tenant.as_str(),
+            m.ordering_key.as_ref().map(|k| k.as_str()),
+            m.idempotency_key.as_ref().map(|k| k.as_str()),
+            ms(m.available_at),
+            rows::headers_json(&m)?,
+            rows::cause_json(&m)?,
+            ms(m.created_at),
+            first,
+            first.map(|f| f + count - 1),
+        ])?;
+        if inserted == 0 {
+            out.push(duplicate(conn, v)?);
+            continue;
+        }
+        for (seq, d) in (first.unwrap_or(0)..).zip(&deliveries) {
             let key = d.ordering_key.as_ref().map(|k| k.as_str());
             let fifo = fanout::is_fifo(d, tenant_endpoints);
             let (kind, target) = (d.destination.kind(), d.destination.target());
@@ -123,6 +140,7 @@ pub(crate) fn write(
                 ms(d.updated_at),
                 outboxkit_core::claim_rules::barrier_key(key, fifo),
                 grp,
+                seq,
             ])?;
         }
         out.push(Enqueued {

@@ -69,7 +69,8 @@ const PURGE_NEXT_TENANT_DELIVERIES: &str = "SELECT d.tenant FROM outbox_deliveri
 const PURGE_NEXT_TENANT_MESSAGES: &str = "SELECT m.tenant FROM outbox_messages AS m \
      WHERE m.tenant > ?2 \
        AND m.created_at < coalesce((SELECT value FROM json_each(?3) WHERE key = m.tenant), ?1) \
-       AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
+       AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d \
+                       WHERE d.seq BETWEEN m.first_seq AND m.last_seq AND d.message_id = m.id) \
      ORDER BY m.tenant LIMIT 1";
 
 /// The first tenant after `after` (exclusive) with something to purge before its cutoff.
@@ -148,7 +149,8 @@ const PURGE_DELETE_DELIVERIES: &str =
 const PURGE_DELETE_MESSAGES: &str = "DELETE FROM outbox_messages WHERE id IN ( \
        SELECT m.id FROM outbox_messages AS m \
        WHERE m.tenant = ?1 AND m.created_at < ?2 \
-         AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d WHERE d.message_id = m.id) \
+         AND NOT EXISTS (SELECT 1 FROM outbox_deliveries AS d \
+                       WHERE d.seq BETWEEN m.first_seq AND m.last_seq AND d.message_id = m.id) \
        ORDER BY m.created_at, m.id LIMIT ?3)";
 
 /// One tenant's retention, outside the rotation.
