@@ -11,9 +11,9 @@
 //! **Fair claiming.** A group is `(tenant, kind, target)`: a tenant's endpoint, consumer or
 //! e-mail channel, known by its integer id (`grp`, see `groups`). The claim walks the
 //! groups that have unfinished rows through the `outbox_deliveries_claim` index, keyed by
-//! `grp` (one seek per group, reading only the group's head), reads the first claimable rows of each due group, and fills the batch in rounds: the
-//! first row of every group, then the second, …; within a round, groups in the order of
-//! their oldest due row. A group's backlog is never scanned beyond what the batch can take.
+//! `grp` (one seek per group, reading only the group's head), reads the first claimable
+//! rows of each due group, and fills the batch in rounds: the first row of every group,
+//! then the second, …; within a round, groups in the order of their oldest due row. A group's backlog is never scanned beyond what the batch can take.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
