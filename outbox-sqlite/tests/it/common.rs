@@ -55,3 +55,48 @@ pub fn succeeded(c: &Claimed) -> (Lease, Completion) {
         },
     )
 }
+
+/// A file at schema `version`: the table of applied versions, then the shipped migrations up
+/// to `version`, each recorded as applied at `applied_at` (what the store itself writes).
+pub fn file_at_version(path: &Path, version: i64, applied_at: i64) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE outbox_schema_version (version INTEGER NOT NULL PRIMARY KEY, \
+                                             applied_at INTEGER NOT NULL)",
+    )
+    .unwrap();
+    for m in outboxkit_sqlite::migrations()
+        .into_iter()
+        .filter(|m| m.version <= version)
+    {
+        conn.execute_batch(m.sql).unwrap();
+        conn.execute(
+            "INSERT INTO outbox_schema_version VALUES (?1, ?2)",
+            (m.version, applied_at),
+        )
+        .unwrap();
+    }
+    conn
+}
+
+/// Every row `sql` returns, each column as text (`NULL` for null), to compare a table's
+/// contents before and after an upgrade.
+pub fn rows_of(conn: &rusqlite::Connection, sql: &str) -> Vec<Vec<String>> {
+    let mut stmt = conn.prepare(sql).unwrap();
+    let n = stmt.column_count();
+    stmt.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                Ok(match r.get_ref(i)? {
+                    rusqlite::types::ValueRef::Null => "NULL".to_owned(),
+                    rusqlite::types::ValueRef::Integer(v) => v.to_string(),
+                    rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into(),
+                    other => format!("{other:?}"),
+                })
+            })
+            .collect::<rusqlite::Result<Vec<String>>>()
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}

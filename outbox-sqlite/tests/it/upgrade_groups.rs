@@ -11,7 +11,7 @@ use outboxkit_core::{
 };
 use rusqlite::Connection;
 
-use crate::common::{open, succeeded, LEASE};
+use crate::common::{file_at_version, open, rows_of, succeeded, LEASE};
 
 const STATUSES: &[&str] = &[
     "pending",
@@ -45,26 +45,6 @@ fn attempts(conn: &Connection) -> Vec<Vec<String>> {
     )
 }
 
-fn rows_of(conn: &Connection, sql: &str) -> Vec<Vec<String>> {
-    let mut stmt = conn.prepare(sql).unwrap();
-    let n = stmt.column_count();
-    stmt.query_map([], |r| {
-        (0..n)
-            .map(|i| {
-                Ok(match r.get_ref(i)? {
-                    rusqlite::types::ValueRef::Null => "NULL".to_owned(),
-                    rusqlite::types::ValueRef::Integer(v) => v.to_string(),
-                    rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into(),
-                    other => format!("{other:?}"),
-                })
-            })
-            .collect::<rusqlite::Result<Vec<String>>>()
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
-}
-
 fn one(conn: &Connection, sql: &str) -> i64 {
     conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
@@ -78,23 +58,7 @@ fn message(n: u32) -> String {
 /// recipient, attempts on the finished ones and expired leases on the claimed ones; message
 /// 2 (tenant `beta`) with two deliveries under the ordering key `k`; message 3 with none.
 fn version_fourteen(path: &std::path::Path, now: i64) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch(
-        "CREATE TABLE outbox_schema_version (version INTEGER NOT NULL PRIMARY KEY, \
-                                             applied_at INTEGER NOT NULL)",
-    )
-    .unwrap();
-    for m in outboxkit_sqlite::migrations()
-        .into_iter()
-        .filter(|m| m.version <= 14)
-    {
-        conn.execute_batch(m.sql).unwrap();
-        conn.execute(
-            "INSERT INTO outbox_schema_version VALUES (?1, ?2)",
-            (m.version, now),
-        )
-        .unwrap();
-    }
+    let conn = file_at_version(path, 14, now);
     let insert_message = |n: u32, tenant: &str, created: i64, key: Option<&str>| {
         conn.execute(
             "INSERT INTO outbox_messages (id, tenant, topic, payload, ordering_key, \

@@ -10,7 +10,7 @@ use outboxkit_core::{
 };
 use rusqlite::Connection;
 
-use crate::common::{open, succeeded, LEASE};
+use crate::common::{file_at_version, open, rows_of, succeeded, LEASE};
 
 const STATUSES: &[&str] = &[
     "pending",
@@ -23,31 +23,14 @@ const STATUSES: &[&str] = &[
 
 /// Every column of every delivery but `created_at`, in `seq` order, as text.
 fn deliveries(conn: &Connection) -> Vec<Vec<String>> {
-    let mut stmt = conn
-        .prepare(
-            "SELECT seq, id, message_id, tenant, topic, ordering_key, kind, target, status, \
-                    attempts, snoozes, next_attempt_at, lease_until, claim_token, claimed_from, \
-                    last_outcome, last_status_code, last_excerpt, last_at, dead_reason, \
-                    updated_at, completed_at, attempt_count, run, due_at \
-             FROM outbox_deliveries ORDER BY seq",
-        )
-        .unwrap();
-    let n = stmt.column_count();
-    stmt.query_map([], |r| {
-        (0..n)
-            .map(|i| {
-                Ok(match r.get_ref(i)? {
-                    rusqlite::types::ValueRef::Null => "NULL".to_owned(),
-                    rusqlite::types::ValueRef::Integer(v) => v.to_string(),
-                    rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into(),
-                    other => format!("{other:?}"),
-                })
-            })
-            .collect::<rusqlite::Result<Vec<String>>>()
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
+    rows_of(
+        conn,
+        "SELECT seq, id, message_id, tenant, topic, ordering_key, kind, target, status, \
+                attempts, snoozes, next_attempt_at, lease_until, claim_token, claimed_from, \
+                last_outcome, last_status_code, last_excerpt, last_at, dead_reason, \
+                updated_at, completed_at, attempt_count, run, due_at \
+         FROM outbox_deliveries ORDER BY seq",
+    )
 }
 
 fn attempts(conn: &Connection) -> Vec<(i64, i64, String, Option<String>)> {
@@ -67,23 +50,7 @@ fn attempts(conn: &Connection) -> Vec<(i64, i64, String, Option<String>)> {
 /// newest row (so AUTOINCREMENT had moved past the highest seq), attempts on the finished
 /// ones, and expired leases on the claimed ones.
 fn version_five(path: &std::path::Path, now: i64) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch(
-        "CREATE TABLE outbox_schema_version (version INTEGER NOT NULL PRIMARY KEY, \
-                                             applied_at INTEGER NOT NULL)",
-    )
-    .unwrap();
-    for m in outboxkit_sqlite::migrations()
-        .into_iter()
-        .filter(|m| m.version <= 5)
-    {
-        conn.execute_batch(m.sql).unwrap();
-        conn.execute(
-            "INSERT INTO outbox_schema_version VALUES (?1, ?2)",
-            (m.version, now),
-        )
-        .unwrap();
-    }
+    let conn = file_at_version(path, 5, now);
     for (mi, created) in [(1, now - 20_000), (2, now - 10_000)] {
         let mid = format!("0190c000-0000-7000-8000-00000000000{mi}");
         conn.execute(
