@@ -73,17 +73,25 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<Result<ConsoleSession, SqliteE
 }
 
 /// Activity by bucket: each attempt of the tenant (and endpoint) finished in the range,
-/// the last attempt of a delivery now `dead` counted as dead when it failed.
+/// the last attempt of a delivery now `dead` counted as dead when it failed. The attempts are
+/// the ledger's rows and the ones kept in their delivery's row (schema 16: a delivery that
+/// finished at its first attempt, which is then its last).
 const ACTIVITY: &str = "\
     SELECT (a.finished_at - :since) / :bucket AS b, \
            sum(a.outcome = 'succeeded'), \
-           sum(a.outcome <> 'succeeded' AND NOT (d.status = 'dead' AND a.number = \
-               (SELECT max(l.number) FROM outbox_attempts AS l WHERE l.delivery_seq = a.delivery_seq))), \
-           sum(a.outcome <> 'succeeded' AND d.status = 'dead' AND a.number = \
-               (SELECT max(l.number) FROM outbox_attempts AS l WHERE l.delivery_seq = a.delivery_seq)), \
+           sum(a.outcome <> 'succeeded' AND NOT (d.status = 'dead' AND a.last)), \
+           sum(a.outcome <> 'succeeded' AND d.status = 'dead' AND a.last), \
            coalesce(sum(CASE WHEN a.outcome = 'succeeded' THEN max(a.finished_at - a.started_at, 0) END), 0), \
            coalesce(max(CASE WHEN a.outcome = 'succeeded' THEN max(a.finished_at - a.started_at, 0) END), 0) \
-      FROM outbox_deliveries AS d JOIN outbox_attempts AS a ON a.delivery_seq = d.seq \
+      FROM outbox_deliveries AS d JOIN ( \
+           SELECT l.delivery_seq, l.outcome, l.started_at, l.finished_at, \
+                  l.number = (SELECT max(m.number) FROM outbox_attempts AS m \
+                               WHERE m.delivery_seq = l.delivery_seq) AS last \
+             FROM outbox_attempts AS l \
+           UNION ALL \
+           SELECT f.seq, f.last_outcome, f.folded_started_at, f.last_at, 1 \
+             FROM outbox_deliveries AS f WHERE f.folded_started_at IS NOT NULL \
+           ) AS a ON a.delivery_seq = d.seq \
      WHERE d.tenant = :tenant \
        AND (:endpoint IS NULL OR (d.kind = 'webhook' AND d.target = :endpoint)) \
        AND a.finished_at >= :since AND a.finished_at < :until \

@@ -69,9 +69,21 @@ fn guarded(
     }
 }
 
+/// A dead delivery's attempt kept in its row (schema 16, `settle::folds`), written to the
+/// ledger before a replay changes the row: its number, run and scheduled time are the row's
+/// `attempt_count`, `run` and `due_at`, its record the row's `last_*` columns.
+const UNFOLD: &str = "INSERT INTO outbox_attempts \
+     (delivery_seq, number, probe, started_at, finished_at, outcome, status_code, excerpt, run, \
+      scheduled_at, detail) \
+     SELECT seq, attempt_count, folded_probe, folded_started_at, last_at, last_outcome, \
+            last_status_code, last_excerpt, run, due_at, folded_detail \
+     FROM outbox_deliveries \
+     WHERE id = ?1 AND tenant = ?2 AND status = 'dead' AND folded_started_at IS NOT NULL";
+
 const REPLAY: &str = "UPDATE outbox_deliveries \
      SET status = 'pending', attempts = 0, snoozes = 0, next_attempt_at = ?3, \
          dead_reason = NULL, completed_at = NULL, updated_at = ?3, run = run + 1, \
+         folded_started_at = NULL, folded_probe = NULL, folded_detail = NULL, \
          barrier = CASE WHEN EXISTS (SELECT 1 FROM outbox_endpoints AS e \
                                       WHERE kind = 'webhook' AND e.id = target \
                                         AND e.tenant = outbox_deliveries.tenant AND e.fifo = 1) \
@@ -86,6 +98,8 @@ pub(crate) fn replay(
     id: DeliveryId,
     now: Timestamp,
 ) -> Result<()> {
+    conn.prepare_cached(UNFOLD)?
+        .execute(params![id.to_string(), tenant.as_str()])?;
     guarded(
         conn,
         REPLAY,

@@ -25,10 +25,17 @@ use outboxkit_core::Page;
 use outboxkit_core::PageRequest;
 use outboxkit_core::TenantStats;
 
+/// A delivery's attempts: its ledger rows and the attempt its row holds, if it does (schema
+/// 16, `settle::folds`: the row's `last_*` columns are that attempt's record).
 const ATTEMPTS: &str = "SELECT d.id, a.number, a.probe, a.started_at, \
      a.finished_at, a.outcome, a.status_code, a.excerpt, a.run, a.scheduled_at, a.detail \
      FROM outbox_attempts AS a JOIN outbox_deliveries AS d ON d.seq = a.delivery_seq \
-     WHERE d.id = ?1 ORDER BY a.number";
+     WHERE d.id = ?1 \
+     UNION ALL \
+     SELECT d.id, d.attempt_count, d.folded_probe, d.folded_started_at, d.last_at, \
+            d.last_outcome, d.last_status_code, d.last_excerpt, d.run, d.due_at, d.folded_detail \
+     FROM outbox_deliveries AS d WHERE d.id = ?1 AND d.folded_started_at IS NOT NULL \
+     ORDER BY 2";
 
 /// The payload of a delivery's message (the attempts' fingerprint).
 const DELIVERY_PAYLOAD: &str = "SELECT m.payload FROM outbox_messages AS m \

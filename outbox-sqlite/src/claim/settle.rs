@@ -24,6 +24,8 @@ const SETTLE_FENCE: &str = "SELECT kind, target, run, due_at, attempt_count \
 /// Write one item's update under the same fence, by rowid. No `RETURNING`: SQLite buffers
 /// returned rows in an ephemeral table that each call opens and closes, which cost more in
 /// `perf` than reading the row first ([`SETTLE_FENCE`]; the page is then in the cache).
+/// `?17`–`?19` fold the attempt into the row (schema 16: set only for a delivery that
+/// finishes at its first attempt, see [`folds`]; NULL otherwise).
 const SETTLE: &str = "UPDATE outbox_deliveries \
      SET status = ?4, attempts = ?5, snoozes = ?6, next_attempt_at = ?7, completed_at = ?8, \
          dead_reason = ?9, \
@@ -32,8 +34,17 @@ const SETTLE: &str = "UPDATE outbox_deliveries \
          last_excerpt = CASE WHEN ?10 THEN ?13 ELSE last_excerpt END, \
          last_at = CASE WHEN ?10 THEN ?14 ELSE last_at END, \
          claim_token = NULL, lease_until = NULL, claimed_from = NULL, updated_at = ?15, \
-         attempt_count = attempt_count + ?16 \
+         attempt_count = attempt_count + ?16, \
+         folded_started_at = ?17, folded_probe = ?18, folded_detail = ?19 \
      WHERE seq = ?1 AND claim_token = ?2 AND tenant = ?3 AND status IN ('processing', 'sending')";
+
+/// Whether a settle keeps its attempt in the delivery's row instead of a ledger row: the
+/// delivery finishes (succeeded or dead) with its first attempt. Its row then holds the whole
+/// attempt (the `last_*` columns are the attempt's record) and changes again only by a replay,
+/// which moves the attempt to the ledger first ([`crate::deliveries::replay`]).
+fn folds(update: &DeliveryUpdate, attempt: Option<&AttemptRecord>, number: i64) -> bool {
+    attempt.is_some() && number == 1 && update.status.is_finished()
+}
 
 /// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]).
 const INSERT_ATTEMPT: &str = "INSERT INTO outbox_attempts \
@@ -101,6 +112,7 @@ fn settle_many(
             out.push(Err(Error::lease_lost()));
             continue;
         };
+        let fold = it.attempt.filter(|a| folds(u, Some(a), s.number));
         let written = settle.execute(params![
             it.seq,
             token,
@@ -118,6 +130,9 @@ fn settle_many(
             last.map(|l| ms(l.at)),
             ms(now),
             it.attempt.is_some(),
+            fold.map(|a| ms(a.started_at)),
+            fold.map(|_| it.lease.is_probe()),
+            fold.and_then(|a| a.detail.as_ref().map(|d| d.to_json())),
         ])?;
         if written == 0 && it.fence.is_some() {
             // Not read under the token in this transaction: the lease was lost since.
@@ -129,7 +144,7 @@ fn settle_many(
             return Err(SqliteError::Corrupt("settle of a fenced row"));
         }
         out.push(Ok(()));
-        if let Some(a) = it.attempt {
+        if let Some(a) = it.attempt.filter(|_| fold.is_none()) {
             insert_attempt.execute(params![
                 it.seq,
                 s.number,

@@ -26,10 +26,12 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (13, include_str!("0013_attempt_detail.sql")),
     (14, include_str!("0014_console.sql")),
     (15, include_str!("0015_claim_group_ids.sql")),
+    (16, include_str!("0016_folded_attempt.sql")),
 ];
 
 /// The version of every migration, oldest first.
-pub(crate) const MIGRATION_VERSIONS: &[i64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+pub(crate) const MIGRATION_VERSIONS: &[i64] =
+    &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
 
 const _: () = {
     // MIGRATION_VERSIONS lists exactly the versions of MIGRATIONS.

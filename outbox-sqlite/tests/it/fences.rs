@@ -37,13 +37,17 @@ fn completion(c: &Claimed, verdict: Verdict, at: outboxkit_core::Timestamp) -> (
 /// An attempt row: (row, number, run, scheduled_at, excerpt).
 type AttemptRow = (i64, i64, i64, Option<i64>, Option<String>);
 
-/// Every attempt row, in delivery order.
+/// Every attempt, in delivery order: the ledger's rows and the attempts kept in their
+/// delivery's row (schema 16: a delivery finished at its first attempt).
 fn attempts(path: &std::path::Path) -> Vec<AttemptRow> {
     Connection::open(path)
         .unwrap()
         .prepare(
             "SELECT delivery_seq, number, run, scheduled_at, excerpt FROM outbox_attempts \
-             ORDER BY delivery_seq, number",
+             UNION ALL \
+             SELECT seq, attempt_count, run, due_at, last_excerpt FROM outbox_deliveries \
+             WHERE folded_started_at IS NOT NULL \
+             ORDER BY 1, 2",
         )
         .unwrap()
         .query_map([], |r| {

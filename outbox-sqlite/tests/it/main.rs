@@ -8,6 +8,7 @@ mod dispatch;
 mod fairness;
 mod fences;
 mod files;
+mod folded;
 mod processes;
 mod script;
 mod transactions;
