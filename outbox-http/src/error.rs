@@ -1,19 +1,16 @@
-//! Error mapping: hyper-util / reqwest / hyper / io failures to webhook error classes and mail errors,
+//! Error mapping: hyper-util / hyper / io failures to webhook error classes and mail errors,
 //! and this crate's configuration errors to `outboxkit_core::Error`.
 
 use std::error::Error as StdError;
 use std::io;
 
-use outboxkit_core::{ErrorClass, ErrorKind, MailError, MailErrorCode, MailOutcome};
+use outboxkit_core::{ErrorClass, MailError, MailErrorCode, MailOutcome};
 
 use crate::address::EgressError;
 
 /// This crate's own failures, mapped to [`outboxkit_core::ErrorKind`] by `From`.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HttpError {
-    /// The HTTP client could not be built (no TLS backend, bad settings).
-    #[error("the http client could not be built")]
-    Client(#[source] reqwest::Error),
     /// A setting is out of range.
     #[error("{message}")]
     Setting {
@@ -28,11 +25,6 @@ pub(crate) enum HttpError {
 impl From<HttpError> for outboxkit_core::Error {
     fn from(e: HttpError) -> Self {
         match e {
-            HttpError::Client(source) => outboxkit_core::Error::new(
-                ErrorKind::Unexpected,
-                "the http client could not be built",
-            )
-            .with_source(source),
             HttpError::Setting { field, message } => {
                 outboxkit_core::Error::misconfigured(field, message)
             }
@@ -146,14 +138,16 @@ pub(crate) fn webhook_failure(err: &hyper_util::client::legacy::Error) -> (Error
 
 /// A mail send that got no answer. Before the request could have left (no connection):
 /// certainly not sent; after: maybe sent.
-pub(crate) fn mail_failure(err: &reqwest::Error) -> MailError {
+/// (hyper-util's client has no deadline of its own: the mailer applies one around the
+/// whole exchange, and its passing is `timeout`, maybe sent.)
+pub(crate) fn mail_failure(err: &hyper_util::client::legacy::Error) -> MailError {
     let cause = cause(err);
     let connect = err.is_connect()
         || matches!(
             cause,
             Cause::ConnectionRefused | Cause::NotFound | Cause::Tls
         );
-    if err.is_timeout() || cause == Cause::TimedOut {
+    if cause == Cause::TimedOut {
         let outcome = if connect {
             MailOutcome::NotSent
         } else {

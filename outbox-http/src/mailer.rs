@@ -1,14 +1,27 @@
 //! [`HttpMailer`]: a [`Mailer`] for JSON mail APIs.
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONTENT_LENGTH};
+use http::header::{CONTENT_TYPE, USER_AGENT};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use outboxkit_core::{
     Accepted, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage, MailOutcome,
     MailSent, Mailer,
 };
-use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 
 use crate::config::{HttpMailerConfig, DEFAULT_MAX_BODY, DEFAULT_USER_AGENT};
 use crate::error::{mail_failure, HttpError};
+use crate::timing::Timed;
+
+/// The connector: TCP (the system resolver: the URL is operator configuration), then rustls
+/// for `https`, each new connection timed (`timing.rs`).
+pub(crate) type Connector = Timed<hyper_rustls::HttpsConnector<HttpConnector>>;
+
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 /// Sends e-mail through a JSON mail API: one `POST` of
 /// `{"to", "subject", "text", "html", "reply_to", "from_name"}` with
@@ -24,11 +37,13 @@ use crate::error::{mail_failure, HttpError};
 /// | other 4xx | `message-refused`, not sent |
 /// | 3xx (never followed) | `configuration-refused`, not sent |
 /// | 5xx | `unavailable`, maybe sent |
-/// | deadline after sending | `timeout`, maybe sent |
-/// | connection refused, name not resolved | `unavailable`, not sent |
+/// | deadline passed (one deadline over connect, answer and body) | `timeout`, maybe sent |
+/// | connection refused, name not resolved, TLS refused | `unavailable`, not sent |
 ///
 /// The URL is operator configuration: the egress policy does not apply to it. No proxy
-/// from the environment is used.
+/// from the environment is used. Built on hyper-util's pooled client with rustls, as the
+/// webhook transport is (reqwest's layers — redirects, retries, proxies — cost a request
+/// more than hyper's own work, and a mail API call needs none of them).
 ///
 /// ```no_run
 /// use outboxkit_http::{HttpMailer, HttpMailerConfig};
@@ -43,10 +58,11 @@ use crate::error::{mail_failure, HttpError};
 /// ```
 #[derive(Clone, Debug)]
 pub struct HttpMailer {
-    client: reqwest::Client,
-    url: reqwest::Url,
-    /// `Bearer <key>`, built once (marked sensitive: never printed).
-    auth: HeaderValue,
+    client: Client<Connector, Full<Bytes>>,
+    uri: http::Uri,
+    /// The headers of every send, built once: `authorization: Bearer <key>` (marked
+    /// sensitive: never printed), `content-type`, `user-agent`.
+    headers: HeaderMap,
     config: HttpMailerConfig,
     /// How much of an answer's body `send_detailed` keeps.
     response_body_cap: usize,
@@ -56,13 +72,26 @@ impl HttpMailer {
     /// A mailer with these settings (validated here: a bad one is `Misconfigured`).
     pub fn new(config: HttpMailerConfig) -> outboxkit_core::Result<Self> {
         let url = config.validate()?;
-        let client = crate::tls::client_builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .user_agent(DEFAULT_USER_AGENT)
-            .timeout(config.timeout)
-            .build()
-            .map_err(HttpError::Client)?;
+        let uri = http::Uri::try_from(String::from(url)).map_err(|_| HttpError::Setting {
+            field: "url",
+            message: "is not a valid url",
+        })?;
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        // `https` goes through rustls below.
+        http.enforce_http(false);
+        let mut tls = crate::tls::tls_config();
+        // The connector sets ALPN itself (h2, then http/1.1).
+        tls.alpn_protocols.clear();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_all_versions()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(Timed(connector));
         // Checked as a header value by `validate`.
         let mut auth =
             HeaderValue::try_from(format!("Bearer {}", config.api_key)).map_err(|_| {
@@ -72,10 +101,14 @@ impl HttpMailer {
                 }
             })?;
         auth.set_sensitive(true);
+        let mut headers = HeaderMap::with_capacity(5);
+        headers.insert(AUTHORIZATION, auth);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(USER_AGENT, HeaderValue::from_static(DEFAULT_USER_AGENT));
         Ok(HttpMailer {
             client,
-            url,
-            auth,
+            uri,
+            headers,
             config,
             response_body_cap: outboxkit_core::model::RESPONSE_BODY_CAP_DEFAULT,
         })
@@ -92,25 +125,36 @@ impl HttpMailer {
         Ok(self)
     }
 
-    /// The request of one send.
+    /// The request of one send: the headers built once, the key, the body's length. A key
+    /// that is not a valid header value is refused before anything is sent.
     pub(crate) fn request(
         &self,
         message: &MailMessage,
         key: &IdempotencyKey,
-    ) -> reqwest::RequestBuilder {
+    ) -> Result<http::Request<Full<Bytes>>, MailError> {
         let from_name = message
             .from_name
             .as_ref()
             .or(self.config.from_name.as_ref());
-        self.client
-            .post(self.url.clone())
-            .header(AUTHORIZATION, self.auth.clone())
-            .header("idempotency-key", key.as_str())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .body(mail_body(message, from_name))
+        let key = HeaderValue::from_str(key.as_str()).map_err(|_| {
+            refused(
+                MailErrorCode::MessageRefused,
+                MailOutcome::NotSent,
+                "the idempotency key is not a valid header value",
+            )
+        })?;
+        let body = mail_body(message, from_name);
+        let mut headers = self.headers.clone();
+        headers.insert(IDEMPOTENCY_KEY, key);
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        let mut request = http::Request::new(Full::new(Bytes::from(body)));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        *request.headers_mut() = headers;
+        Ok(request)
     }
 
-    pub(crate) fn client(&self) -> &reqwest::Client {
+    pub(crate) fn client(&self) -> &Client<Connector, Full<Bytes>> {
         &self.client
     }
 
@@ -118,10 +162,63 @@ impl HttpMailer {
         self.response_body_cap
     }
 
+    /// The deadline of one call (connect, answer and body).
+    pub(crate) fn timeout(&self) -> std::time::Duration {
+        self.config.timeout
+    }
+
     /// Whether the service deduplicates by idempotency key (from the configuration).
     pub fn is_idempotent(&self) -> bool {
         self.config.idempotent
     }
+
+    /// The exchange of `send`: the answer's status, then a 2xx body read for the id.
+    async fn exchange(&self, request: http::Request<Full<Bytes>>) -> Result<Accepted, MailError> {
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|e| mail_failure(&e))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(from_status(status));
+        }
+        // Accepted whatever the body says; read a bounded amount of it for the id.
+        let mut body = response.into_body();
+        let mut read = Vec::new();
+        while read.len() < DEFAULT_MAX_BODY {
+            match next_chunk(&mut body).await {
+                Some(chunk) => read.extend_from_slice(&chunk),
+                None => break,
+            }
+        }
+        Ok(Accepted {
+            provider_id: provider_id(&read),
+        })
+    }
+}
+
+/// The next data chunk of an answer's body; `None` at its end or on a failed read (the
+/// status arrived: a body cut short does not change it).
+pub(crate) async fn next_chunk(body: &mut hyper::body::Incoming) -> Option<Bytes> {
+    loop {
+        match body.frame().await? {
+            Ok(frame) => match frame.into_data() {
+                Ok(data) => return Some(data),
+                Err(_) => continue, // trailers
+            },
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The deadline passed: the request may have been sent.
+pub(crate) fn deadline_passed() -> MailError {
+    refused(
+        MailErrorCode::Timeout,
+        MailOutcome::Unknown,
+        "the mail service did not answer in time",
+    )
 }
 
 fn refused(code: MailErrorCode, outcome: MailOutcome, detail: &str) -> MailError {
@@ -209,26 +306,12 @@ impl Mailer for HttpMailer {
         message: &MailMessage,
         key: &IdempotencyKey,
     ) -> Result<Accepted, MailError> {
-        let mut response = self
-            .request(message, key)
-            .send()
-            .await
-            .map_err(|e| mail_failure(&e))?;
-        let status = response.status().as_u16();
-        if !(200..300).contains(&status) {
-            return Err(from_status(status));
+        let request = self.request(message, key)?;
+        // One deadline from connect to the end of the body read.
+        match tokio::time::timeout(self.config.timeout, self.exchange(request)).await {
+            Ok(result) => result,
+            Err(_) => Err(deadline_passed()),
         }
-        // Accepted whatever the body says; read a bounded amount of it for the id.
-        let mut read = Vec::new();
-        while read.len() < DEFAULT_MAX_BODY {
-            match response.chunk().await {
-                Ok(Some(chunk)) => read.extend_from_slice(&chunk),
-                Ok(None) | Err(_) => break,
-            }
-        }
-        Ok(Accepted {
-            provider_id: provider_id(&read),
-        })
     }
 
     async fn send_detailed(&self, message: &MailMessage, key: &IdempotencyKey) -> MailSent {

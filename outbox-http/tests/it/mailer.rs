@@ -244,6 +244,12 @@ async fn a_detailed_send_keeps_the_exchange_with_the_key_redacted_and_the_body_c
     assert_eq!(d.response_body, br#"{"id":"pro"#);
     assert!(d.response_body_truncated);
     assert_eq!(d.remote_addr, Some(r.addr().to_string()));
+    assert!(
+        d.timing.connect.is_some(),
+        "this send opened the connection"
+    );
+    assert!(d.timing.first_byte.is_some());
+    assert!(header("content-length").is_some(), "the headers as sent");
     assert_eq!(
         r.requests()[0].header("authorization"),
         Some("Bearer test-api-key-123")
