@@ -3,7 +3,7 @@
 //! write-up. `deliver` (handlers, webhooks), `email` and `broker` build on it; it imports
 //! none of them.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -47,8 +47,8 @@ impl RunState {
             deadline,
             stopping: CancellationToken::new(),
             shutdown: CancellationToken::new(),
-            breakers: Mutex::new(HashMap::new()),
-            started: Mutex::new(HashSet::new()),
+            breakers: Mutex::new(HashMap::default()),
+            started: Mutex::new(HashSet::default()),
             paused: crate::paused::PausedConsumers::default(),
             rate_due: Mutex::new(std::collections::BTreeSet::new()),
         }

@@ -12,7 +12,8 @@
 //! Distinct from the per-consumer snooze breaker (handlers) and from 401/403 holds (the
 //! receiver answered; those deliveries are held in the store).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use foldhash::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -153,7 +154,7 @@ impl<K: Clone + Eq + Hash + Ord> Breakers<K> {
     pub(crate) fn new(settings: Option<BreakerSettings>) -> Self {
         Breakers {
             settings,
-            states: Mutex::new(HashMap::new()),
+            states: Mutex::new(HashMap::default()),
         }
     }
 

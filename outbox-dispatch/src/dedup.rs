@@ -1,7 +1,8 @@
 //! Handler dedup keys (seed 004): which delivery holds a key, until when, and what a
 //! verdict does to it. The public side is [`super::Dedup`].
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{Registered, Shared};

@@ -23,7 +23,8 @@ mod settle;
 mod timer;
 mod webhook;
 
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,8 @@
 //! permits of `permits.rs` hold it across processes) and an optional cap on requests in
 //! flight.
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -176,7 +177,7 @@ mod tests {
         let a = l.admit(ep(), None, Some(1), ms(0));
         assert!(matches!(a, Admit::Go(_)));
         assert!(matches!(l.admit(ep(), None, Some(1), ms(0)), Admit::Busy));
-        let mut flying = HashMap::new();
+        let mut flying = HashMap::default();
         l.in_flight(&mut flying);
         assert_eq!(flying.get(&ep()), Some(&1));
         drop(a);

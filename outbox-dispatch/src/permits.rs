@@ -11,7 +11,7 @@
 //!
 //! [`DeliveryStore::take_permits`]: outboxkit_core::DeliveryStore::take_permits
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

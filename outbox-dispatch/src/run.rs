@@ -12,7 +12,8 @@
 //! Claiming and starting deliveries (the claim step, the claim-ahead queue, [`Inline`]) is
 //! in `run/start.rs`.
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -125,7 +126,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             mode,
             report: Report::default(),
             tasks: JoinSet::new(),
-            leases: HashMap::new(),
+            leases: HashMap::default(),
             inline: FuturesUnordered::new(),
             finished: Vec::new(),
             settling: None,

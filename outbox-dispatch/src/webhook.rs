@@ -2,7 +2,7 @@
 //! batch, open and key their secrets once per sealed secret, forward the trace context. The signed request itself is
 //! built by `outboxkit_core::webhook_request` (re-exported here).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;

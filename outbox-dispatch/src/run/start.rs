@@ -2,7 +2,7 @@
 //! where each delivery runs (on the loop's own task, [`Inline`], or a task of its own); and
 //! what a delivery that did not finish hands back.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -200,7 +200,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             let held = if wide {
                 self.held_per_endpoint()
             } else {
-                HashMap::new()
+                HashMap::default()
             };
             let Some(req) = self
                 .dispatcher
@@ -317,7 +317,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     /// The webhook deliveries this run holds per endpoint: claimed and waiting to start, or
     /// running (a claim takes no more for an endpoint than its cap less these).
     fn held_per_endpoint(&self) -> HashMap<EndpointId, usize> {
-        let mut held = HashMap::new();
+        let mut held = HashMap::default();
         let waiting = self
             .ready
             .iter()

@@ -1,7 +1,8 @@
 //! The ledger side of [`State`] (tenant-scoped listings, attempts, retention) and `Ledger`
 //! for [`InMemoryStore`].
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use foldhash::HashSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use outboxkit_core::store::check_purge_limit;

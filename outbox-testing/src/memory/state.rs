@@ -4,7 +4,8 @@
 //! changes come from `outboxkit_core` (`fanout`, `Lease::settle`, `Lease::release`); this
 //! code only selects rows and writes them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use foldhash::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use outboxkit_core::{
     fanout, Attempt, ClaimToken, Consumer, ConsumerName, Delivery, DeliveryId, DeliveryStatus,
