@@ -38,12 +38,13 @@ const SETTLE: &str = "UPDATE outbox_deliveries \
          folded_started_at = ?17, folded_probe = ?18, folded_detail = ?19 \
      WHERE seq = ?1 AND claim_token = ?2 AND tenant = ?3 AND status IN ('processing', 'sending')";
 
-/// Whether a settle keeps its attempt in the delivery's row instead of a ledger row: the
-/// delivery finishes (succeeded or dead) with its first attempt. Its row then holds the whole
-/// attempt (the `last_*` columns are the attempt's record) and changes again only by a replay,
-/// which moves the attempt to the ledger first ([`crate::deliveries::replay`]).
-fn folds(update: &DeliveryUpdate, attempt: Option<&AttemptRecord>, number: i64) -> bool {
-    attempt.is_some() && number == 1 && update.status.is_finished()
+/// Whether a settle that records an attempt numbered `number` keeps it in the delivery's row
+/// instead of a ledger row: the delivery finishes (succeeded or dead) with its first attempt.
+/// Its row then holds the whole attempt (the `last_*` columns are the attempt's record) and
+/// changes again only by a replay, which moves the attempt to the ledger first
+/// ([`crate::deliveries::replay`]).
+fn folds(update: &DeliveryUpdate, number: i64) -> bool {
+    number == 1 && update.status.is_finished()
 }
 
 /// Append an attempt as the delivery's `attempt_count`-th (counted by [`SETTLE`]).
@@ -112,7 +113,7 @@ fn settle_many(
             out.push(Err(Error::lease_lost()));
             continue;
         };
-        let fold = it.attempt.filter(|a| folds(u, Some(a), s.number));
+        let fold = it.attempt.filter(|_| folds(u, s.number));
         let written = settle.execute(params![
             it.seq,
             token,
