@@ -7,7 +7,6 @@ use http::header::{CONTENT_TYPE, USER_AGENT};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use outboxkit_core::{
     Accepted, IdempotencyKey, MailCapabilities, MailError, MailErrorCode, MailMessage, MailOutcome,
     MailSent, Mailer,
@@ -76,22 +75,8 @@ impl HttpMailer {
             field: "url",
             message: "is not a valid url",
         })?;
-        let mut http = HttpConnector::new();
-        http.set_nodelay(true);
-        // `https` goes through rustls below.
-        http.enforce_http(false);
-        let mut tls = crate::tls::tls_config();
-        // The connector sets ALPN itself (h2, then http/1.1).
-        tls.alpn_protocols.clear();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_all_versions()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(Timed(connector));
+        // The system resolver: the URL is operator configuration, not subject to the policy.
+        let client = crate::tls::pooled(crate::tls::connector(HttpConnector::new()));
         // Checked as a header value by `validate`.
         let mut auth =
             HeaderValue::try_from(format!("Bearer {}", config.api_key)).map_err(|_| {

@@ -8,7 +8,6 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_T
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use outboxkit_core::{ErrorClass, SignedRequest, WebhookResponse, WebhookTransport};
 
 use crate::config::HttpTransportConfig;
@@ -75,24 +74,9 @@ impl HttpTransport {
                 message: "must be visible ascii without control characters",
             })?;
         let policy = Arc::new(policy);
-        let mut http = HttpConnector::new_with_resolver(PolicyResolver::new(policy.clone()));
-        http.set_nodelay(true);
-        // `https` goes through rustls below; which schemes are allowed is the policy's
-        // check, made before anything connects.
-        http.enforce_http(false);
-        let mut tls = crate::tls::tls_config();
-        // The connector sets ALPN itself (h2, then http/1.1).
-        tls.alpn_protocols.clear();
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_all_versions()
-            .wrap_connector(http);
-        let connector = Timed(connector);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
+        // Which schemes are allowed is the policy's check, made before anything connects.
+        let http = HttpConnector::new_with_resolver(PolicyResolver::new(policy.clone()));
+        let client = crate::tls::pooled(crate::tls::connector(http));
         Ok(HttpTransport {
             client,
             policy,
