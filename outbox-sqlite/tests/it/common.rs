@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::{ClaimRequest, Clock};
+use outboxkit_core::{ClaimRequest, Clock, MessageStore};
 use outboxkit_core::{
     Claimed, Completion, Consumer, ConsumerName, EndpointStore, Lease, OsEntropy, TopicFilter,
     Verdict,
@@ -38,6 +38,29 @@ pub async fn consumer(store: &SqliteStore, clock: &ManualClock, name: &str, filt
         })
         .await
         .expect("put_consumer");
+}
+
+/// A store on a fresh file (kept while the returned directory lives) with the consumer
+/// `worker` and one message enqueued for it.
+pub async fn one_message() -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Arc<ManualClock>,
+    SqliteStore,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("one.db");
+    let clock = ManualClock::new();
+    let store = open(&path, clock.clone()).await;
+    consumer(&store, &clock, "worker", "*").await;
+    store
+        .enqueue(outboxkit_core::NewMessage::new(
+            "order.created",
+            serde_json::json!({}),
+        ))
+        .await
+        .unwrap();
+    (dir, path, clock, store)
 }
 
 /// A claim of up to `batch` deliveries to the consumer `name`.

@@ -3,19 +3,15 @@
 //! number, run and due time, over two runs of a claim. And a lease the same store claimed
 //! again after it ran out is lost, while the new one settles.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use outboxkit_core::{
     AttemptOutcome, AttemptRecord, ClaimRequest, Claimed, Clock, Completion, ConsumerName,
     DeliveryStore, ErrorClass, Lease, MessageStore, NewMessage, OperatorStore, Verdict,
 };
-use outboxkit_sqlite::SqliteStore;
-use outboxkit_testing::ManualClock;
 use rusqlite::Connection;
 
-use crate::common::{claim_for, consumer, open, LEASE};
+use crate::common::{claim_for, consumer, one_message, open, LEASE};
 
 fn completion(c: &Claimed, verdict: Verdict, at: outboxkit_core::Timestamp) -> (Lease, Completion) {
     (
@@ -56,21 +52,6 @@ fn attempts(path: &std::path::Path) -> Vec<AttemptRow> {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap()
-}
-
-/// A store on a fresh file (kept while the returned directory lives) with the consumer
-/// `worker` and one message enqueued for it.
-async fn one_message() -> (tempfile::TempDir, PathBuf, Arc<ManualClock>, SqliteStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fences.db");
-    let clock = ManualClock::new();
-    let store = open(&path, clock.clone()).await;
-    consumer(&store, &clock, "worker", "*").await;
-    store
-        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
-        .await
-        .unwrap();
-    (dir, path, clock, store)
 }
 
 #[tokio::test(flavor = "multi_thread")]

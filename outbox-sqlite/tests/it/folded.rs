@@ -13,7 +13,7 @@ use outboxkit_core::{
 use outboxkit_sqlite::SqliteStore;
 use rusqlite::Connection;
 
-use crate::common::{claim_for, consumer, open, rows_of};
+use crate::common::{claim_for, consumer, one_message, open, rows_of};
 
 fn record(started: Timestamp, outcome: AttemptOutcome, excerpt: &str) -> AttemptRecord {
     let mut detail = AttemptDetail {
@@ -133,15 +133,7 @@ async fn a_first_attempt_that_finishes_stays_in_its_row_and_reads_back_whole() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replay_moves_the_folded_attempt_to_the_ledger_unchanged() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("folded.db");
-    let clock = outboxkit_testing::ManualClock::new();
-    let store = open(&path, clock.clone()).await;
-    consumer(&store, &clock, "worker", "*").await;
-    store
-        .enqueue(NewMessage::new("order.created", serde_json::json!({})))
-        .await
-        .unwrap();
+    let (_dir, path, clock, store) = one_message().await;
     let got = store.claim(&claim_for("worker", 10)).await.unwrap();
     let id = got[0].delivery.id;
     let failed = record(
