@@ -14,7 +14,7 @@ use outboxkit_core::{
 };
 use rusqlite::Connection;
 
-use crate::common::{open, LEASE};
+use crate::common::{file_at_version, open, LEASE};
 
 const MESSAGE: &str = "0190b000-0000-7000-8000-000000000001";
 const ENDPOINT: &str = "0190b000-0000-7000-8000-0000000000e1";
@@ -115,23 +115,7 @@ fn id(i: usize) -> DeliveryId {
 /// left them: claimed rows with an expired lease, a paused endpoint's delivery held, the
 /// finished ones completed with their attempts.
 fn version_three(path: &std::path::Path, now: i64) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch(
-        "CREATE TABLE outbox_schema_version (version INTEGER NOT NULL PRIMARY KEY, \
-                                             applied_at INTEGER NOT NULL)",
-    )
-    .unwrap();
-    for m in outboxkit_sqlite::migrations()
-        .into_iter()
-        .filter(|m| m.version <= 3)
-    {
-        conn.execute_batch(m.sql).unwrap();
-        conn.execute(
-            "INSERT INTO outbox_schema_version VALUES (?1, ?2)",
-            (m.version, now),
-        )
-        .unwrap();
-    }
+    let conn = file_at_version(path, 3, now);
     conn.execute(
         "INSERT INTO outbox_messages (id, tenant, topic, payload, available_at, created_at) \
          VALUES (?1, 'acme', 'order.created', X'7b7d', ?2, ?2)",

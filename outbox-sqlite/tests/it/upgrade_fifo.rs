@@ -5,28 +5,12 @@
 use outboxkit_core::{Clock, DeliveryStore, DeliveryStoreExt};
 use rusqlite::Connection;
 
-use crate::common::{claim_for, open, succeeded};
+use crate::common::{claim_for, file_at_version, open, succeeded};
 
 /// A version-7 file: migrations 1–7, one message of key `k` with three deliveries to the
 /// consumer `worker` (succeeded, then two pending) and one unkeyed pending one.
 fn version_seven(path: &std::path::Path, now: i64) {
-    let conn = Connection::open(path).unwrap();
-    conn.execute_batch(
-        "CREATE TABLE outbox_schema_version (version INTEGER NOT NULL PRIMARY KEY, \
-                                             applied_at INTEGER NOT NULL)",
-    )
-    .unwrap();
-    for m in outboxkit_sqlite::migrations()
-        .into_iter()
-        .filter(|m| m.version <= 7)
-    {
-        conn.execute_batch(m.sql).unwrap();
-        conn.execute(
-            "INSERT INTO outbox_schema_version VALUES (?1, ?2)",
-            (m.version, now),
-        )
-        .unwrap();
-    }
+    let conn = file_at_version(path, 7, now);
     let mid = "0190c000-0000-7000-8000-000000000001";
     conn.execute(
         "INSERT INTO outbox_messages (id, tenant, topic, payload, ordering_key, available_at, \
