@@ -15,7 +15,7 @@ use super::Shared;
 use outboxkit_core::claim::{Completion, Lease};
 use outboxkit_core::ids::ConsumerName;
 use outboxkit_core::model::{excerpt, AttemptRecord, Delivery, Destination, DestinationKind};
-use outboxkit_core::time::{EntropyExt, Timestamp};
+use outboxkit_core::time::Timestamp;
 use outboxkit_core::verdict::{AttemptContext, Outcome, Verdict, VerdictPolicy};
 
 /// The state of one `run` or `run_once` call, shared by its delivery tasks.
@@ -238,7 +238,7 @@ pub(crate) fn context(shared: &Shared, lease: &Lease) -> AttemptContext {
         snoozes: lease.snoozes,
         probe: lease.is_probe(),
         now: shared.clock.now(),
-        jitter: shared.entropy.unit_sample(),
+        jitter: shared.jitter.next(),
     }
 }
 

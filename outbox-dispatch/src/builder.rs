@@ -278,7 +278,7 @@ impl DispatcherBuilder {
             shared: Arc::new(Shared {
                 store: self.store,
                 clock,
-                entropy,
+                jitter: super::jitter::Samples::new(entropy),
                 config: self.config,
                 names,
                 handlers,

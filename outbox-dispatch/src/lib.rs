@@ -11,6 +11,7 @@ mod dedup;
 mod deliver;
 mod email;
 mod handler;
+mod jitter;
 mod lease;
 mod limits;
 #[cfg(feature = "metrics")]
@@ -62,7 +63,7 @@ use outboxkit_core::mail::DynMailer;
 use outboxkit_core::retry::TenantPolicy;
 use outboxkit_core::signing::HeaderNames;
 use outboxkit_core::store::DynStore;
-use outboxkit_core::time::{DynEntropy, Timestamp};
+use outboxkit_core::time::Timestamp;
 use outboxkit_core::transport::DynWebhookTransport;
 use outboxkit_core::vault::DynSecretVault;
 
@@ -94,7 +95,8 @@ pub(crate) struct MailChannel {
 pub(crate) struct Shared {
     pub(crate) store: Arc<DynStore>,
     pub(crate) clock: Arc<DynTimer>,
-    pub(crate) entropy: Arc<DynEntropy>,
+    /// Retry jitter, drawn from the injected entropy in blocks (`jitter.rs`).
+    pub(crate) jitter: jitter::Samples,
     pub(crate) config: DispatcherConfig,
     pub(crate) names: HeaderNames,
     pub(crate) handlers: BTreeMap<ConsumerName, Registered>,

@@ -73,7 +73,9 @@ pub(crate) fn delivery_cols(alias: &str) -> String {
 pub(crate) const MESSAGE_COLS: &str = "id, tenant, topic, payload, ordering_key, \
      idempotency_key, available_at, headers, cause, created_at";
 
-fn corrupt(column: &'static str) -> impl FnOnce(outboxkit_core::Error) -> outboxkit_core::Error {
+pub(crate) fn corrupt(
+    column: &'static str,
+) -> impl FnOnce(outboxkit_core::Error) -> outboxkit_core::Error {
     move |e| outboxkit_core::Error::from(StoreError::Corrupt(column)).with_source(e)
 }
 
@@ -103,7 +105,7 @@ fn count(row: &PgRow, column: &'static str) -> Result<u32> {
     u32::try_from(n).map_err(|_| StoreError::Corrupt(column).into())
 }
 
-fn status_code(v: Option<i32>, column: &'static str) -> Result<Option<u16>> {
+pub(crate) fn status_code(v: Option<i32>, column: &'static str) -> Result<Option<u16>> {
     v.map(|c| u16::try_from(c).map_err(|_| StoreError::Corrupt(column).into()))
         .transpose()
 }
@@ -173,23 +175,7 @@ pub(crate) fn message(row: &PgRow) -> Result<Message> {
     })
 }
 
-/// The message of a claimed delivery: the delivery's own fields plus the `m_` columns.
-pub(crate) fn claimed_message(row: &PgRow, d: &Delivery) -> Result<Message> {
-    Ok(Message {
-        id: d.message_id,
-        topic: d.topic.clone(),
-        payload: get(row, "m_payload")?,
-        tenant: d.tenant.clone(),
-        ordering_key: d.ordering_key.clone(),
-        idempotency_key: idempotency_key(get(row, "m_idempotency_key")?)?,
-        available_at: ts(row, "m_available_at")?,
-        headers: headers_from(get(row, "m_headers")?)?,
-        cause: cause_from(get(row, "m_cause")?)?,
-        created_at: ts(row, "m_created_at")?,
-    })
-}
-
-fn idempotency_key(v: Option<String>) -> Result<Option<IdempotencyKey>> {
+pub(crate) fn idempotency_key(v: Option<String>) -> Result<Option<IdempotencyKey>> {
     v.map(IdempotencyKey::new)
         .transpose()
         .map_err(corrupt("idempotency_key"))
@@ -204,10 +190,10 @@ pub(crate) fn headers_to(headers: &BTreeMap<String, String>) -> Option<String> {
     }
 }
 
-fn headers_from(v: Option<String>) -> Result<BTreeMap<String, String>> {
+pub(crate) fn headers_from(v: Option<&str>) -> Result<BTreeMap<String, String>> {
     match v {
         None => Ok(BTreeMap::new()),
-        Some(s) => serde_json::from_str(&s).map_err(|_| StoreError::Corrupt("headers").into()),
+        Some(s) => serde_json::from_str(s).map_err(|_| StoreError::Corrupt("headers").into()),
     }
 }
 
@@ -216,8 +202,8 @@ pub(crate) fn cause_to(cause: Option<&Cause>) -> Option<String> {
     cause.and_then(|c| serde_json::to_string(c).ok())
 }
 
-fn cause_from(v: Option<String>) -> Result<Option<Cause>> {
-    v.map(|s| serde_json::from_str(&s).map_err(|_| StoreError::Corrupt("cause").into()))
+pub(crate) fn cause_from(v: Option<&str>) -> Result<Option<Cause>> {
+    v.map(|s| serde_json::from_str(s).map_err(|_| StoreError::Corrupt("cause").into()))
         .transpose()
 }
 
@@ -356,6 +342,6 @@ mod tests {
         let mut h = BTreeMap::new();
         assert_eq!(headers_to(&h), None);
         h.insert("trace".to_owned(), "a\"b".to_owned());
-        assert_eq!(headers_from(headers_to(&h)).unwrap(), h);
+        assert_eq!(headers_from(headers_to(&h).as_deref()).unwrap(), h);
     }
 }

@@ -14,41 +14,16 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outboxkit_core::{
-    ClaimRequest, ClaimToken, Claimed, Completion, Error, ErrorKind, Lease, ReleaseReport, Result,
-};
-use sqlx::postgres::PgRow;
+use outboxkit_core::{ClaimRequest, Claimed, Completion, Error, Lease, ReleaseReport, Result};
 use uuid::Uuid;
 
 use crate::error::DbResult;
-use crate::rows::{self, get, int4, ms};
+use crate::rows::{self, int4, ms};
 use crate::sql::Params;
 use crate::store::PostgresStore;
 
+mod row;
 mod settle;
-
-fn claimed(row: &PgRow) -> Result<Claimed> {
-    let delivery = rows::delivery(row)?;
-    let message = rows::claimed_message(row, &delivery)?;
-    let token: Uuid = get(row, "claim_token")?;
-    let claimed_from: String = get(row, "claimed_from")?;
-    let lease = Lease {
-        delivery_id: delivery.id,
-        tenant: delivery.tenant.clone(),
-        token: ClaimToken::from_uuid(token),
-        until: delivery
-            .lease_until
-            .ok_or_else(|| Error::new(ErrorKind::Unexpected, "a claimed row has no lease"))?,
-        attempts: delivery.attempts,
-        snoozes: delivery.snoozes,
-        claimed_from: rows::status(&claimed_from)?,
-    };
-    Ok(Claimed {
-        lease,
-        delivery,
-        message,
-    })
-}
 
 impl PostgresStore {
     /// `DeliveryStore::claim`: `claim` of `sql/claim.sql`, with fresh tokens from the
@@ -98,7 +73,7 @@ impl PostgresStore {
             .fetch_all(&self.inner.hot.claim)
             .await
             .db()?;
-        found.iter().map(claimed).collect()
+        row::claimed_all(&found)
     }
 
     /// `n` fresh claim tokens from the injected entropy, one fill for the whole batch.
