@@ -11,6 +11,7 @@ use outboxkit_core::Result;
 pub(crate) struct Sql {
     pub(crate) claim: Statement,
     pub(crate) complete: Statement,
+    pub(crate) complete_finished: Statement,
     pub(crate) release: Statement,
     pub(crate) extend: Statement,
     pub(crate) mark_sending: Statement,
@@ -27,9 +28,27 @@ impl Sql {
         // its scans before the statement is parsed.
         let claim = sql::section(sql::CLAIM, "claim")?
             .replace("{claimable}", sql::section(sql::CLAIM, "claimable")?);
+        // The completion's shared parts are written once and pasted into both forms.
+        let completion = |name, settled| -> Result<String> {
+            Ok(sql::section(sql::CLAIM, name)?
+                .replace(
+                    "{complete_input}",
+                    sql::section(sql::CLAIM, "complete_input")?,
+                )
+                .replace(
+                    "{complete_finish}",
+                    sql::section(sql::CLAIM, "complete_finish")?,
+                )
+                .replace(
+                    "{complete_endpoints}",
+                    sql::section(sql::CLAIM, "complete_endpoints")?,
+                )
+                .replace("{settled}", settled))
+        };
         Ok(Sql {
             claim: Statement::new(&claim, &names)?,
-            complete: load("complete")?,
+            complete: Statement::new(&completion("complete", "res")?, &names)?,
+            complete_finished: Statement::new(&completion("complete_finished", "fin")?, &names)?,
             release: load("release")?,
             extend: load("extend")?,
             mark_sending: load("mark_sending")?,

@@ -242,36 +242,8 @@ SELECT c.id, c.message_id, gr.tenant, m.topic, m.ordering_key, gr.kind, gr.targe
 -- with NULLs, so a batch without details binds nothing per row. Returns the ids that matched
 -- their lease.
 WITH u AS (
-  SELECT * FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::int2[], :attempts::int4[],
-                       :snoozes::int4[], :next_at::int8[], :dead_reasons::text[],
-                       :disable::bool[], :a_set::bool[], :a_probe::bool[], :a_started::int8[],
-                       :a_finished::int8[], :a_outcomes::text[], :a_codes::int4[],
-                       :a_excerpts::text[], :tenants::text[], :awaits::bool[],
-                       :a_details::text[])
-    AS u(id, token, status, attempts, snoozes, next_at, dead_reason, disable, a_set, a_probe,
-         a_started, a_finished, a_outcome, a_code, a_excerpt, tenant, awaits, a_detail)),
-fin AS (
-  DELETE FROM {queue} x USING u, {groups} g
-   WHERE x.id = u.id AND x.token = u.token AND x.state IN (2, 3) AND u.status IN (4, 5)
-     AND g.id = x.group_id AND g.tenant = u.tenant
-  RETURNING x.id, x.seq, x.message_id, x.group_id, g.tenant, g.kind, g.target, u.status,
-            u.attempts, u.snoozes,
-            x.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END AS ledger_len,
-            x.run, x.claimed_due, u.next_at, u.dead_reason, u.disable, u.a_set, u.a_probe,
-            u.a_started, u.a_finished, u.a_outcome, u.a_code, u.a_excerpt, u.a_detail),
-ins AS (
-  INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
-                         status, attempts, snoozes, ledger_len, run, dead_reason,
-                         last_outcome, last_status_code, last_excerpt, last_at, a_probe,
-                         a_started, a_scheduled, next_attempt_at, a_detail)
-  SELECT f.id, f.seq, f.message_id, f.group_id, f.tenant, mf.created_at, :now::int8,
-         f.status, f.attempts, f.snoozes, f.ledger_len, f.run, f.dead_reason,
-         CASE WHEN f.a_set THEN f.a_outcome END, CASE WHEN f.a_set THEN f.a_code END,
-         CASE WHEN f.a_set THEN f.a_excerpt END, CASE WHEN f.a_set THEN f.a_finished END,
-         CASE WHEN f.a_set THEN f.a_probe END, CASE WHEN f.a_set THEN f.a_started END,
-         CASE WHEN f.a_set THEN nullif(f.claimed_due, 0) END, nullif(f.next_at, :now::int8),
-         CASE WHEN f.a_set THEN f.a_detail END
-    FROM fin f JOIN {messages} mf ON mf.id = f.message_id),
+{complete_input}),
+{complete_finish},
 upd AS (
   UPDATE {queue} x SET
          state = CASE WHEN (u.awaits AND g.kind = 'webhook' AND NOT EXISTS (
@@ -304,12 +276,66 @@ res AS (
   SELECT id, tenant, kind, target, disable, a_set, a_outcome, a_code, a_finished FROM fin
   UNION ALL
   SELECT id, tenant, kind, target, disable, a_set, a_outcome, a_code, a_finished FROM upd),
+{complete_endpoints}
+SELECT id FROM res
+
+-- name: complete_finished
+-- `complete` for a batch whose every item finishes (:statuses all 4 or 5): no row stays in the
+-- queue, so the update, attempt and union steps are left out and the endpoints' last status
+-- is read from the finished rows directly (about a tenth less executor time than `complete`
+-- for 100 successes). Same parameters and result.
+WITH u AS (
+{complete_input}),
+{complete_finish},
+{complete_endpoints}
+SELECT id FROM fin
+
+-- name: complete_input
+-- The completion's items as rows (pasted into `complete` and `complete_finished`).
+  SELECT * FROM unnest(:ids::uuid[], :tokens::uuid[], :statuses::int2[], :attempts::int4[],
+                       :snoozes::int4[], :next_at::int8[], :dead_reasons::text[],
+                       :disable::bool[], :a_set::bool[], :a_probe::bool[], :a_started::int8[],
+                       :a_finished::int8[], :a_outcomes::text[], :a_codes::int4[],
+                       :a_excerpts::text[], :tenants::text[], :awaits::bool[],
+                       :a_details::text[])
+    AS u(id, token, status, attempts, snoozes, next_at, dead_reason, disable, a_set, a_probe,
+         a_started, a_finished, a_outcome, a_code, a_excerpt, tenant, awaits, a_detail)
+
+-- name: complete_finish
+-- The finished rows: deleted from the queue, appended to the history (pasted into `complete`
+-- and `complete_finished`).
+fin AS (
+  DELETE FROM {queue} x USING u, {groups} g
+   WHERE x.id = u.id AND x.token = u.token AND x.state IN (2, 3) AND u.status IN (4, 5)
+     AND g.id = x.group_id AND g.tenant = u.tenant
+  RETURNING x.id, x.seq, x.message_id, x.group_id, g.tenant, g.kind, g.target, u.status,
+            u.attempts, u.snoozes,
+            x.ledger_len + CASE WHEN u.a_set THEN 1 ELSE 0 END AS ledger_len,
+            x.run, x.claimed_due, u.next_at, u.dead_reason, u.disable, u.a_set, u.a_probe,
+            u.a_started, u.a_finished, u.a_outcome, u.a_code, u.a_excerpt, u.a_detail),
+ins AS (
+  INSERT INTO {history} (id, seq, message_id, group_id, tenant, created_at, completed_at,
+                         status, attempts, snoozes, ledger_len, run, dead_reason,
+                         last_outcome, last_status_code, last_excerpt, last_at, a_probe,
+                         a_started, a_scheduled, next_attempt_at, a_detail)
+  SELECT f.id, f.seq, f.message_id, f.group_id, f.tenant, mf.created_at, :now::int8,
+         f.status, f.attempts, f.snoozes, f.ledger_len, f.run, f.dead_reason,
+         CASE WHEN f.a_set THEN f.a_outcome END, CASE WHEN f.a_set THEN f.a_code END,
+         CASE WHEN f.a_set THEN f.a_excerpt END, CASE WHEN f.a_set THEN f.a_finished END,
+         CASE WHEN f.a_set THEN f.a_probe END, CASE WHEN f.a_set THEN f.a_started END,
+         CASE WHEN f.a_set THEN nullif(f.claimed_due, 0) END, nullif(f.next_at, :now::int8),
+         CASE WHEN f.a_set THEN f.a_detail END
+    FROM fin f JOIN {messages} mf ON mf.id = f.message_id)
+
+-- name: complete_endpoints
+-- The endpoints' last status from the settled rows `{settled}` (`res` in `complete`, `fin` in
+-- `complete_finished`), pasted into both.
 ep AS (
   SELECT target::uuid AS endpoint_id, tenant, bool_or(disable) AS gone,
          (array_agg(a_outcome ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] AS o,
          (array_agg(a_code ORDER BY a_finished DESC) FILTER (WHERE a_set))[1] AS c,
          max(a_finished) FILTER (WHERE a_set) AS at
-    FROM res WHERE kind = 'webhook' AND (disable OR a_set)
+    FROM {settled} WHERE kind = 'webhook' AND (disable OR a_set)
    GROUP BY target, tenant),
 dis AS (
   UPDATE {endpoints} e SET
@@ -323,7 +349,6 @@ dis AS (
          last_at = CASE WHEN (ep.at IS NOT NULL AND (e.last_at IS NULL OR ep.at >= e.last_at))
                    THEN ep.at ELSE e.last_at END
     FROM ep WHERE e.id = ep.endpoint_id AND e.tenant = ep.tenant)
-SELECT id FROM res
 
 -- name: release
 -- Leases given back unattempted (core's `Lease::release`), one per element (:statuses 0

@@ -295,6 +295,12 @@ mod tests {
             ("disabled_hold", "1"),
             // `claim::Sql::new` pastes the `claimable` section here before parsing.
             ("claimable", "true"),
+            // ... and the completion's shared sections here (the real pasting is tested by
+            // every completion the store runs).
+            ("complete_input", "SELECT 1"),
+            ("complete_finish", "fin AS (SELECT 1 AS id)"),
+            ("complete_endpoints", "ep AS (SELECT 1)"),
+            ("settled", "fin"),
         ];
         for file in [
             TOKENS,

@@ -194,6 +194,7 @@ macro_rules! __conformance_cases {
             ledger_filters,
             mark_sending_then_stranded_send_is_flagged,
             complete_many_mixed_results,
+            complete_many_all_finishing,
             purge_removes_only_finished_before_cutoff,
             purge_rotates_over_tenants,
             stats_counts_and_oldest_due_age,

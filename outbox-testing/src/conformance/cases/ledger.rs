@@ -1,8 +1,9 @@
 //! The ledger (attempts, listings, filters), e-mail sends and batch completion.
 
 use outboxkit_core::{
-    AttemptOutcome, Completion, Delivery, DeliveryFilter, DeliveryStatus, DestinationKind,
-    ErrorClass, ErrorKind, HandlerOutcome, Lease, OsEntropy, Outcome, PageRequest, Verdict,
+    AttemptOutcome, Completion, DeadReason, Delivery, DeliveryFilter, DeliveryStatus,
+    DestinationKind, ErrorClass, ErrorKind, HandlerOutcome, Lease, OsEntropy, Outcome, PageRequest,
+    Verdict,
 };
 
 use super::helpers::*;
@@ -441,4 +442,68 @@ pub async fn complete_many_mixed_results(fx: Fixture) {
             .len(),
         0
     );
+}
+
+/// A batch in which every item finishes (succeeded or dead; a store may take a shorter path
+/// for it) is still fenced per item: a stale lease among them changes nothing, the others
+/// finish with their attempts.
+pub async fn complete_many_all_finishing(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "*").await;
+    for _ in 0..3 {
+        enqueue(&fx, msg("order.created")).await;
+    }
+    let t = Default::default();
+    let got = claim(&fx, &for_consumer(&c)).await;
+    assert_eq!(got.len(), 3);
+    let stale = Lease {
+        token: outboxkit_core::ClaimToken::generate(&OsEntropy),
+        ..got[1].lease.clone()
+    };
+    let rec = record(
+        &Outcome::Handler(HandlerOutcome::Ok),
+        now(&fx),
+        now(&fx),
+        None,
+    );
+    let done = |verdict| Completion {
+        verdict,
+        attempt: rec.clone(),
+    };
+    let items = vec![
+        (got[0].lease.clone(), done(Verdict::Succeeded)),
+        (stale, done(Verdict::Succeeded)),
+        (
+            got[2].lease.clone(),
+            done(Verdict::Dead {
+                reason: DeadReason::Permanent,
+            }),
+        ),
+    ];
+    let results = fx
+        .store()
+        .complete_many(&items)
+        .await
+        .expect("complete_many");
+    assert_eq!(results.len(), 3);
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert_eq!(
+        results[1].as_ref().map_err(|e| e.kind()),
+        Err(ErrorKind::LeaseLost)
+    );
+    let first = delivery(&fx, &t, got[0].delivery.id).await;
+    assert_eq!(first.status, DeliveryStatus::Succeeded);
+    let mid = delivery(&fx, &t, got[1].delivery.id).await;
+    assert_eq!(
+        (mid.status, mid.lease_until),
+        (DeliveryStatus::Processing, Some(got[1].lease.until))
+    );
+    let last = delivery(&fx, &t, got[2].delivery.id).await;
+    assert_eq!(
+        (last.status, last.dead_reason),
+        (DeliveryStatus::Dead, Some(DeadReason::Permanent))
+    );
+    for (id, attempts) in [(first.id, 1), (mid.id, 0), (last.id, 1)] {
+        let got = fx.store().attempts(&t, id).await.expect("attempts");
+        assert_eq!(got.len(), attempts, "attempts of {id}");
+    }
 }
