@@ -36,7 +36,7 @@
 --    row keeps its old due_at, so it sits in the index before its place); then it is the
 --    earlier of its first pending row (`p1`) and its first stranded row by lease end among
 --    those before `p1` (`s1`).
--- 4. `picked`: from each, its first claimable rows in (due, enqueue order), locked with SKIP
+-- 4. `rounds`: from each, its first claimable rows in (due, enqueue order), locked with SKIP
 --    LOCKED: at most :batch - k + 1 each when k groups take part, an endpoint's no more than its
 --    room. They are its first rows in index order (`front`) when none of them is stranded (a
 --    stranded row further on is due after all of them); otherwise (`mixed`) its first pending
@@ -46,6 +46,8 @@
 --    no live lease, and not behind an older unfinished row of its ordering key whose topic is
 --    not :dormant (an older row that dies at this claim does not hold it back). A row past its
 --    budget (the budget was lowered) is taken too and dies (`spent`).
+--    Each row's number in its group is its round; its group's first row orders the groups
+--    (one window pass gives both: the rows cut by `r <= k` are each group's last).
 -- 5. `chosen`: fair rounds (each group's first row, then each group's second, ...), groups in
 --    the order of their first row, cut at :batch.
 -- 6. `claimed`: state processing, an attempt spent unless held, a token from :tokens, the
@@ -162,17 +164,15 @@ strays AS (
      ORDER BY greatest(x.due_at, x.lease_until), x.seq
      LIMIT least(gb.n, coalesce(gb.room, gb.n))
      FOR UPDATE OF x SKIP LOCKED) s),
-picked AS (
-  SELECT v.id, v.group_id, v.claimed_from, v.due_at, v.seq, v.attempts, v.budget, v.spent
-    FROM (SELECT u.*, row_number() OVER (PARTITION BY u.group_id ORDER BY u.due_at, u.seq) AS r
-            FROM (SELECT f.* FROM front f JOIN mixed m ON m.id = f.group_id AND NOT m.has_stranded
-                  UNION ALL SELECT * FROM pend UNION ALL SELECT * FROM strays) u) v
-   WHERE v.r <= v.k),
 rounds AS (
-  SELECT picked.*, row_number() OVER w AS round,
-         first_value(due_at) OVER w AS g_due, first_value(seq) OVER w AS g_seq
-    FROM picked
-  WINDOW w AS (PARTITION BY group_id ORDER BY due_at, seq)),
+  SELECT v.id, v.group_id, v.claimed_from, v.due_at, v.seq, v.attempts, v.budget, v.spent,
+         v.r AS round, v.g_due, v.g_seq
+    FROM (SELECT u.*, row_number() OVER w AS r, first_value(u.due_at) OVER w AS g_due,
+                 first_value(u.seq) OVER w AS g_seq
+            FROM (SELECT f.* FROM front f JOIN mixed m ON m.id = f.group_id AND NOT m.has_stranded
+                  UNION ALL SELECT * FROM pend UNION ALL SELECT * FROM strays) u
+          WINDOW w AS (PARTITION BY u.group_id ORDER BY u.due_at, u.seq)) v
+   WHERE v.r <= v.k),
 chosen AS (
   SELECT rounds.*, (row_number() OVER (ORDER BY round, g_due, g_seq))::int4 AS rn
     FROM rounds ORDER BY round, g_due, g_seq LIMIT :batch::int8),
