@@ -60,6 +60,41 @@ const COLUMNS: [Expected; 29] = [
     ("m_created_at", ty::<i64>),
 ];
 
+/// The position of the column `name` in [`COLUMNS`]; a name not there fails the build (the
+/// lookup runs at compile time through [`c!`]).
+const fn col(name: &str) -> usize {
+    let mut i = 0;
+    while i < COLUMNS.len() {
+        if same_text(COLUMNS[i].0, name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("no such column in the claim's row")
+}
+
+const fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The position of a claim column, found at compile time.
+macro_rules! c {
+    ($name:literal) => {
+        const { col($name) }
+    };
+}
+
 /// Check that `row`'s columns are [`COLUMNS`], names and types, in order.
 fn check_columns(row: &PgRow) -> Result<()> {
     let cols = row.columns();
@@ -109,67 +144,69 @@ fn count(row: &PgRow, i: usize) -> Result<u32> {
 
 /// One claimed delivery, its message and its lease.
 fn claimed(row: &PgRow) -> Result<Claimed> {
-    let last_outcome = match at::<Option<&str>>(row, 12)? {
+    let last_outcome = match at::<Option<&str>>(row, c!("last_outcome"))? {
         Some(o) => Some(LastOutcome {
             outcome: AttemptOutcome::parse(o).map_err(rows::corrupt("last_outcome"))?,
-            status_code: rows::status_code(at(row, 13)?, "last_status_code")?,
-            excerpt: at(row, 14)?,
-            at: ts(row, 15)?,
+            status_code: rows::status_code(at(row, c!("last_status_code"))?, "last_status_code")?,
+            excerpt: at(row, c!("last_excerpt"))?,
+            at: ts(row, c!("last_at"))?,
         }),
         None => None,
     };
-    let dead_reason = at::<Option<&str>>(row, 16)?
+    let dead_reason = at::<Option<&str>>(row, c!("dead_reason"))?
         .map(DeadReason::parse)
         .transpose()
         .map_err(rows::corrupt("dead_reason"))?;
-    let tenant = TenantId::new(at::<String>(row, 2)?).map_err(rows::corrupt("tenant"))?;
-    let topic = Topic::new(at::<String>(row, 3)?).map_err(rows::corrupt("topic"))?;
-    let ordering_key = at::<Option<String>>(row, 4)?
+    let tenant =
+        TenantId::new(at::<String>(row, c!("tenant"))?).map_err(rows::corrupt("tenant"))?;
+    let topic = Topic::new(at::<String>(row, c!("topic"))?).map_err(rows::corrupt("topic"))?;
+    let ordering_key = at::<Option<String>>(row, c!("ordering_key"))?
         .map(OrderingKey::new)
         .transpose()
         .map_err(rows::corrupt("ordering_key"))?;
     let delivery = Delivery {
-        id: DeliveryId::from_uuid(at(row, 0)?).map_err(rows::corrupt("id"))?,
-        message_id: MessageId::from_uuid(at(row, 1)?).map_err(rows::corrupt("message_id"))?,
+        id: DeliveryId::from_uuid(at(row, c!("id"))?).map_err(rows::corrupt("id"))?,
+        message_id: MessageId::from_uuid(at(row, c!("message_id"))?)
+            .map_err(rows::corrupt("message_id"))?,
         tenant: tenant.clone(),
         topic: topic.clone(),
         ordering_key: ordering_key.clone(),
-        destination: Destination::from_parts(at(row, 5)?, at(row, 6)?)
+        destination: Destination::from_parts(at(row, c!("kind"))?, at(row, c!("target"))?)
             .map_err(rows::corrupt("target"))?,
-        status: rows::status(at(row, 7)?)?,
-        attempts: count(row, 8)?,
-        snoozes: count(row, 9)?,
-        next_attempt_at: ts(row, 10)?,
-        lease_until: ts_opt(row, 11)?,
+        status: rows::status(at(row, c!("status"))?)?,
+        attempts: count(row, c!("attempts"))?,
+        snoozes: count(row, c!("snoozes"))?,
+        next_attempt_at: ts(row, c!("next_attempt_at"))?,
+        lease_until: ts_opt(row, c!("lease_until"))?,
         last_outcome,
         dead_reason,
-        created_at: ts(row, 17)?,
-        updated_at: ts(row, 18)?,
-        completed_at: ts_opt(row, 19)?,
-        run: count(row, 20)?,
+        created_at: ts(row, c!("created_at"))?,
+        updated_at: ts(row, c!("updated_at"))?,
+        completed_at: ts_opt(row, c!("completed_at"))?,
+        run: count(row, c!("run"))?,
     };
     let message = Message {
         id: delivery.message_id,
         topic,
-        payload: at(row, 23)?,
+        payload: at(row, c!("m_payload"))?,
         tenant: tenant.clone(),
         ordering_key,
-        idempotency_key: rows::idempotency_key(at(row, 24)?)?,
-        available_at: ts(row, 25)?,
-        headers: rows::headers_from(at(row, 26)?)?,
-        cause: rows::cause_from(at(row, 27)?)?,
-        created_at: ts(row, 28)?,
+        idempotency_key: rows::idempotency_key(at(row, c!("m_idempotency_key"))?)?,
+        available_at: ts(row, c!("m_available_at"))?,
+        headers: rows::headers_from(at(row, c!("m_headers"))?)?,
+        cause: rows::cause_from(at(row, c!("m_cause"))?)?,
+        created_at: ts(row, c!("m_created_at"))?,
     };
     let lease = Lease {
         delivery_id: delivery.id,
         tenant,
-        token: ClaimToken::from_uuid(at(row, 21)?),
+        token: ClaimToken::from_uuid(at(row, c!("claim_token"))?),
         until: delivery
             .lease_until
             .ok_or_else(|| Error::new(ErrorKind::Unexpected, "a claimed row has no lease"))?,
         attempts: delivery.attempts,
         snoozes: delivery.snoozes,
-        claimed_from: rows::status(at(row, 22)?)?,
+        claimed_from: rows::status(at(row, c!("claimed_from"))?)?,
     };
     Ok(Claimed {
         lease,

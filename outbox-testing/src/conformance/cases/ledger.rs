@@ -1,9 +1,9 @@
 //! The ledger (attempts, listings, filters), e-mail sends and batch completion.
 
 use outboxkit_core::{
-    AttemptOutcome, Completion, DeadReason, Delivery, DeliveryFilter, DeliveryStatus,
-    DestinationKind, ErrorClass, ErrorKind, HandlerOutcome, Lease, OsEntropy, Outcome, PageRequest,
-    Verdict,
+    AttemptOutcome, AttemptRecord, Claimed, Completion, DeadReason, Delivery, DeliveryFilter,
+    DeliveryStatus, DestinationKind, ErrorClass, ErrorKind, HandlerOutcome, Lease, OsEntropy,
+    Outcome, PageRequest, Verdict,
 };
 
 use super::helpers::*;
@@ -359,15 +359,14 @@ pub async fn mark_sending_then_stranded_send_is_flagged(fx: Fixture) {
     );
 }
 
-/// `complete_many` applies each item on its own and reports one result per item, in
-/// order; a stale lease fails alone.
-pub async fn complete_many_mixed_results(fx: Fixture) {
-    let c = add_consumer(&fx, "worker", "*").await;
+/// Three deliveries to one consumer, claimed; a lease of the second with a forged token; a
+/// handler's successful attempt record.
+async fn three_claimed_one_stale(fx: &Fixture) -> (Vec<Claimed>, Lease, Option<AttemptRecord>) {
+    let c = add_consumer(fx, "worker", "*").await;
     for _ in 0..3 {
-        enqueue(&fx, msg("order.created")).await;
+        enqueue(fx, msg("order.created")).await;
     }
-    let t = Default::default();
-    let got = claim(&fx, &for_consumer(&c)).await;
+    let got = claim(fx, &for_consumer(&c)).await;
     assert_eq!(got.len(), 3);
     let stale = Lease {
         token: outboxkit_core::ClaimToken::generate(&OsEntropy),
@@ -375,10 +374,18 @@ pub async fn complete_many_mixed_results(fx: Fixture) {
     };
     let rec = record(
         &Outcome::Handler(HandlerOutcome::Ok),
-        now(&fx),
-        now(&fx),
+        now(fx),
+        now(fx),
         None,
     );
+    (got, stale, rec)
+}
+
+/// `complete_many` applies each item on its own and reports one result per item, in
+/// order; a stale lease fails alone.
+pub async fn complete_many_mixed_results(fx: Fixture) {
+    let t = Default::default();
+    let (got, stale, rec) = three_claimed_one_stale(&fx).await;
     let retry_at = now(&fx).saturating_add(secs(120));
     let items = vec![
         (
@@ -448,23 +455,8 @@ pub async fn complete_many_mixed_results(fx: Fixture) {
 /// for it) is still fenced per item: a stale lease among them changes nothing, the others
 /// finish with their attempts.
 pub async fn complete_many_all_finishing(fx: Fixture) {
-    let c = add_consumer(&fx, "worker", "*").await;
-    for _ in 0..3 {
-        enqueue(&fx, msg("order.created")).await;
-    }
     let t = Default::default();
-    let got = claim(&fx, &for_consumer(&c)).await;
-    assert_eq!(got.len(), 3);
-    let stale = Lease {
-        token: outboxkit_core::ClaimToken::generate(&OsEntropy),
-        ..got[1].lease.clone()
-    };
-    let rec = record(
-        &Outcome::Handler(HandlerOutcome::Ok),
-        now(&fx),
-        now(&fx),
-        None,
-    );
+    let (got, stale, rec) = three_claimed_one_stale(&fx).await;
     let done = |verdict| Completion {
         verdict,
         attempt: rec.clone(),
