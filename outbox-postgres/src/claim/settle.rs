@@ -55,9 +55,8 @@ impl PostgresStore {
             let u = lease.settle(&completion.verdict, completion.attempt.as_ref(), now);
             a.ids.push(lease.delivery_id.as_uuid());
             a.tokens.push(lease.token.as_uuid());
-            let status = rows::state_code(u.status)?;
-            finishing += usize::from(status >= 4);
-            a.status.push(status);
+            finishing += usize::from(u.status.is_finished());
+            a.status.push(rows::state_code(u.status)?);
             a.attempts.push(int4(u.attempts));
             a.snoozes.push(int4(u.snoozes));
             a.next_at.push(ms(u.next_attempt_at));

@@ -381,6 +381,22 @@ async fn three_claimed_one_stale(fx: &Fixture) -> (Vec<Claimed>, Lease, Option<A
     (got, stale, rec)
 }
 
+/// Complete the three `items` in one call: the first and third apply, the second (a stale
+/// lease) fails alone as `LeaseLost`.
+async fn complete_all_but_the_stale_second(fx: &Fixture, items: &[(Lease, Completion)]) {
+    let results = fx
+        .store()
+        .complete_many(items)
+        .await
+        .expect("complete_many");
+    assert_eq!(results.len(), 3);
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert_eq!(
+        results[1].as_ref().map_err(|e| e.kind()),
+        Err(ErrorKind::LeaseLost)
+    );
+}
+
 /// `complete_many` applies each item on its own and reports one result per item, in
 /// order; a stale lease fails alone.
 pub async fn complete_many_mixed_results(fx: Fixture) {
@@ -410,17 +426,7 @@ pub async fn complete_many_mixed_results(fx: Fixture) {
             },
         ),
     ];
-    let results = fx
-        .store()
-        .complete_many(&items)
-        .await
-        .expect("complete_many");
-    assert_eq!(results.len(), 3);
-    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
-    assert_eq!(
-        results[1].as_ref().map_err(|e| e.kind()),
-        Err(ErrorKind::LeaseLost)
-    );
+    complete_all_but_the_stale_second(&fx, &items).await;
     assert_eq!(
         delivery(&fx, &t, got[0].delivery.id).await.status,
         DeliveryStatus::Succeeded
@@ -471,17 +477,7 @@ pub async fn complete_many_all_finishing(fx: Fixture) {
             }),
         ),
     ];
-    let results = fx
-        .store()
-        .complete_many(&items)
-        .await
-        .expect("complete_many");
-    assert_eq!(results.len(), 3);
-    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
-    assert_eq!(
-        results[1].as_ref().map_err(|e| e.kind()),
-        Err(ErrorKind::LeaseLost)
-    );
+    complete_all_but_the_stale_second(&fx, &items).await;
     let first = delivery(&fx, &t, got[0].delivery.id).await;
     assert_eq!(first.status, DeliveryStatus::Succeeded);
     let mid = delivery(&fx, &t, got[1].delivery.id).await;
