@@ -58,6 +58,13 @@ pub struct PostgresConfig {
     /// pools beside it (at most 2 connections each), and the wake-up listener and notifier on
     /// one connection each, all outside this pool. Default 10.
     pub max_connections: u32,
+    /// `enqueue_batch` (and `enqueue_batch_in`) writes a batch of at least this many
+    /// messages, none of which carries an idempotency key, with binary `COPY`: one statement
+    /// finds the destinations of the batch's (tenant, topic) pairs, then the messages and
+    /// their deliveries are copied in (no `ON CONFLICT` pass, no per-row planning). Smaller
+    /// batches, and batches with idempotency keys, go through the one batch statement.
+    /// The stored rows are the same either way. `usize::MAX` never copies. Default 32.
+    pub copy_batches_from: usize,
 }
 
 impl Default for PostgresConfig {
@@ -71,6 +78,7 @@ impl Default for PostgresConfig {
             listener_max_backoff: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             max_connections: 10,
+            copy_batches_from: 32,
         }
     }
 }
@@ -115,6 +123,12 @@ impl PostgresConfig {
             return Err(Error::misconfigured(
                 "max_connections",
                 "must be at least 1",
+            ));
+        }
+        if self.copy_batches_from == 0 {
+            return Err(Error::misconfigured(
+                "copy_batches_from",
+                "must be at least 1 (usize::MAX never copies)",
             ));
         }
         Ok(())
@@ -242,5 +256,16 @@ mod tests {
             long.validate().is_err(),
             "the channel name would be too long"
         );
+    }
+
+    #[test]
+    fn copy_batches_from_must_be_positive() {
+        let mut c = PostgresConfig::new("s1");
+        c.copy_batches_from = 0;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Misconfigured);
+        assert!(e.to_string().contains("copy_batches_from"), "{e}");
+        c.copy_batches_from = usize::MAX;
+        assert!(c.validate().is_ok());
     }
 }

@@ -4,16 +4,21 @@
 //! Fan-out happens at enqueue, inside the statement: one delivery to every consumer whose
 //! filter matches the topic, to every endpoint of the message's tenant whose filter matches
 //! (held when the endpoint is paused or disabled), and to every e-mail recipient, numbered in
-//! that order and given ids derived from one random UUIDv7 base per message.
+//! that order and given ids derived from one random UUIDv7 base per message. A large batch
+//! without idempotency keys is written with binary `COPY` instead (`write_copied`): the
+//! destinations are read in one statement, numbered here in the same order, and copied in
+//! with the messages (`PostgresConfig::copy_batches_from`).
 
 use std::collections::{BTreeSet, HashMap};
 
+use outboxkit_core::claim_rules::{barrier_key, FIFO_BARRIER};
 use outboxkit_core::{
     fanout, DeliveryId, Enqueued, Error, ErrorKind, MessageId, NewMessage, Result, ValidMessage,
 };
 use sqlx::postgres::PgConnection;
 use uuid::Uuid;
 
+use crate::copy::CopyRows;
 use crate::error::DbResult;
 use crate::rows::{self, get, ms};
 use crate::sql::Params;
@@ -295,6 +300,135 @@ impl PostgresStore {
             .collect()
     }
 
+    /// [`PostgresStore::write_batch`] with binary `COPY`, for a batch without idempotency
+    /// keys (so nothing can conflict but a colliding new id, which fails the copy): the
+    /// `routes` statement finds each (tenant, topic)'s consumers and endpoints and each
+    /// recipient's group (making missing groups) and hashes the ordering keys; the messages
+    /// and their deliveries are then copied in, each delivery numbered and given what `many`
+    /// gives it (the same ids, groups, states, due times, barrier hashes and `seq` order);
+    /// then the `NOTIFY` on `channel`, when given and a delivery was written.
+    async fn write_copied(
+        &self,
+        conn: &mut PgConnection,
+        prepared: &[Prepared],
+        sent: &[usize],
+        channel: Option<&str>,
+    ) -> Result<Vec<Written>> {
+        let now = ms(self.inner.clock.now());
+        let valid = || sent.iter().map(|&i| &prepared[i].valid);
+        let routes: BTreeSet<(&str, &str)> = valid()
+            .map(|v| (v.tenant.as_str(), v.topic.as_str()))
+            .collect();
+        let emails: BTreeSet<(&str, &str)> = valid()
+            .flat_map(|v| {
+                v.emails
+                    .iter()
+                    .map(move |r| (v.tenant.as_str(), r.as_str()))
+            })
+            .collect();
+        let mut keys: BTreeSet<&str> = valid()
+            .filter_map(|v| v.ordering_key.as_ref().map(|k| k.as_str()))
+            .collect();
+        keys.insert(FIFO_BARRIER);
+        let params = Params::new()
+            .set(
+                "route_tenants",
+                routes.iter().map(|r| r.0).collect::<Vec<_>>(),
+            )
+            .set(
+                "route_topics",
+                routes.iter().map(|r| r.1).collect::<Vec<_>>(),
+            )
+            .set(
+                "email_tenants",
+                emails.iter().map(|r| r.0).collect::<Vec<_>>(),
+            )
+            .set(
+                "email_targets",
+                emails.iter().map(|r| r.1).collect::<Vec<_>>(),
+            )
+            .set("keys", keys.into_iter().collect::<Vec<_>>())
+            .set("now", now);
+        let rows = (self.inner.sql.enqueue.routes.bind(params)?)
+            .fetch_all(&mut *conn)
+            .await
+            .db()?;
+        let found = Found::read(&rows)?;
+
+        let mut messages =
+            CopyRows::with_capacity(valid().map(|v| v.payload.len() + 160).sum::<usize>());
+        let mut queue = CopyRows::with_capacity(sent.len() * 96);
+        let mut written = Vec::with_capacity(sent.len());
+        for &i in sent {
+            let p = &prepared[i];
+            let v = &p.valid;
+            let key = v.ordering_key.as_ref().map(|k| k.as_str());
+            let available = ms(v.available_at);
+            messages
+                .row(10)
+                .uuid(p.id.as_uuid())
+                .text(v.tenant.as_str())
+                .text(v.topic.as_str())
+                .bytes(&v.payload)
+                .opt_text(key)
+                .null()
+                .int8(available)
+                .opt_text(rows::headers_to(&v.headers).as_deref())
+                .opt_text(rows::cause_to(v.cause.as_ref()).as_deref())
+                .int8(now);
+            let ids = DeliveryIds::new(p.base);
+            let mut n = 0i64;
+            let dests = found.routes.get(&(v.tenant.as_str(), v.topic.as_str()));
+            for d in dests.into_iter().flatten() {
+                n += 1;
+                let hash = found.hash(barrier_key(key, d.fifo))?;
+                queue
+                    .row(7)
+                    .uuid(ids.nth(n))
+                    .uuid(p.id.as_uuid())
+                    .int4(d.gid)
+                    .int2(if d.hold.is_some() { 1 } else { 0 })
+                    .int8(d.hold.unwrap_or(available))
+                    .opt_int8(hash)
+                    .int8(now);
+            }
+            for r in &v.emails {
+                n += 1;
+                let gid = found.email_group(v.tenant.as_str(), r.as_str())?;
+                queue
+                    .row(7)
+                    .uuid(ids.nth(n))
+                    .uuid(p.id.as_uuid())
+                    .int4(gid)
+                    .int2(0)
+                    .int8(available)
+                    .opt_int8(found.hash(key)?)
+                    .int8(now);
+            }
+            written.push(Written {
+                inserted: true,
+                deliveries: n,
+                existing: None,
+            });
+        }
+        messages
+            .send(conn, self.inner.sql.enqueue.copy_messages.text())
+            .await?;
+        if queue.rows() > 0 {
+            queue
+                .send(conn, self.inner.sql.enqueue.copy_queue.text())
+                .await?;
+            if let Some(channel) = channel {
+                (self.inner.sql.enqueue.notify)
+                    .bind(Params::new().set("channel", channel))?
+                    .execute(&mut *conn)
+                    .await
+                    .db()?;
+            }
+        }
+        Ok(written)
+    }
+
     /// Enqueue a batch on `conn`, with a `NOTIFY` on `channel` inside the statement when
     /// given.
     pub(crate) async fn enqueue_batch_on(
@@ -313,9 +447,15 @@ impl PostgresStore {
         let valid: Vec<&ValidMessage> = prepared.iter().map(|p| &p.valid).collect();
         self.check_catalogue(conn, &valid).await?;
         let plan = BatchPlan::new(&prepared);
-        let written = self
-            .write_batch(conn, &prepared, &plan.sent, channel)
-            .await?;
+        let copied = plan.sent.len() >= self.inner.config.copy_batches_from
+            && valid.iter().all(|v| v.idempotency_key.is_none());
+        let written = if copied {
+            self.write_copied(conn, &prepared, &plan.sent, channel)
+                .await?
+        } else {
+            self.write_batch(conn, &prepared, &plan.sent, channel)
+                .await?
+        };
         let mut out: Vec<Option<Enqueued>> = vec![None; prepared.len()];
         for (w, &i) in written.into_iter().zip(&plan.sent) {
             out[i] = Some(self.outcome(conn, &prepared[i], w).await?);
@@ -399,6 +539,124 @@ impl PostgresStore {
             tracing::warn!(error = %e, "outbox wake-up notification failed; the notifier retries it");
             self.inner.wake.notify_later();
         }
+    }
+}
+
+/// One destination of a (tenant, topic) pair, as the `routes` statement found it.
+struct Dest<'r> {
+    /// The fan-out order: (grp, k1, target byte-wise), as `many` numbers deliveries.
+    grp: i32,
+    k1: i64,
+    target: &'r str,
+    /// Held until then (a paused or disabled destination).
+    hold: Option<i64>,
+    /// A strict-FIFO endpoint.
+    fifo: bool,
+    gid: i32,
+}
+
+/// What the `routes` statement returned, by what the copy looks up.
+struct Found<'r> {
+    /// Per (tenant, topic): its consumers and endpoints, in fan-out order.
+    routes: HashMap<(&'r str, &'r str), Vec<Dest<'r>>>,
+    /// Per (tenant, recipient): its e-mail group.
+    emails: HashMap<(&'r str, &'r str), i32>,
+    /// Per barrier key: `hashtextextended(key, 0)`.
+    hashes: HashMap<&'r str, i64>,
+}
+
+impl<'r> Found<'r> {
+    fn read(rows: &'r [sqlx::postgres::PgRow]) -> Result<Self> {
+        let mut found = Found {
+            routes: HashMap::new(),
+            emails: HashMap::new(),
+            hashes: HashMap::new(),
+        };
+        for row in rows {
+            let grp: i32 = get(row, "grp")?;
+            let target: &str = get(row, "target")?;
+            match grp {
+                3 => {
+                    found.hashes.insert(target, get(row, "k1")?);
+                }
+                2 => {
+                    found
+                        .emails
+                        .insert((get(row, "tenant")?, target), get(row, "gid")?);
+                }
+                _ => {
+                    let d = Dest {
+                        grp,
+                        k1: get(row, "k1")?,
+                        target,
+                        hold: get(row, "hold")?,
+                        fifo: get(row, "fifo")?,
+                        gid: get(row, "gid")?,
+                    };
+                    let route = (get(row, "tenant")?, get(row, "topic")?);
+                    found.routes.entry(route).or_default().push(d);
+                }
+            }
+        }
+        for dests in found.routes.values_mut() {
+            dests.sort_by(|a, b| {
+                (a.grp, a.k1, a.target.as_bytes()).cmp(&(b.grp, b.k1, b.target.as_bytes()))
+            });
+        }
+        Ok(found)
+    }
+
+    /// The hash of barrier key `key` (`None` when the delivery has none).
+    fn hash(&self, key: Option<&str>) -> Result<Option<i64>> {
+        key.map(|k| {
+            self.hashes.get(k).copied().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unexpected,
+                    "an ordering key came back without its hash",
+                )
+            })
+        })
+        .transpose()
+    }
+
+    fn email_group(&self, tenant: &str, recipient: &str) -> Result<i32> {
+        self.emails
+            .get(&(tenant, recipient))
+            .copied()
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unexpected,
+                    "an e-mail recipient came back without its group",
+                )
+            })
+    }
+}
+
+/// The delivery ids of one message: its random base with the low 8 bytes XORed with the
+/// delivery's 1-based number in the fan-out (as `many` derives them).
+struct DeliveryIds {
+    hi: [u8; 8],
+    lo: i64,
+}
+
+impl DeliveryIds {
+    fn new(base: Uuid) -> Self {
+        let b = base.as_bytes();
+        let mut hi = [0u8; 8];
+        hi.copy_from_slice(&b[..8]);
+        let mut lo = [0u8; 8];
+        lo.copy_from_slice(&b[8..]);
+        DeliveryIds {
+            hi,
+            lo: i64::from_be_bytes(lo),
+        }
+    }
+
+    fn nth(&self, n: i64) -> Uuid {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.hi);
+        b[8..].copy_from_slice(&(self.lo ^ n).to_be_bytes());
+        Uuid::from_bytes(b)
     }
 }
 

@@ -4,6 +4,7 @@
 mod claim;
 mod config;
 mod console;
+mod copy;
 mod deliveries;
 mod endpoints;
 mod enqueue;

@@ -228,8 +228,11 @@ impl PostgresStore {
             .await
     }
 
-    /// Write many messages and their deliveries on `conn`, inside the caller's transaction,
-    /// in one statement (`unnest` arrays: constant text whatever the batch size). Every
+    /// Write many messages and their deliveries on `conn`, inside the caller's transaction:
+    /// in one statement (`unnest` arrays: constant text whatever the batch size), or, for a
+    /// batch of at least [`PostgresConfig::copy_batches_from`] messages without idempotency
+    /// keys, with binary `COPY` (one statement for the destinations, the two copies, and the
+    /// `NOTIFY`; the same rows either way). Every
     /// message is validated before anything is written; a message with the idempotency key
     /// of an earlier one in the batch is a duplicate of it. One `NOTIFY` for the call, as for
     /// [`PostgresStore::enqueue_in`].

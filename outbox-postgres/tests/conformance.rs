@@ -44,7 +44,13 @@ async fn fresh(clock: Arc<ManualClock>) -> Option<(Fixture, PostgresStore, Strin
         Err(e) => return backend_unavailable("postgres", e),
     };
     let schema = format!("outbox_test_{:016x}", OsEntropy.next_u64());
-    let config = PostgresConfig::new(schema.clone());
+    // Every keyless batch is written with COPY (the store's default copies batches of 32
+    // and more): the suite's batches then check the copy; batches with idempotency keys,
+    // and `copy_enqueue.rs` beside the copy, check the batch statement.
+    let config = PostgresConfig {
+        copy_batches_from: 1,
+        ..PostgresConfig::new(schema.clone())
+    };
     let store = PostgresStore::new(
         pool.clone(),
         config.clone(),

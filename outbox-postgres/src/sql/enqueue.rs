@@ -1,5 +1,6 @@
 //! The enqueue statements, loaded from `enqueue.sql` (bound by `enqueue.rs`): one message,
-//! a batch, and the lookup of an idempotent duplicate.
+//! a batch, the lookup of an idempotent duplicate, and the statements of a batch written with
+//! `COPY` (its destinations, the two copies, the wake-up).
 
 use crate::rows::MESSAGE_COLS;
 use crate::schema::Tables;
@@ -14,6 +15,10 @@ pub(crate) struct Sql {
     pub(crate) one: Statement,
     pub(crate) many: Statement,
     pub(crate) find_idempotent: Statement,
+    pub(crate) routes: Statement,
+    pub(crate) copy_messages: Statement,
+    pub(crate) copy_queue: Statement,
+    pub(crate) notify: Statement,
 }
 
 impl Sql {
@@ -31,6 +36,10 @@ impl Sql {
             one: load("one")?,
             many: load("many")?,
             find_idempotent: load("find_idempotent")?,
+            routes: load("routes")?,
+            copy_messages: load("copy_messages")?,
+            copy_queue: load("copy_queue")?,
+            notify: load("notify")?,
         })
     }
 }

@@ -168,3 +168,61 @@ SELECT i.ord, ins.id IS NOT NULL AS inserted, coalesce(k.n, 0) AS deliveries,
 -- name: find_idempotent
 SELECT id FROM {messages}
  WHERE tenant = :tenant::text AND topic = :topic::text AND idempotency_key = :idempotency_key::text
+
+-- name: routes
+-- The destinations of a batch written with COPY (`enqueue.rs`, `write_copied`): for each
+-- distinct (tenant, topic) of :route_tenants/:route_topics its consumers and endpoints, matched
+-- as in `many`, and for each distinct (tenant, recipient) of :email_tenants/:email_targets its
+-- e-mail group; each with its group id, the group made on first use as in `many`. Then one row
+-- per ordering key of :keys with its key_hash in k1 (grp 3). Unordered: the caller puts a
+-- route's destinations in fan-out order (grp, k1, target byte-wise), as `many` numbers them.
+WITH routes AS (
+  SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, 'handler' AS kind, c.name AS target,
+         (CASE c.status WHEN 'paused' THEN {never}::int8 END) AS hold, false AS fifo
+    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
+    JOIN {consumers} c
+      ON ('*' = ANY(c.filter) OR t.topic = ANY(c.filter) OR EXISTS (
+           SELECT 1 FROM unnest(c.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
+              AND starts_with(t.topic, left(fp.p, -1))))
+  UNION ALL
+  SELECT t.tenant, t.topic, 1, e.created_at, 'webhook', e.id::text,
+         (CASE e.status WHEN 'paused' THEN {never}::int8
+                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END), e.fifo
+    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
+    JOIN {endpoints} e
+      ON e.tenant = t.tenant
+     AND ('*' = ANY(e.filter) OR t.topic = ANY(e.filter) OR EXISTS (
+           SELECT 1 FROM unnest(e.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
+              AND starts_with(t.topic, left(fp.p, -1))))
+  UNION ALL
+  SELECT r.tenant, NULL, 2, 0, 'email', r.rcpt, NULL::int8, false
+    FROM unnest(:email_tenants::text[], :email_targets::text[]) AS r(tenant, rcpt)),
+known AS (
+  SELECT routes.*, gr.id AS gid
+    FROM routes
+    LEFT JOIN {groups} gr
+      ON gr.tenant = routes.tenant AND gr.kind = routes.kind AND gr.target = routes.target),
+newg AS (
+  INSERT INTO {groups} (tenant, kind, target)
+  SELECT DISTINCT k.tenant, k.kind, k.target FROM known k WHERE k.gid IS NULL
+  ON CONFLICT (tenant, kind, target) DO UPDATE SET kind = EXCLUDED.kind
+  RETURNING id, tenant, kind, target)
+SELECT k.tenant, k.topic, k.grp, k.k1, k.target, k.hold, k.fifo, coalesce(k.gid, ng.id) AS gid
+  FROM known k
+  LEFT JOIN newg ng ON ng.tenant = k.tenant AND ng.kind = k.kind AND ng.target = k.target
+UNION ALL
+SELECT NULL, NULL, 3, hashtextextended(x.k, 0), x.k, NULL, false, NULL
+  FROM unnest(:keys::text[]) AS x(k)
+
+-- name: copy_messages
+-- The columns in the order `enqueue.rs` writes them (`rows::MESSAGE_COLS`).
+COPY {messages} ({message_cols}) FROM STDIN (FORMAT binary)
+
+-- name: copy_queue
+COPY {queue} (id, message_id, group_id, state, due_at, key_hash, updated_at)
+  FROM STDIN (FORMAT binary)
+
+-- name: notify
+SELECT pg_notify(:channel::text, '')

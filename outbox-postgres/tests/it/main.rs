@@ -3,6 +3,7 @@
 //! works in a fresh schema with a random name, dropped afterwards.
 
 mod claims;
+mod copy_enqueue;
 mod enqueue;
 mod faults;
 mod legacy;

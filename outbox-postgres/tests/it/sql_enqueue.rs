@@ -27,19 +27,19 @@ enum Path {
 
 /// What a case sends: the fields both paths take.
 #[derive(Clone, Debug, Default)]
-struct Case {
-    tenant: Option<String>,
-    topic: String,
-    payload: String,
-    ordering_key: Option<String>,
-    idempotency_key: Option<String>,
-    available_at: Option<i64>,
-    headers: Vec<(String, String)>,
-    recipients: Vec<String>,
+pub(crate) struct Case {
+    pub tenant: Option<String>,
+    pub topic: String,
+    pub payload: String,
+    pub ordering_key: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub available_at: Option<i64>,
+    pub headers: Vec<(String, String)>,
+    pub recipients: Vec<String>,
 }
 
 impl Case {
-    fn new(topic: &str) -> Case {
+    pub(crate) fn new(topic: &str) -> Case {
         Case {
             topic: topic.to_owned(),
             payload: r#"{"n": 1,  "b": [2, 1], "a": "x"}"#.to_owned(),
@@ -47,7 +47,7 @@ impl Case {
         }
     }
 
-    fn message(&self) -> NewMessage {
+    pub(crate) fn message(&self) -> NewMessage {
         let mut m = NewMessage::raw(self.topic.clone(), self.payload.clone().into_bytes());
         if let Some(t) = &self.tenant {
             m = m.tenant(t.clone());
@@ -73,14 +73,14 @@ impl Case {
 
 /// The result and the rows one enqueue wrote, with times relative to the message's creation.
 #[derive(Debug, PartialEq)]
-struct Written {
-    deliveries: i64,
-    duplicate: bool,
-    message: Vec<Option<String>>,
+pub(crate) struct Written {
+    pub deliveries: i64,
+    pub duplicate: bool,
+    pub message: Vec<Option<String>>,
     /// Per delivery in `seq` order: kind, target, state, due_at − created_at (`i64::MAX`: for
     /// ever), key hash,
     /// and its position in the fan-out as its id says.
-    rows: Vec<(String, String, i16, i64, Option<i64>, i64)>,
+    pub rows: Vec<(String, String, i16, i64, Option<i64>, i64)>,
 }
 
 async fn enqueue(
@@ -136,7 +136,12 @@ async fn enqueue(
     }
 }
 
-async fn rows_of(db: &TestDb, conn: &mut PgConnection, id: Uuid, at: Option<i64>) -> Written {
+pub(crate) async fn rows_of(
+    db: &TestDb,
+    conn: &mut PgConnection,
+    id: Uuid,
+    at: Option<i64>,
+) -> Written {
     let s = format!("\"{}\"", db.schema);
     let m = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT tenant, topic, convert_from(payload, 'UTF8') AS payload, ordering_key, \
@@ -255,7 +260,12 @@ async fn run(
     out
 }
 
-fn endpoint(tenant: &str, filter: &str, status: EndpointStatus, at: Timestamp) -> Endpoint {
+pub(crate) fn endpoint(
+    tenant: &str,
+    filter: &str,
+    status: EndpointStatus,
+    at: Timestamp,
+) -> Endpoint {
     Endpoint {
         id: EndpointId::generate(at, &OsEntropy),
         tenant: TenantId::new(tenant).unwrap(),
@@ -276,7 +286,7 @@ fn endpoint(tenant: &str, filter: &str, status: EndpointStatus, at: Timestamp) -
 }
 
 /// Consumers and endpoints that every filter form and hold reaches.
-async fn routes(store: &PostgresStore) {
+pub(crate) async fn routes(store: &PostgresStore) {
     for (name, filter) in [
         ("all", "*"),
         ("orders", "order.*"),
@@ -320,7 +330,7 @@ async fn routes(store: &PostgresStore) {
     }
 }
 
-fn with(f: impl Fn(&mut Case), topic: &str) -> Case {
+pub(crate) fn with(f: impl Fn(&mut Case), topic: &str) -> Case {
     let mut c = Case::new(topic);
     f(&mut c);
     c
