@@ -85,6 +85,11 @@ pub(crate) struct RunLoop<S> {
     wide_in_flight: bool,
     /// The store's `parallel_claims` (at least 1).
     parallel_claims: usize,
+    /// The last claim that returned brought all it asked for: more is likely due, so claims
+    /// go out side by side (up to `parallel_claims`). After a short or empty answer, or a
+    /// failure, one claim at a time: on a queue that is idle or nearly so, a second claim
+    /// would only race the first for the same rows and CPU.
+    full: bool,
     /// Deliveries finished plus settles written, counted: a claim that comes back empty
     /// when this has moved since it was sent asked with a room that may have grown since
     /// (see `Claim::Again`).
@@ -135,6 +140,7 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
             claiming: 0,
             wide_in_flight: false,
             parallel_claims,
+            full: false,
             progress: 0,
             capacity,
             refill,

@@ -153,7 +153,9 @@ pub trait DeliveryStore: Send + Sync + fmt::Debug + 'static {
     /// process each). Claims in flight together never take more than the dispatcher has room
     /// for, and at most one of them asks for webhooks or e-mail (whose per-endpoint caps
     /// count what the run holds), so the store's own rules are all they rely on: they are
-    /// claims of one backend racing, as those of two dispatchers do.
+    /// claims of one backend racing, as those of two dispatchers do. The dispatcher sends
+    /// the second only after a claim came back full, so an idle queue is claimed once per
+    /// wake-up.
     fn parallel_claims(&self) -> usize {
         1
     }

@@ -177,11 +177,13 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
     }
 
     /// Start claims until the room left is below a refill, the store's parallel claims are
-    /// all in flight, or there is nothing to ask for.
+    /// all in flight (one only, unless the last claim came back full), or there is nothing
+    /// to ask for.
     async fn start_claims(&mut self) {
         let s = self.shared.clone();
         let mut refreshed = false;
-        while self.claims.len() < self.parallel_claims {
+        let side_by_side = if self.full { self.parallel_claims } else { 1 };
+        while self.claims.len() < side_by_side {
             let held = self.running() + self.ready.len() + self.claiming;
             let free = self.capacity.saturating_sub(held);
             if free < self.refill {
@@ -244,6 +246,9 @@ impl<S: Future<Output = ()> + Unpin> RunLoop<S> {
         self.landed(&done);
         let s = self.shared.clone();
         let claim = done.result;
+        self.full = claim
+            .as_ref()
+            .is_ok_and(|b| !b.is_empty() && b.len() >= done.asked);
         if let Some(o) = &s.observer {
             let event = ClaimEvent {
                 size: claim.as_ref().map_or(0, Vec::len),

@@ -83,6 +83,19 @@ async fn claims_overlap_where_the_store_runs_them_side_by_side() {
 }
 
 #[tokio::test]
+async fn after_a_short_answer_claims_go_one_at_a_time() {
+    // Five messages and claims of up to 10: the first claim takes them all and comes back
+    // short, so no second claim races it, and the empty ones after it go out alone.
+    let store = run_with_parallel_claims(2, 5, false).await;
+    let p = store.4.as_ref().unwrap();
+    assert_eq!(p.most.load(Ordering::SeqCst), 1);
+    assert!(
+        p.calls.load(Ordering::SeqCst) >= 2,
+        "claimed again after the short answer"
+    );
+}
+
+#[tokio::test]
 async fn one_claim_at_a_time_where_the_store_says_so() {
     let store = run_with_parallel_claims(1, 200, false).await;
     let p = store.4.as_ref().unwrap();
@@ -136,14 +149,17 @@ async fn the_end_of_a_run_hands_back_what_a_claim_in_flight_brings() {
         async move { d.run_once(BUDGET).await }
     });
     let p = store.4.as_ref().unwrap();
+    // The first claim goes out alone; its full answer sends the next two side by side.
+    until(|| p.in_flight.load(Ordering::SeqCst) == 1).await;
+    hold.add_permits(1);
     until(|| p.in_flight.load(Ordering::SeqCst) == 2).await;
     // The budget is spent while both claims are in flight: the run ends when the first
     // returns, with the second still out.
     w.advance(BUDGET + Duration::from_secs(1));
     hold.add_permits(2);
     let r = run.await.unwrap().unwrap();
-    assert_eq!(r.claimed, 20, "{r}");
-    assert_eq!(r.succeeded + r.released, 20, "{r}");
+    assert_eq!(r.claimed, 30, "{r}");
+    assert_eq!(r.succeeded + r.released, 30, "{r}");
     assert!(
         r.released >= 10,
         "the claim still in flight was handed back: {r}"

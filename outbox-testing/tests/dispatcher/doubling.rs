@@ -28,6 +28,8 @@ pub struct Doubling(
 pub struct Parallel {
     /// What `parallel_claims` says.
     pub parallel: usize,
+    /// Claims made, in all.
+    pub calls: std::sync::atomic::AtomicUsize,
     pub in_flight: std::sync::atomic::AtomicUsize,
     /// The most claims in flight at once.
     pub most: std::sync::atomic::AtomicUsize,
@@ -53,6 +55,7 @@ impl Parallel {
 impl outboxkit_core::DeliveryStore for Doubling {
     async fn claim(&self, r: &ClaimRequest) -> outboxkit_core::Result<Vec<Claimed>> {
         if let Some(p) = &self.4 {
+            p.calls.fetch_add(1, Ordering::SeqCst);
             let now = p.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             p.most.fetch_max(now, Ordering::SeqCst);
             let wide = r.webhook_budget().is_some() || r.email_budget().is_some();
