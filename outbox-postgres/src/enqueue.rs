@@ -376,15 +376,14 @@ impl PostgresStore {
                 .opt_text(rows::headers_to(&v.headers).as_deref())
                 .opt_text(rows::cause_to(v.cause.as_ref()).as_deref())
                 .int8(now);
-            let ids = DeliveryIds::new(p.base);
-            let mut n = 0i64;
+            let mut n = 0u64;
             let dests = found.routes.get(&(v.tenant.as_str(), v.topic.as_str()));
             for d in dests.into_iter().flatten() {
                 n += 1;
                 let hash = found.hash(barrier_key(key, d.fifo))?;
                 queue
                     .row(7)
-                    .uuid(ids.nth(n))
+                    .uuid(rows::derived_id(p.base, n))
                     .uuid(p.id.as_uuid())
                     .int4(d.gid)
                     .int2(if d.hold.is_some() { 1 } else { 0 })
@@ -397,7 +396,7 @@ impl PostgresStore {
                 let gid = found.email_group(v.tenant.as_str(), r.as_str())?;
                 queue
                     .row(7)
-                    .uuid(ids.nth(n))
+                    .uuid(rows::derived_id(p.base, n))
                     .uuid(p.id.as_uuid())
                     .int4(gid)
                     .int2(0)
@@ -407,7 +406,7 @@ impl PostgresStore {
             }
             written.push(Written {
                 inserted: true,
-                deliveries: n,
+                deliveries: i64::try_from(n).unwrap_or(i64::MAX),
                 existing: None,
             });
         }
@@ -629,34 +628,6 @@ impl<'r> Found<'r> {
                     "an e-mail recipient came back without its group",
                 )
             })
-    }
-}
-
-/// The delivery ids of one message: its random base with the low 8 bytes XORed with the
-/// delivery's 1-based number in the fan-out (as `many` derives them).
-struct DeliveryIds {
-    hi: [u8; 8],
-    lo: i64,
-}
-
-impl DeliveryIds {
-    fn new(base: Uuid) -> Self {
-        let b = base.as_bytes();
-        let mut hi = [0u8; 8];
-        hi.copy_from_slice(&b[..8]);
-        let mut lo = [0u8; 8];
-        lo.copy_from_slice(&b[8..]);
-        DeliveryIds {
-            hi,
-            lo: i64::from_be_bytes(lo),
-        }
-    }
-
-    fn nth(&self, n: i64) -> Uuid {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&self.hi);
-        b[8..].copy_from_slice(&(self.lo ^ n).to_be_bytes());
-        Uuid::from_bytes(b)
     }
 }
 

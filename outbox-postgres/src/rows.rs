@@ -307,6 +307,12 @@ pub(crate) fn split_base(id: Uuid) -> (Vec<u8>, i64) {
     (b[..8].to_vec(), i64::from_be_bytes(lo))
 }
 
+/// The `n`th (1-based) delivery id of a message whose ids derive from `base`: its last 8
+/// bytes XORed with `n`, as `enqueue.sql` derives them (`did_hi || int8send(did_lo # n)`).
+pub(crate) fn derived_id(base: Uuid, n: u64) -> Uuid {
+    Uuid::from_u128(base.as_u128() ^ u128::from(n))
+}
+
 /// Milliseconds of a timestamp, as bound to a statement.
 pub(crate) fn ms(t: Timestamp) -> i64 {
     t.as_unix_millis()
@@ -327,10 +333,13 @@ mod tests {
         let base = Uuid::from_u128(0x0190_0000_0000_7abc_8def_0123_4567_89ab);
         let (hi, lo) = split_base(base);
         for n in [1i64, 2, 255, 65_536] {
+            // What the statement computes from the split base …
             let mut bytes = [0u8; 16];
             bytes[..8].copy_from_slice(&hi);
             bytes[8..].copy_from_slice(&(lo ^ n).to_be_bytes());
             let id = Uuid::from_bytes(bytes);
+            // … is what the copy computes.
+            assert_eq!(derived_id(base, n as u64), id);
             assert_eq!(id.get_version_num(), 7);
             assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
             assert_ne!(id, base);
