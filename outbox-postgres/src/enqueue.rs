@@ -11,20 +11,20 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use outboxkit_core::claim_rules::{barrier_key, FIFO_BARRIER};
 use outboxkit_core::{
     fanout, DeliveryId, Enqueued, Error, ErrorKind, MessageId, NewMessage, Result, ValidMessage,
 };
 use sqlx::postgres::PgConnection;
 use uuid::Uuid;
 
-use crate::copy::CopyRows;
 use crate::error::DbResult;
 use crate::rows::{self, get, ms};
 use crate::sql::Params;
 use crate::store::PostgresStore;
 use async_trait::async_trait;
 use outboxkit_core::MessageStore;
+
+mod copied;
 
 /// One message ready to write: validated, with its id and the base of its delivery ids.
 struct Prepared {
@@ -45,7 +45,12 @@ struct Written {
 
 impl PostgresStore {
     fn prepare(&self, message: NewMessage) -> Result<Prepared> {
-        let now = self.inner.clock.now();
+        self.prepare_at(message, self.inner.clock.now())
+    }
+
+    /// [`PostgresStore::prepare`] at `now` (a batch prepares every message at one instant,
+    /// which is then its created_at and the start of its holds, as for one message).
+    fn prepare_at(&self, message: NewMessage, now: outboxkit_core::Timestamp) -> Result<Prepared> {
         let valid = message.validate(&self.inner.config.limits, now)?;
         let row = fanout::message_row(&valid, now, &*self.inner.entropy);
         let base = DeliveryId::generate(now, &*self.inner.entropy).as_uuid();
@@ -196,30 +201,37 @@ impl BatchPlan {
     }
 }
 
+/// The messages of a batch that are written (a repeat of an earlier idempotency key is not),
+/// the instant they were prepared at, and the channel to notify.
+struct Sent<'a> {
+    prepared: &'a [Prepared],
+    /// The indexes into `prepared` of the messages written, in order.
+    indexes: &'a [usize],
+    /// Milliseconds: the messages' created_at and the start of their holds.
+    now: i64,
+    channel: Option<&'a str>,
+}
+
+impl<'a> Sent<'a> {
+    fn messages(&self) -> impl Iterator<Item = &'a Prepared> + '_ {
+        self.indexes.iter().map(|&i| &self.prepared[i])
+    }
+}
+
 impl PostgresStore {
     /// Run [`many_text`] for the messages `sent` of `prepared` on `conn`: one report per sent
     /// message, in order.
-    async fn write_batch(
-        &self,
-        conn: &mut PgConnection,
-        prepared: &[Prepared],
-        sent: &[usize],
-        channel: Option<&str>,
-    ) -> Result<Vec<Written>> {
-        let n = sent.len();
-        let valid = || sent.iter().map(|&i| &prepared[i].valid);
-        let bases: Vec<(Vec<u8>, i64)> = sent
-            .iter()
-            .map(|&i| rows::split_base(prepared[i].base))
-            .collect();
-        let routes: BTreeSet<(&str, &str)> = valid()
-            .map(|v| (v.tenant.as_str(), v.topic.as_str()))
-            .collect();
+    async fn write_batch(&self, conn: &mut PgConnection, batch: &Sent<'_>) -> Result<Vec<Written>> {
+        let n = batch.indexes.len();
+        let valid = || batch.messages().map(|p| &p.valid);
+        let bases: Vec<(Vec<u8>, i64)> =
+            batch.messages().map(|p| rows::split_base(p.base)).collect();
+        let (route_tenants, route_topics) = route_arrays(valid());
         let (email_of, email_to): (Vec<i64>, Vec<&str>) = valid()
             .enumerate()
             .flat_map(|(ord, v)| v.emails.iter().map(move |r| (ord as i64 + 1, r.as_str())))
             .unzip();
-        let ids: Vec<_> = sent.iter().map(|&i| prepared[i].id.as_uuid()).collect();
+        let ids: Vec<_> = batch.messages().map(|p| p.id.as_uuid()).collect();
         let params = Params::new()
             .set("ids", ids)
             .set(
@@ -269,16 +281,10 @@ impl PostgresStore {
             .set("did_lo", bases.iter().map(|b| b.1).collect::<Vec<_>>())
             .set("email_messages", email_of)
             .set("recipients", email_to)
-            .set("now", ms(self.inner.clock.now()))
-            .set("channel", channel)
-            .set(
-                "route_tenants",
-                routes.iter().map(|r| r.0).collect::<Vec<_>>(),
-            )
-            .set(
-                "route_topics",
-                routes.iter().map(|r| r.1).collect::<Vec<_>>(),
-            );
+            .set("now", batch.now)
+            .set("channel", batch.channel)
+            .set("route_tenants", route_tenants)
+            .set("route_topics", route_topics);
         let rows = (self.inner.sql.enqueue.many.bind(params)?)
             .fetch_all(&mut *conn)
             .await
@@ -300,134 +306,6 @@ impl PostgresStore {
             .collect()
     }
 
-    /// [`PostgresStore::write_batch`] with binary `COPY`, for a batch without idempotency
-    /// keys (so nothing can conflict but a colliding new id, which fails the copy): the
-    /// `routes` statement finds each (tenant, topic)'s consumers and endpoints and each
-    /// recipient's group (making missing groups) and hashes the ordering keys; the messages
-    /// and their deliveries are then copied in, each delivery numbered and given what `many`
-    /// gives it (the same ids, groups, states, due times, barrier hashes and `seq` order);
-    /// then the `NOTIFY` on `channel`, when given and a delivery was written.
-    async fn write_copied(
-        &self,
-        conn: &mut PgConnection,
-        prepared: &[Prepared],
-        sent: &[usize],
-        channel: Option<&str>,
-    ) -> Result<Vec<Written>> {
-        let now = ms(self.inner.clock.now());
-        let valid = || sent.iter().map(|&i| &prepared[i].valid);
-        let routes: BTreeSet<(&str, &str)> = valid()
-            .map(|v| (v.tenant.as_str(), v.topic.as_str()))
-            .collect();
-        let emails: BTreeSet<(&str, &str)> = valid()
-            .flat_map(|v| {
-                v.emails
-                    .iter()
-                    .map(move |r| (v.tenant.as_str(), r.as_str()))
-            })
-            .collect();
-        let mut keys: BTreeSet<&str> = valid()
-            .filter_map(|v| v.ordering_key.as_ref().map(|k| k.as_str()))
-            .collect();
-        keys.insert(FIFO_BARRIER);
-        let params = Params::new()
-            .set(
-                "route_tenants",
-                routes.iter().map(|r| r.0).collect::<Vec<_>>(),
-            )
-            .set(
-                "route_topics",
-                routes.iter().map(|r| r.1).collect::<Vec<_>>(),
-            )
-            .set(
-                "email_tenants",
-                emails.iter().map(|r| r.0).collect::<Vec<_>>(),
-            )
-            .set(
-                "email_targets",
-                emails.iter().map(|r| r.1).collect::<Vec<_>>(),
-            )
-            .set("keys", keys.into_iter().collect::<Vec<_>>())
-            .set("now", now);
-        let rows = (self.inner.sql.enqueue.routes.bind(params)?)
-            .fetch_all(&mut *conn)
-            .await
-            .db()?;
-        let found = Found::read(&rows)?;
-
-        let mut messages =
-            CopyRows::with_capacity(valid().map(|v| v.payload.len() + 160).sum::<usize>());
-        let mut queue = CopyRows::with_capacity(sent.len() * 96);
-        let mut written = Vec::with_capacity(sent.len());
-        for &i in sent {
-            let p = &prepared[i];
-            let v = &p.valid;
-            let key = v.ordering_key.as_ref().map(|k| k.as_str());
-            let available = ms(v.available_at);
-            messages
-                .row(10)
-                .uuid(p.id.as_uuid())
-                .text(v.tenant.as_str())
-                .text(v.topic.as_str())
-                .bytes(&v.payload)
-                .opt_text(key)
-                .null()
-                .int8(available)
-                .opt_text(rows::headers_to(&v.headers).as_deref())
-                .opt_text(rows::cause_to(v.cause.as_ref()).as_deref())
-                .int8(now);
-            let mut n = 0u64;
-            let dests = found.routes.get(&(v.tenant.as_str(), v.topic.as_str()));
-            for d in dests.into_iter().flatten() {
-                n += 1;
-                let hash = found.hash(barrier_key(key, d.fifo))?;
-                queue
-                    .row(7)
-                    .uuid(rows::derived_id(p.base, n))
-                    .uuid(p.id.as_uuid())
-                    .int4(d.gid)
-                    .int2(if d.hold.is_some() { 1 } else { 0 })
-                    .int8(d.hold.unwrap_or(available))
-                    .opt_int8(hash)
-                    .int8(now);
-            }
-            for r in &v.emails {
-                n += 1;
-                let gid = found.email_group(v.tenant.as_str(), r.as_str())?;
-                queue
-                    .row(7)
-                    .uuid(rows::derived_id(p.base, n))
-                    .uuid(p.id.as_uuid())
-                    .int4(gid)
-                    .int2(0)
-                    .int8(available)
-                    .opt_int8(found.hash(key)?)
-                    .int8(now);
-            }
-            written.push(Written {
-                inserted: true,
-                deliveries: i64::try_from(n).unwrap_or(i64::MAX),
-                existing: None,
-            });
-        }
-        messages
-            .send(conn, self.inner.sql.enqueue.copy_messages.text())
-            .await?;
-        if queue.rows() > 0 {
-            queue
-                .send(conn, self.inner.sql.enqueue.copy_queue.text())
-                .await?;
-            if let Some(channel) = channel {
-                (self.inner.sql.enqueue.notify)
-                    .bind(Params::new().set("channel", channel))?
-                    .execute(&mut *conn)
-                    .await
-                    .db()?;
-            }
-        }
-        Ok(written)
-    }
-
     /// Enqueue a batch on `conn`, with a `NOTIFY` on `channel` inside the statement when
     /// given.
     pub(crate) async fn enqueue_batch_on(
@@ -436,9 +314,10 @@ impl PostgresStore {
         messages: Vec<NewMessage>,
         channel: Option<&str>,
     ) -> Result<Vec<Enqueued>> {
+        let now = self.inner.clock.now();
         let prepared = messages
             .into_iter()
-            .map(|m| self.prepare(m))
+            .map(|m| self.prepare_at(m, now))
             .collect::<Result<Vec<_>>>()?;
         if prepared.is_empty() {
             return Ok(Vec::new());
@@ -448,12 +327,16 @@ impl PostgresStore {
         let plan = BatchPlan::new(&prepared);
         let copied = plan.sent.len() >= self.inner.config.copy_batches_from
             && valid.iter().all(|v| v.idempotency_key.is_none());
+        let batch = Sent {
+            prepared: &prepared,
+            indexes: &plan.sent,
+            now: ms(now),
+            channel,
+        };
         let written = if copied {
-            self.write_copied(conn, &prepared, &plan.sent, channel)
-                .await?
+            self.write_copied(conn, &batch).await?
         } else {
-            self.write_batch(conn, &prepared, &plan.sent, channel)
-                .await?
+            self.write_batch(conn, &batch).await?
         };
         let mut out: Vec<Option<Enqueued>> = vec![None; prepared.len()];
         for (w, &i) in written.into_iter().zip(&plan.sent) {
@@ -541,94 +424,12 @@ impl PostgresStore {
     }
 }
 
-/// One destination of a (tenant, topic) pair, as the `routes` statement found it.
-struct Dest<'r> {
-    /// The fan-out order: (grp, k1, target byte-wise), as `many` numbers deliveries.
-    grp: i32,
-    k1: i64,
-    target: &'r str,
-    /// Held until then (a paused or disabled destination).
-    hold: Option<i64>,
-    /// A strict-FIFO endpoint.
-    fifo: bool,
-    gid: i32,
-}
-
-/// What the `routes` statement returned, by what the copy looks up.
-struct Found<'r> {
-    /// Per (tenant, topic): its consumers and endpoints, in fan-out order.
-    routes: HashMap<(&'r str, &'r str), Vec<Dest<'r>>>,
-    /// Per (tenant, recipient): its e-mail group.
-    emails: HashMap<(&'r str, &'r str), i32>,
-    /// Per barrier key: `hashtextextended(key, 0)`.
-    hashes: HashMap<&'r str, i64>,
-}
-
-impl<'r> Found<'r> {
-    fn read(rows: &'r [sqlx::postgres::PgRow]) -> Result<Self> {
-        let mut found = Found {
-            routes: HashMap::new(),
-            emails: HashMap::new(),
-            hashes: HashMap::new(),
-        };
-        for row in rows {
-            let grp: i32 = get(row, "grp")?;
-            let target: &str = get(row, "target")?;
-            match grp {
-                3 => {
-                    found.hashes.insert(target, get(row, "k1")?);
-                }
-                2 => {
-                    found
-                        .emails
-                        .insert((get(row, "tenant")?, target), get(row, "gid")?);
-                }
-                _ => {
-                    let d = Dest {
-                        grp,
-                        k1: get(row, "k1")?,
-                        target,
-                        hold: get(row, "hold")?,
-                        fifo: get(row, "fifo")?,
-                        gid: get(row, "gid")?,
-                    };
-                    let route = (get(row, "tenant")?, get(row, "topic")?);
-                    found.routes.entry(route).or_default().push(d);
-                }
-            }
-        }
-        for dests in found.routes.values_mut() {
-            dests.sort_by(|a, b| {
-                (a.grp, a.k1, a.target.as_bytes()).cmp(&(b.grp, b.k1, b.target.as_bytes()))
-            });
-        }
-        Ok(found)
-    }
-
-    /// The hash of barrier key `key` (`None` when the delivery has none).
-    fn hash(&self, key: Option<&str>) -> Result<Option<i64>> {
-        key.map(|k| {
-            self.hashes.get(k).copied().ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Unexpected,
-                    "an ordering key came back without its hash",
-                )
-            })
-        })
-        .transpose()
-    }
-
-    fn email_group(&self, tenant: &str, recipient: &str) -> Result<i32> {
-        self.emails
-            .get(&(tenant, recipient))
-            .copied()
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Unexpected,
-                    "an e-mail recipient came back without its group",
-                )
-            })
-    }
+/// The distinct (tenant, topic) pairs of a batch, as the two arrays `batch_routes` reads.
+fn route_arrays<'a>(valid: impl Iterator<Item = &'a ValidMessage>) -> (Vec<&'a str>, Vec<&'a str>) {
+    let routes: BTreeSet<(&str, &str)> = valid
+        .map(|v| (v.tenant.as_str(), v.topic.as_str()))
+        .collect();
+    routes.into_iter().unzip()
 }
 
 /// `MessageStore`.

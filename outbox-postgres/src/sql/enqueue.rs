@@ -32,11 +32,21 @@ impl Sql {
             ("disabled_hold", hold.as_str()),
         ]);
         let load = |name| sql::load(sql::ENQUEUE, name, &names);
+        // The batch forms' routing and groups (`batch_routes`, `batch_groups`) are written once
+        // and pasted into both before they are parsed.
+        let batch_routes = sql::section(sql::ENQUEUE, "batch_routes")?;
+        let batch_groups = sql::section(sql::ENQUEUE, "batch_groups")?;
+        let with_routes = |name| -> Result<Statement> {
+            let text = sql::section(sql::ENQUEUE, name)?
+                .replace("{batch_routes}", batch_routes)
+                .replace("{batch_groups}", batch_groups);
+            Statement::new(&text, &names)
+        };
         Ok(Sql {
             one: load("one")?,
-            many: load("many")?,
+            many: with_routes("many")?,
             find_idempotent: load("find_idempotent")?,
-            routes: load("routes")?,
+            routes: with_routes("routes")?,
             copy_messages: load("copy_messages")?,
             copy_queue: load("copy_queue")?,
             notify: load("notify")?,

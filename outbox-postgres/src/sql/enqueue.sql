@@ -94,26 +94,7 @@ ins AS (
   ON CONFLICT DO NOTHING RETURNING id),
 good AS (SELECT input.* FROM input WHERE input.id IN (SELECT id FROM ins)),
 routes AS (
-  SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, c.name AS k2,
-         'handler' AS kind, c.name AS target,
-         (CASE c.status WHEN 'paused' THEN {never}::int8 END) AS hold, false AS fifo
-    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
-    JOIN {consumers} c
-      ON ('*' = ANY(c.filter) OR t.topic = ANY(c.filter) OR EXISTS (
-           SELECT 1 FROM unnest(c.filter) AS fp(p)
-            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
-              AND starts_with(t.topic, left(fp.p, -1))))
-  UNION ALL
-  SELECT t.tenant, t.topic, 1, e.created_at, e.id::text, 'webhook', e.id::text,
-         (CASE e.status WHEN 'paused' THEN {never}::int8
-                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END), e.fifo
-    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
-    JOIN {endpoints} e
-      ON e.tenant = t.tenant
-     AND ('*' = ANY(e.filter) OR t.topic = ANY(e.filter) OR EXISTS (
-           SELECT 1 FROM unnest(e.filter) AS fp(p)
-            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
-              AND starts_with(t.topic, left(fp.p, -1))))),
+{batch_routes}),
 dest AS (
   SELECT g.ord AS mord, r.grp, r.k1, r.k2, r.kind, r.target, r.hold, r.fifo, g.id, g.tenant,
          g.ordering_key, g.available_at, g.did_hi, g.did_lo
@@ -127,16 +108,7 @@ dest AS (
 -- The message's columns travel with each destination: joining `dest` back to `good` by
 -- number was planned as a nested loop over both CTEs (1,000 × 1,000 rows, 97 of a call's
 -- 119 ms in EXPLAIN ANALYZE) whenever the estimates of the CTEs came out small.
-known AS (
-  SELECT dest.*, gr.id AS gid
-    FROM dest
-    LEFT JOIN {groups} gr
-      ON gr.tenant = dest.tenant AND gr.kind = dest.kind AND gr.target = dest.target),
-newg AS (
-  INSERT INTO {groups} (tenant, kind, target)
-  SELECT DISTINCT k.tenant, k.kind, k.target FROM known k WHERE k.gid IS NULL
-  ON CONFLICT (tenant, kind, target) DO UPDATE SET kind = EXCLUDED.kind
-  RETURNING id, tenant, kind, target),
+{batch_groups},
 nd AS (
   INSERT INTO {queue} (id, message_id, group_id, state, due_at, key_hash, updated_at)
   SELECT encode(k.did_hi || int8send(k.did_lo #
@@ -176,39 +148,12 @@ SELECT id FROM {messages}
 -- e-mail group; each with its group id, the group made on first use as in `many`. Then one row
 -- per ordering key of :keys with its key_hash in k1 (grp 3). Unordered: the caller puts a
 -- route's destinations in fan-out order (grp, k1, target byte-wise), as `many` numbers them.
-WITH routes AS (
-  SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, 'handler' AS kind, c.name AS target,
-         (CASE c.status WHEN 'paused' THEN {never}::int8 END) AS hold, false AS fifo
-    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
-    JOIN {consumers} c
-      ON ('*' = ANY(c.filter) OR t.topic = ANY(c.filter) OR EXISTS (
-           SELECT 1 FROM unnest(c.filter) AS fp(p)
-            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
-              AND starts_with(t.topic, left(fp.p, -1))))
+WITH dest AS (
+{batch_routes}
   UNION ALL
-  SELECT t.tenant, t.topic, 1, e.created_at, 'webhook', e.id::text,
-         (CASE e.status WHEN 'paused' THEN {never}::int8
-                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END), e.fifo
-    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
-    JOIN {endpoints} e
-      ON e.tenant = t.tenant
-     AND ('*' = ANY(e.filter) OR t.topic = ANY(e.filter) OR EXISTS (
-           SELECT 1 FROM unnest(e.filter) AS fp(p)
-            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
-              AND starts_with(t.topic, left(fp.p, -1))))
-  UNION ALL
-  SELECT r.tenant, NULL, 2, 0, 'email', r.rcpt, NULL::int8, false
+  SELECT r.tenant, NULL, 2, 0, '', 'email', r.rcpt, NULL::int8, false
     FROM unnest(:email_tenants::text[], :email_targets::text[]) AS r(tenant, rcpt)),
-known AS (
-  SELECT routes.*, gr.id AS gid
-    FROM routes
-    LEFT JOIN {groups} gr
-      ON gr.tenant = routes.tenant AND gr.kind = routes.kind AND gr.target = routes.target),
-newg AS (
-  INSERT INTO {groups} (tenant, kind, target)
-  SELECT DISTINCT k.tenant, k.kind, k.target FROM known k WHERE k.gid IS NULL
-  ON CONFLICT (tenant, kind, target) DO UPDATE SET kind = EXCLUDED.kind
-  RETURNING id, tenant, kind, target)
+{batch_groups}
 SELECT k.tenant, k.topic, k.grp, k.k1, k.target, k.hold, k.fifo, coalesce(k.gid, ng.id) AS gid
   FROM known k
   LEFT JOIN newg ng ON ng.tenant = k.tenant AND ng.kind = k.kind AND ng.target = k.target
@@ -226,3 +171,43 @@ COPY {queue} (id, message_id, group_id, state, due_at, key_hash, updated_at)
 
 -- name: notify
 SELECT pg_notify(:channel::text, '')
+
+-- name: batch_routes
+-- The consumers and endpoints each distinct (tenant, topic) of :route_tenants/:route_topics
+-- reaches, with the fan-out order (grp, k1, k2), the hold and the FIFO flag: pasted into
+-- `many` and `routes` (`sql/enqueue.rs`) before they are parsed.
+  SELECT t.tenant, t.topic, 0 AS grp, 0::int8 AS k1, c.name AS k2,
+         'handler' AS kind, c.name AS target,
+         (CASE c.status WHEN 'paused' THEN {never}::int8 END) AS hold, false AS fifo
+    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
+    JOIN {consumers} c
+      ON ('*' = ANY(c.filter) OR t.topic = ANY(c.filter) OR EXISTS (
+           SELECT 1 FROM unnest(c.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
+              AND starts_with(t.topic, left(fp.p, -1))))
+  UNION ALL
+  SELECT t.tenant, t.topic, 1, e.created_at, e.id::text, 'webhook', e.id::text,
+         (CASE e.status WHEN 'paused' THEN {never}::int8
+                        WHEN 'disabled' THEN :now::int8 + {disabled_hold}::int8 END), e.fifo
+    FROM unnest(:route_tenants::text[], :route_topics::text[]) AS t(tenant, topic)
+    JOIN {endpoints} e
+      ON e.tenant = t.tenant
+     AND ('*' = ANY(e.filter) OR t.topic = ANY(e.filter) OR EXISTS (
+           SELECT 1 FROM unnest(e.filter) AS fp(p)
+            WHERE right(fp.p, 2) = '.*' AND length(t.topic) > length(fp.p) - 1
+              AND starts_with(t.topic, left(fp.p, -1))))
+
+-- name: batch_groups
+-- Each destination of `dest` (tenant, kind, target) with its group id (`known.gid`), and the
+-- groups made for those that had none (`newg`; a group another transaction made meanwhile is
+-- found by the conflict): pasted into `many` and `routes` before they are parsed.
+known AS (
+  SELECT dest.*, gr.id AS gid
+    FROM dest
+    LEFT JOIN {groups} gr
+      ON gr.tenant = dest.tenant AND gr.kind = dest.kind AND gr.target = dest.target),
+newg AS (
+  INSERT INTO {groups} (tenant, kind, target)
+  SELECT DISTINCT k.tenant, k.kind, k.target FROM known k WHERE k.gid IS NULL
+  ON CONFLICT (tenant, kind, target) DO UPDATE SET kind = EXCLUDED.kind
+  RETURNING id, tenant, kind, target)

@@ -301,6 +301,9 @@ mod tests {
             ("complete_finish", "fin AS (SELECT 1 AS id)"),
             ("complete_endpoints", "ep AS (SELECT 1)"),
             ("settled", "fin"),
+            // `enqueue::Sql::new` pastes the `batch_routes` and `batch_groups` sections here.
+            ("batch_routes", "SELECT 1"),
+            ("batch_groups", "known AS (SELECT 1)"),
         ];
         for file in [
             TOKENS,

@@ -330,6 +330,62 @@ pub(crate) async fn routes(store: &PostgresStore) {
     }
 }
 
+/// A message of every fan-out form `routes` reaches: each tenant, filter form and hold, an
+/// ordering key with a delay, headers and recipients (one repeated), a past `available_at`, a
+/// JSON array payload.
+pub(crate) fn fanout_cases() -> Vec<Case> {
+    let far = SystemClock.now().as_unix_millis() + 3_600_000;
+    let past = SystemClock.now().as_unix_millis() - 3_600_000;
+    let acme = |c: &mut Case| c.tenant = Some("acme".to_owned());
+    vec![
+        Case::new("order.created"),
+        with(acme, "order.created"),
+        with(acme, "order.shipped.late"),
+        with(acme, "invoice.paid"),
+        with(acme, "order"),
+        with(|c| c.tenant = Some("nobody".to_owned()), "misc"),
+        with(
+            |c| {
+                acme(c);
+                c.ordering_key = Some("order:42".to_owned());
+                c.available_at = Some(far);
+                c.headers = vec![
+                    ("x-b".to_owned(), "two\tcols \"quoted\" \\ é".to_owned()),
+                    ("X-A".to_owned(), "one".to_owned()),
+                    ("trace.id".to_owned(), String::new()),
+                ];
+                c.recipients = vec![
+                    "b@example.com".to_owned(),
+                    "a@example.com".to_owned(),
+                    "b@example.com".to_owned(),
+                ];
+            },
+            "order.created",
+        ),
+        with(|c| c.available_at = Some(past), "order.created"),
+        with(|c| c.payload = "[]".to_owned(), "invoice.paid"),
+    ]
+}
+
+/// Commit `tx`: `listener` hears nothing before the commit and the store's wake-up after it.
+pub(crate) async fn commit_wakes(
+    store: &PostgresStore,
+    listener: &mut sqlx::postgres::PgListener,
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
+) {
+    let early = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
+    assert!(
+        early.is_err(),
+        "a NOTIFY reached a listener before the commit"
+    );
+    tx.commit().await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a wake-up after the commit")
+        .unwrap();
+    assert_eq!(n.channel(), store.config().channel());
+}
+
 pub(crate) fn with(f: impl Fn(&mut Case), topic: &str) -> Case {
     let mut c = Case::new(topic);
     f(&mut c);
@@ -343,37 +399,7 @@ async fn the_sql_function_writes_what_enqueue_in_writes() {
             .ready_store(db.pool(&db.app("sqlfn"), 2).await, Arc::new(SystemClock))
             .await;
         routes(&store).await;
-        let far = SystemClock.now().as_unix_millis() + 3_600_000;
-        let past = SystemClock.now().as_unix_millis() - 3_600_000;
-        let acme = |c: &mut Case| c.tenant = Some("acme".to_owned());
-        let cases = vec![
-            Case::new("order.created"),
-            with(acme, "order.created"),
-            with(acme, "order.shipped.late"),
-            with(acme, "invoice.paid"),
-            with(acme, "order"),
-            with(|c| c.tenant = Some("nobody".to_owned()), "misc"),
-            with(
-                |c| {
-                    acme(c);
-                    c.ordering_key = Some("order:42".to_owned());
-                    c.available_at = Some(far);
-                    c.headers = vec![
-                        ("x-b".to_owned(), "two\tcols \"quoted\" \\ é".to_owned()),
-                        ("X-A".to_owned(), "one".to_owned()),
-                        ("trace.id".to_owned(), String::new()),
-                    ];
-                    c.recipients = vec![
-                        "b@example.com".to_owned(),
-                        "a@example.com".to_owned(),
-                        "b@example.com".to_owned(),
-                    ];
-                },
-                "order.created",
-            ),
-            with(|c| c.available_at = Some(past), "order.created"),
-            with(|c| c.payload = "[]".to_owned(), "invoice.paid"),
-        ];
+        let cases = fanout_cases();
         let rust = run(&db, &store, Path::Rust, &cases).await;
         let sql = run(&db, &store, Path::Sql, &cases).await;
         for (i, (r, s)) in rust.iter().zip(&sql).enumerate() {
@@ -553,17 +579,7 @@ async fn the_function_wakes_listeners_at_commit_and_follows_the_stores_limits() 
             .execute(&mut *tx)
             .await
             .unwrap();
-        let held = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
-        assert!(
-            held.is_err(),
-            "a NOTIFY reached a listener before the commit"
-        );
-        tx.commit().await.unwrap();
-        let n = tokio::time::timeout(Duration::from_secs(10), listener.recv())
-            .await
-            .expect("a wake-up after the commit")
-            .unwrap();
-        assert_eq!(n.channel(), store.config().channel());
+        commit_wakes(&store, &mut listener, tx).await;
         // Only the committed one was written; nothing was notified for the rolled-back one.
         assert_eq!(count(&db, "SELECT count(*) FROM {s}.messages").await, 1);
         let more = tokio::time::timeout(Duration::from_millis(300), listener.recv()).await;
