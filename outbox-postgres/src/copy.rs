@@ -1,5 +1,5 @@
 //! Rows in PostgreSQL's binary `COPY` format, and sending them: what a large batch enqueue
-//! writes instead of an `INSERT … SELECT unnest(…)` (`enqueue.rs`, `write_copied`).
+//! writes instead of an `INSERT … SELECT unnest(…)` (`enqueue/copied.rs`).
 //!
 //! The format (PostgreSQL's `COPY` documentation, "Binary Format"): a signature and two
 //! 32-bit words (flags, header extension length), then per row a 16-bit field count and per

@@ -82,32 +82,31 @@ impl PostgresStore {
                 .opt_text(rows::headers_to(&v.headers).as_deref())
                 .opt_text(rows::cause_to(v.cause.as_ref()).as_deref())
                 .int8(now);
-            let mut n = 0u64;
+            // Each destination in fan-out order: its group, its hold, its barrier's hash.
+            let key_hash = found.hash(key)?;
+            let fifo_hash = found.hash(barrier_key(key, true))?;
             let dests = found.routes.get(&(v.tenant.as_str(), v.topic.as_str()));
-            for d in dests.into_iter().flatten() {
+            let routed = dests
+                .into_iter()
+                .flatten()
+                .map(|d| Ok((d.gid, d.hold, if d.fifo { fifo_hash } else { key_hash })));
+            let mailed = v.emails.iter().map(|r| {
+                found
+                    .email_group(v.tenant.as_str(), r.as_str())
+                    .map(|gid| (gid, None, key_hash))
+            });
+            let mut n = 0u64;
+            for dest in routed.chain(mailed) {
+                let (gid, hold, hash) = dest?;
                 n += 1;
-                let hash = found.hash(barrier_key(key, d.fifo))?;
-                queue
-                    .row(7)
-                    .uuid(rows::derived_id(p.base, n))
-                    .uuid(p.id.as_uuid())
-                    .int4(d.gid)
-                    .int2(if d.hold.is_some() { 1 } else { 0 })
-                    .int8(d.hold.unwrap_or(available))
-                    .opt_int8(hash)
-                    .int8(now);
-            }
-            for r in &v.emails {
-                n += 1;
-                let gid = found.email_group(v.tenant.as_str(), r.as_str())?;
                 queue
                     .row(7)
                     .uuid(rows::derived_id(p.base, n))
                     .uuid(p.id.as_uuid())
                     .int4(gid)
-                    .int2(0)
-                    .int8(available)
-                    .opt_int8(found.hash(key)?)
+                    .int2(if hold.is_some() { 1 } else { 0 })
+                    .int8(hold.unwrap_or(available))
+                    .opt_int8(hash)
                     .int8(now);
             }
             written.push(Written {
