@@ -13,16 +13,22 @@ use crate::pg_dispatch::{burn_config, noop_dispatcher};
 use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::Ctx;
 
-/// When the finished rows completed (and were created): 1 s after the epoch, so a cutoff of
-/// 2 s purges them and none of the rows the drain finishes.
+/// When the first finished row was created: 1 s after the epoch. The `n` rows were created
+/// one a millisecond from there (as a steady producer writes them; one instant for all of
+/// them would make every probe of a message's deliveries read the whole history) and each
+/// completed 5 ms after its creation, so [`cutoff_ms`] purges them all and none of the rows
+/// the drain finishes.
 const OLD_MS: i64 = 1000;
-/// The purge cutoff.
-const CUTOFF_MS: i64 = 2000;
+
+/// The purge cutoff for `n` finished rows: a second after the last of them completed.
+fn cutoff_ms(n: usize) -> i64 {
+    OLD_MS + i64::try_from(n).unwrap_or(i64::MAX / 2) + 1005
+}
 /// Deliveries per purge call.
 const PURGE_LIMIT: u32 = 10_000;
 
 /// Write `n` finished (succeeded) deliveries with one attempt each and their messages, in
-/// tenant `default`, completed at [`OLD_MS`], by `INSERT … SELECT` into the history table
+/// tenant `default`, created from [`OLD_MS`] on, by `INSERT … SELECT` into the history table
 /// (schema version 7: the attempt folded into the history row, as a completion writes it;
 /// not timed).
 async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
@@ -30,19 +36,22 @@ async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
     let s = format!("\"{schema}\"");
     let sql = format!(
         "INSERT INTO {s}.messages (id, tenant, topic, payload, available_at, created_at) \
-         SELECT gen_random_uuid(), 'default', '{TOPIC}', '\\x7b7d'::bytea, {OLD_MS}, {OLD_MS} \
-           FROM generate_series(1, {n}); \
+         SELECT gen_random_uuid(), 'default', '{TOPIC}', '\\x7b7d'::bytea, {OLD_MS} + g, \
+                {OLD_MS} + g \
+           FROM generate_series(1, {n}) g; \
          INSERT INTO {s}.groups (tenant, kind, target) VALUES ('default', 'handler', '{CONSUMER}') \
            ON CONFLICT DO NOTHING; \
          INSERT INTO {s}.history (id, seq, message_id, group_id, tenant, created_at, \
                 completed_at, status, attempts, snoozes, ledger_len, run, last_outcome, \
                 last_at, a_probe, a_started) \
          SELECT gen_random_uuid(), nextval('{s}.queue_seq'), m.id, g.id, m.tenant, \
-                m.created_at, {OLD_MS}, 4, 1, 0, 1, 1, 'succeeded', {OLD_MS}, false, {OLD_MS} \
+                m.created_at, m.created_at + 5, 4, 1, 0, 1, 1, 'succeeded', m.created_at + 5, \
+                false, m.created_at \
            FROM {s}.messages m \
            JOIN {s}.groups g ON g.tenant = 'default' AND g.kind = 'handler' \
                             AND g.target = '{CONSUMER}' \
-          WHERE m.created_at = {OLD_MS};"
+          WHERE m.created_at < {cutoff};",
+        cutoff = cutoff_ms(n)
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
         .execute(&pool)
@@ -77,7 +86,8 @@ async fn drain(ctx: &Ctx, finished: usize, pending: usize, purge: bool) -> Bench
             let (store, stop, purged) = (store.clone(), stop.clone(), purged.clone());
             tokio::spawn(async move {
                 let tenant = TenantId::new("default").map_err(err("tenant"))?;
-                let cutoff = Timestamp::from_unix_millis(CUTOFF_MS).map_err(err("cutoff"))?;
+                let cutoff =
+                    Timestamp::from_unix_millis(cutoff_ms(finished)).map_err(err("cutoff"))?;
                 let sw = Stopwatch::start();
                 while !stop.load(Ordering::Relaxed) {
                     let r = store

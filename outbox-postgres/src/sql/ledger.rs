@@ -16,7 +16,11 @@ pub(crate) struct Sql {
     pub(crate) attempts: Statement,
     pub(crate) lock_purge_cursor: Statement,
     pub(crate) purge_pick_tenant: Statement,
-    pub(crate) purge_deliveries: Statement,
+    pub(crate) history_parts: Statement,
+    /// `purge_partition`'s text, rendered per partition (`{part}`) by
+    /// [`Sql::purge_partition`].
+    purge_partition: &'static str,
+    pub(crate) purge_messages_of: Statement,
     pub(crate) purge_messages: Statement,
     pub(crate) set_purge_cursor: Statement,
     pub(crate) tenants: Statement,
@@ -32,6 +36,11 @@ impl Sql {
             ("message_cols", MESSAGE_COLS),
         ]);
         let load = |name| sql::load(sql::LEDGER, name, &names);
+        let purge_partition = sql::section(sql::LEDGER, "purge_partition")?;
+        // Parsed once here too, so a typo fails when the store opens.
+        let mut with_part = names.clone();
+        with_part.push(("part", "p"));
+        Statement::new(purge_partition, &with_part)?;
         Ok(Sql {
             list_deliveries: load("list_deliveries")?,
             get_delivery: load("get_delivery")?,
@@ -39,11 +48,20 @@ impl Sql {
             attempts: load("attempts")?,
             lock_purge_cursor: load("lock_purge_cursor")?,
             purge_pick_tenant: load("purge_pick_tenant")?,
-            purge_deliveries: load("purge_deliveries")?,
+            history_parts: load("history_parts")?,
+            purge_partition,
+            purge_messages_of: load("purge_messages_of")?,
             purge_messages: load("purge_messages")?,
             set_purge_cursor: load("set_purge_cursor")?,
             tenants: load("tenants")?,
             old_partitions: load("old_partitions")?,
         })
+    }
+
+    /// `purge_partition` for the history's partition `part` (a name the catalog gave).
+    pub(crate) fn purge_partition(&self, t: &Tables, part: &str) -> Result<Statement> {
+        let mut names = t.names().to_vec();
+        names.push(("part", part));
+        Statement::new(self.purge_partition, &names)
     }
 }

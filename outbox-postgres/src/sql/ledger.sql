@@ -91,22 +91,59 @@ SELECT coalesce(
                             AND y.created_at = x.created_at AND y.message_id = x.id)
        ORDER BY x.tenant LIMIT 1)) cand)) AS tenant
 
--- name: purge_deliveries
--- Up to :limit of the tenant's finished deliveries completed before :before, with their
--- attempts (any of them: every one is past the cutoff; the partitions before :before are the
--- only ones read).
+-- name: history_parts
+-- The history's partitions that can hold rows completed before :before (their lower bound is
+-- below it), oldest first: the purge reads and deletes one partition at a time.
+SELECT p.part FROM (
+  SELECT c.oid::regclass::text AS part,
+         (regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                       'FROM \(''?(MINVALUE|-?[0-9]+)''?\)'))[1] AS lower
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+   WHERE i.inhparent = (:history::text)::regclass) p
+ WHERE p.lower = 'MINVALUE' OR p.lower::int8 < :before::int8
+ ORDER BY CASE WHEN p.lower = 'MINVALUE' THEN NULL ELSE p.lower::int8 END NULLS FIRST
+
+-- name: purge_partition
+-- Up to :limit of the tenant's finished deliveries completed before :before in one partition
+-- of the history, `{part}`, with their attempts (any of them: every one is past the cutoff).
+-- The rows are locked where they are found and deleted by their address (a TID scan of this
+-- partition alone, no join with the history); returns each one's message and its creation.
 WITH v AS (
-  SELECT id, completed_at FROM {history}
+  SELECT ctid FROM {part}
    WHERE tenant = :tenant::text AND completed_at < :before::int8
    LIMIT :limit::int8
    FOR UPDATE SKIP LOCKED),
-da AS (DELETE FROM {attempts} x USING v WHERE x.delivery_id = v.id),
-dd AS (DELETE FROM {history} x USING v
-        WHERE x.id = v.id AND x.completed_at = v.completed_at RETURNING 1)
-SELECT count(*) AS n FROM dd
+dd AS (DELETE FROM {part} x WHERE x.ctid = ANY(ARRAY(SELECT ctid FROM v))
+        RETURNING x.id, x.message_id, x.created_at),
+da AS (DELETE FROM {attempts} a WHERE a.delivery_id = ANY(ARRAY(SELECT id FROM dd)))
+SELECT message_id, created_at FROM dd
+
+-- name: purge_messages_of
+-- Of the messages :ids (those whose deliveries the purge just removed; created at the
+-- instants :created), the tenant's created before :before that have no delivery left. Set
+-- operations, not joins, so no plan can loop over the queue: the ids, less every message
+-- with a row in the queue (no index on message_id: one pass over it), less every message with
+-- a history row at one of those instants (one index probe per instant; `OFFSET 0` keeps the
+-- probe inside the loop). The purge transaction plans it without sequential scans.
+WITH cand AS (
+  SELECT unnest(:ids::uuid[]) AS id
+  EXCEPT
+  SELECT q.message_id FROM {queue} q
+  EXCEPT
+  SELECT h.message_id
+    FROM (SELECT DISTINCT c FROM unnest(:created::int8[]) AS i(c)) i
+    CROSS JOIN LATERAL (SELECT y.message_id FROM {history} y
+                         WHERE y.tenant = :tenant::text AND y.created_at = i.c OFFSET 0) h),
+dm AS (DELETE FROM {messages} x USING cand
+        WHERE x.id = cand.id AND x.tenant = :tenant::text AND x.created_at < :before::int8
+        RETURNING 1)
+SELECT count(*) AS n FROM dm
 
 -- name: purge_messages
--- Up to :limit of the tenant's messages created before :before with no delivery left.
+-- Up to :limit of the tenant's other messages created before :before with no delivery left
+-- (those that never had one, or lost it outside a purge). Run only once the tenant has no
+-- finished delivery left to purge (a call that purged fewer than its limit), with sequential
+-- scans allowed again: it reads the tenant's messages against the whole queue and history.
 WITH v AS (
   SELECT x.id FROM {messages} x
    WHERE x.tenant = :tenant::text AND x.created_at < :before::int8

@@ -304,6 +304,8 @@ mod tests {
             // `enqueue::Sql::new` pastes the `batch_routes` and `batch_groups` sections here.
             ("batch_routes", "SELECT 1"),
             ("batch_groups", "known AS (SELECT 1)"),
+            // `ledger::Sql::purge_partition` names one partition of the history here.
+            ("part", "\"s\".history_1"),
         ];
         for file in [
             TOKENS,

@@ -106,6 +106,76 @@ pub async fn purge_removes_only_finished_before_cutoff(fx: Fixture) {
     );
 }
 
+/// A message stays while any of its deliveries does (in the queue or in the history), and
+/// goes in the call that purges its last one: two consumers, so each message has two
+/// deliveries finishing at different times.
+pub async fn purge_keeps_a_message_until_its_last_delivery_goes(fx: Fixture) {
+    // The oldest of the consumer's deliveries, succeeded.
+    let finish = |c: &outboxkit_core::ConsumerName| {
+        let req = outboxkit_core::ClaimRequest::new(1, LEASE).handler(c.clone(), 10);
+        let fx = &fx;
+        async move {
+            let got = claim_one(fx, &req).await;
+            complete_with(fx, &got, Verdict::Succeeded, None).await;
+            got.delivery
+        }
+    };
+    let worker = add_consumer(&fx, "worker", "*").await;
+    let audit = add_consumer(&fx, "audit", "*").await;
+    let t = outboxkit_core::TenantId::default();
+    let m1 = enqueue(&fx, msg("order.created")).await.message_id;
+    let m2 = enqueue(&fx, msg("order.created")).await.message_id;
+    let w1 = finish(&worker).await;
+    let w2 = finish(&worker).await;
+    assert_eq!((w1.message_id, w2.message_id), (m1, m2));
+    fx.clock().advance(secs(60));
+    let first = now(&fx);
+    fx.clock().advance(secs(60));
+    let a1 = finish(&audit).await;
+    assert_eq!(a1.message_id, m1);
+    fx.clock().advance(secs(60));
+    let second = now(&fx);
+    fx.clock().advance(secs(60));
+
+    let r = fx.store().purge_completed(first, 100).await.expect("purge");
+    assert_eq!(
+        (r.deliveries, r.messages),
+        (2, 0),
+        "both messages keep a delivery: m1's in the history, m2's in the queue"
+    );
+    for m in [m1, m2] {
+        fx.store().get_message(&t, m).await.expect("a kept message");
+    }
+    let r = fx
+        .store()
+        .purge_completed(second, 100)
+        .await
+        .expect("purge");
+    assert_eq!((r.deliveries, r.messages), (1, 1), "m1 goes with its last");
+    assert_kind(
+        fx.store().get_message(&t, m1).await,
+        ErrorKind::NotFound,
+        "m1 after its last delivery",
+    );
+    fx.store().get_message(&t, m2).await.expect("m2 is pending");
+
+    let a2 = finish(&audit).await;
+    assert_eq!(a2.message_id, m2);
+    fx.clock().advance(secs(60));
+    let r = fx
+        .store()
+        .purge_completed(now(&fx), 100)
+        .await
+        .expect("purge");
+    assert_eq!((r.deliveries, r.messages), (1, 1));
+    assert_kind(
+        fx.store().get_message(&t, m2).await,
+        ErrorKind::NotFound,
+        "m2 after its last delivery",
+    );
+    assert_eq!(fx.store().stats().await.expect("stats").total(), 0);
+}
+
 /// Each purge call serves one tenant, taking them in turn, at most `limit` rows each.
 pub async fn purge_rotates_over_tenants(fx: Fixture) {
     let c = add_consumer(&fx, "worker", "*").await;
