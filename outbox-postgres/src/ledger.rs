@@ -140,6 +140,7 @@ impl PostgresStore {
             .map(|(t, c)| (t.as_str(), ms(*c)))
             .unzip();
         let mut tx = self.inner.pool.begin().await.db()?;
+        purge_plans(&mut tx).await?;
         // Serialises purgers: each call serves the tenant after the one served last.
         let row = (sql.lock_purge_cursor.bind(Params::new())?)
             .fetch_one(&mut *tx)
@@ -232,6 +233,7 @@ impl PostgresStore {
     ) -> Result<PurgeReport> {
         check_purge_limit(limit)?;
         let mut tx = self.inner.pool.begin().await.db()?;
+        purge_plans(&mut tx).await?;
         let report = self.purge_one(&mut tx, tenant, before, limit).await?;
         tx.commit().await.db()?;
         Ok(report)
@@ -247,12 +249,11 @@ impl PostgresStore {
     ///   were), its other messages without deliveries, up to what remains of `limit`
     ///   (`purge_messages`, a walk in creation order).
     ///
-    /// Every statement is planned for the sizes at hand (`force_custom_plan`), and the first
-    /// two without sequential scans (`enable_seqscan = off`, this transaction only): a
-    /// partition that was empty when planned may fill with today's completions while a
-    /// probe loops over it, and a scan of the messages for ten thousand ids costs more than
-    /// their probes. The sweep, which reads the whole queue and history, has them back.
-    /// No JIT: the disabled scans' cost would compile every statement (≈ 0.4 s each).
+    /// The first two run without sequential scans (`enable_seqscan = off`, this transaction
+    /// only; see [`purge_plans`] for the rest): a partition that was empty when planned may
+    /// fill with today's completions while a probe loops over it, and a scan of the messages
+    /// for ten thousand ids costs more than their probes. The sweep, which reads the whole
+    /// queue and history, has them back.
     async fn purge_one(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -261,13 +262,10 @@ impl PostgresStore {
         limit: u32,
     ) -> Result<PurgeReport> {
         let sql = &self.inner.sql.ledger;
-        sqlx::query(
-            "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), \
-                    set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)",
-        )
-        .execute(&mut *tx)
-        .await
-        .db()?;
+        sqlx::query("SELECT set_config('enable_seqscan', 'off', true)")
+            .execute(&mut *tx)
+            .await
+            .db()?;
         let params = Params::new()
             .set("history", self.inner.tables.history.as_str())
             .set("before", ms(before));
@@ -334,6 +332,22 @@ impl PostgresStore {
             tenant: Some(tenant.clone()),
         })
     }
+}
+
+/// How a purge transaction plans: each statement for the sizes at hand
+/// (`force_custom_plan`; a partition that was empty when a generic plan was made may hold
+/// today's completions by now), and without JIT (a pick's or a purge's estimated cost, with
+/// its rarely run branches or its disabled scans, compiled every statement: ≈ 0.2–0.4 s
+/// each, more than the work). `SET LOCAL`: the pool's connections are not changed.
+async fn purge_plans(tx: &mut sqlx::PgConnection) -> Result<()> {
+    sqlx::query(
+        "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), \
+                set_config('jit', 'off', true)",
+    )
+    .execute(&mut *tx)
+    .await
+    .db()?;
+    Ok(())
 }
 
 /// The `n` of a counting statement.

@@ -198,6 +198,7 @@ macro_rules! __conformance_cases {
             purge_removes_only_finished_before_cutoff,
             purge_rotates_over_tenants,
             purge_keeps_a_message_until_its_last_delivery_goes,
+            purge_rotation_serves_a_tenant_with_only_messages,
             stats_counts_and_oldest_due_age,
             queue_stats_are_the_unfinished_part_of_stats,
             permits_up_to_the_rate_then_wait,

@@ -176,6 +176,33 @@ pub async fn purge_keeps_a_message_until_its_last_delivery_goes(fx: Fixture) {
     assert_eq!(fx.store().stats().await.expect("stats").total(), 0);
 }
 
+/// The rotation serves a tenant whose only expired rows are messages that never had a
+/// delivery, between (and after) tenants with finished deliveries, and ends with nothing.
+pub async fn purge_rotation_serves_a_tenant_with_only_messages(fx: Fixture) {
+    let c = add_consumer(&fx, "worker", "order.*").await;
+    for name in ["t-a", "t-c"] {
+        enqueue(&fx, msg("order.created").tenant(name)).await;
+    }
+    for name in ["t-b", "t-d"] {
+        enqueue(&fx, msg("nothing.matches").tenant(name)).await;
+    }
+    for got in claim(&fx, &for_consumer(&c)).await {
+        complete_with(&fx, &got, Verdict::Succeeded, None).await;
+    }
+    fx.clock().advance(secs(60));
+    let cutoff = now(&fx);
+    let mut visits = Vec::new();
+    for _ in 0..4 {
+        let r = fx.store().purge_completed(cutoff, 10).await.expect("purge");
+        let tenant = r.tenant.expect("a tenant with work");
+        visits.push((tenant.as_str().to_owned(), r.deliveries, r.messages));
+    }
+    let want = [("t-a", 1, 1), ("t-b", 0, 1), ("t-c", 1, 1), ("t-d", 0, 1)];
+    assert_eq!(visits, want.map(|(t, d, m)| (t.to_owned(), d, m)).to_vec());
+    let done = fx.store().purge_completed(cutoff, 10).await.expect("purge");
+    assert_eq!((done.tenant, done.deliveries, done.messages), (None, 0, 0));
+}
+
 /// Each purge call serves one tenant, taking them in turn, at most `limit` rows each.
 pub async fn purge_rotates_over_tenants(fx: Fixture) {
     let c = add_consumer(&fx, "worker", "*").await;
