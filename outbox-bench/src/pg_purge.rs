@@ -10,6 +10,7 @@ use outboxkit_core::{Ledger, Stopwatch, TenantId, Timestamp};
 use crate::common::{burn_down, err, secs, BenchResult, BurnDown, Progress, CONSUMER, TOPIC};
 use crate::pg::{analyze, loader_pool, pool, store, with_schemas};
 use crate::pg_dispatch::{burn_config, noop_dispatcher};
+use crate::physical::{snapshot, Scope};
 use crate::report::{per_second, Figure, Row, Status, Target};
 use crate::Ctx;
 
@@ -62,12 +63,14 @@ async fn load_finished(ctx: &Ctx, schema: &str, n: usize) -> BenchResult<()> {
     Ok(())
 }
 
-/// What one drain measured: its burn-down, and the deliveries purged meanwhile with the
-/// seconds the purge ran.
+/// What one drain measured: its burn-down, the deliveries purged meanwhile with the seconds
+/// the purge ran, and the cluster's WAL (`pg_stat_wal`: records, bytes) from the drain's
+/// start to the purge's end.
 struct Drain {
     burn: BurnDown,
     purged: u64,
     purge_secs: f64,
+    wal: (i64, i64),
 }
 
 /// One drain of `pending` deliveries beside `finished` old ones, purging them meanwhile when
@@ -80,6 +83,8 @@ async fn drain(ctx: &Ctx, finished: usize, pending: usize, purge: bool) -> Bench
         crate::pg::load(ctx, &ours, pending).await?;
         let progress = Progress::new(pending as u64);
         let d = noop_dispatcher(Arc::new(store.clone()), &progress, burn_config())?;
+        let scope = Scope::schema(&ours);
+        let before = snapshot(&ctx.pg_url, &scope).await?;
         let stop = Arc::new(AtomicBool::new(false));
         let purged = Arc::new(AtomicU64::new(0));
         let purger = purge.then(|| {
@@ -109,10 +114,15 @@ async fn drain(ctx: &Ctx, finished: usize, pending: usize, purge: bool) -> Bench
             None => 0.0,
         };
         pool.close().await;
+        let after = snapshot(&ctx.pg_url, &scope).await?;
         Ok(Drain {
             burn,
             purged: purged.load(Ordering::Relaxed),
             purge_secs,
+            wal: (
+                after.wal_records - before.wal_records,
+                after.wal_bytes - before.wal_bytes,
+            ),
         })
     })
     .await
@@ -146,13 +156,32 @@ pub async fn purge_under_load(ctx: &Ctx) -> Row {
                 "ours = the drain while purge_tenant (limit {PURGE_LIMIT}) runs in a loop, \
                  baseline = the same drain without the purge (same finished rows present); \
                  purged {} deliveries during the {:.1} s drain, {:.0}/s over the {:.1} s the \
-                 purge ran",
+                 purge ran; cluster WAL {}; {}",
                 busy.purged,
                 busy.burn.secs,
                 per_second(busy.purged, busy.purge_secs),
-                busy.purge_secs
+                busy.purge_secs,
+                wal_note(quiet.wal, pending as u64, "per delivered message alone"),
+                wal_note(
+                    (busy.wal.0 - quiet.wal.0, busy.wal.1 - quiet.wal.1),
+                    busy.purged,
+                    "more per purged delivery (with its message) beside the purge"
+                ),
             ),
         ),
         Err(e) => Row::not_run("pg-purge", scenario, target, Status::Error(e)),
     }
+}
+
+/// `(records, bytes)` of WAL per `n`, described as `what`.
+fn wal_note((records, bytes): (i64, i64), n: u64, what: &str) -> String {
+    if n == 0 {
+        return format!("{records} records, {bytes} B, nothing to divide by ({what})");
+    }
+    let n = n as f64;
+    format!(
+        "{:.2} records, {:.0} B {what}",
+        records as f64 / n,
+        bytes as f64 / n
+    )
 }
