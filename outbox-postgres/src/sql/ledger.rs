@@ -36,6 +36,19 @@ impl Sql {
             ("message_cols", MESSAGE_COLS),
         ]);
         let load = |name| sql::load(sql::LEDGER, name, &names);
+        // The pick's two halves: `pick_half` after the cursor, then from the start up to it.
+        let half = sql::section(sql::LEDGER, "pick_half")?;
+        let pick = sql::section(sql::LEDGER, "purge_pick_tenant")?
+            .replace(
+                "{pick_after}",
+                &half.replace("{after}", ":last::text").replace("{upto}", ""),
+            )
+            .replace(
+                "{pick_wrap}",
+                &half
+                    .replace("{after}", "''")
+                    .replace("{upto}", "AND x.tenant <= :last::text"),
+            );
         let purge_partition = sql::section(sql::LEDGER, "purge_partition")?;
         // Parsed once here too, so a typo fails when the store opens.
         let mut with_part = names.clone();
@@ -47,7 +60,7 @@ impl Sql {
             get_message: load("get_message")?,
             attempts: load("attempts")?,
             lock_purge_cursor: load("lock_purge_cursor")?,
-            purge_pick_tenant: load("purge_pick_tenant")?,
+            purge_pick_tenant: Statement::new(&pick, &names)?,
             history_parts: load("history_parts")?,
             purge_partition,
             purge_messages_of: load("purge_messages_of")?,

@@ -58,53 +58,37 @@ SELECT a.number, a.probe, a.started_at, a.finished_at, a.outcome, a.status_code,
 SELECT tenant FROM {purge_cursor} WHERE singleton FOR UPDATE
 
 -- name: purge_pick_tenant
--- The first tenant after :last with something to purge, else the first from the start. Each
--- half: the first tenant with a finished delivery past its cutoff (a walk of the history's
--- listing index); then, only when some tenant's messages lie between :last and that one (or
--- none has such a delivery), the first such tenant with a message left without deliveries.
--- So while deliveries remain to purge, a pick costs a few index probes, not a pass over the
--- messages, the queue and the history. The second half runs only when the first found
--- nothing, so its search for messages stops at :last.
-SELECT coalesce(
-  (SELECT CASE
-            WHEN h.t IS NOT NULL
-             AND (SELECT min(x.tenant) FROM {messages} x WHERE x.tenant > :last::text) >= h.t
-            THEN h.t
-            ELSE least(h.t,
-                (SELECT x.tenant FROM {messages} x
-                  WHERE x.created_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
-                                                  WHERE o.t = x.tenant), :default_cutoff::int8)
-                    AND x.tenant > :last::text AND (h.t IS NULL OR x.tenant < h.t)
-                    AND NOT EXISTS (SELECT 1 FROM {queue} y WHERE y.message_id = x.id)
-                    AND NOT EXISTS (SELECT 1 FROM {history} y WHERE y.tenant = x.tenant
-                                       AND y.created_at = x.created_at AND y.message_id = x.id)
-                  ORDER BY x.tenant LIMIT 1))
-          END
-     FROM (SELECT (SELECT y.tenant FROM {history} y
-                    WHERE y.completed_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
-                                                      WHERE o.t = y.tenant), :default_cutoff::int8)
-                      AND y.tenant > :last::text
-                    ORDER BY y.tenant LIMIT 1) AS t) h),
-  (SELECT CASE
-            WHEN h.t IS NOT NULL
-             AND (SELECT min(x.tenant) FROM {messages} x WHERE x.tenant > '') >= h.t
-            THEN h.t
-            ELSE least(h.t,
-                (SELECT x.tenant FROM {messages} x
-                  WHERE x.created_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
-                                                  WHERE o.t = x.tenant), :default_cutoff::int8)
-                    AND x.tenant > '' AND x.tenant <= :last::text
-                    AND (h.t IS NULL OR x.tenant < h.t)
-                    AND NOT EXISTS (SELECT 1 FROM {queue} y WHERE y.message_id = x.id)
-                    AND NOT EXISTS (SELECT 1 FROM {history} y WHERE y.tenant = x.tenant
-                                       AND y.created_at = x.created_at AND y.message_id = x.id)
-                  ORDER BY x.tenant LIMIT 1))
-          END
-     FROM (SELECT (SELECT y.tenant FROM {history} y
-                    WHERE y.completed_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
-                                                      WHERE o.t = y.tenant), :default_cutoff::int8)
-                      AND y.tenant > ''
-                    ORDER BY y.tenant LIMIT 1) AS t) h)) AS tenant
+-- The first tenant after :last with something to purge, else the first from the start: two
+-- halves, each `pick_half` (pasted in by `ledger::Sql::new`).
+SELECT coalesce({pick_after}, {pick_wrap}) AS tenant
+
+-- name: pick_half
+-- The first tenant after {after} with a finished delivery past its cutoff (a walk of the
+-- history's listing index); then, only when some tenant's messages lie between {after} and
+-- that one (or none has such a delivery), the first such tenant with a message left without
+-- deliveries. So while deliveries remain to purge, a pick costs a few index probes, not a
+-- pass over the messages, the queue and the history. The wrapping half runs only when the
+-- first found nothing, so its search for messages stops at :last ({upto}).
+(SELECT CASE
+          WHEN h.t IS NOT NULL
+           AND (SELECT min(x.tenant) FROM {messages} x WHERE x.tenant > {after}) >= h.t
+          THEN h.t
+          ELSE least(h.t,
+              (SELECT x.tenant FROM {messages} x
+                WHERE x.created_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
+                                                WHERE o.t = x.tenant), :default_cutoff::int8)
+                  AND x.tenant > {after} {upto}
+                  AND (h.t IS NULL OR x.tenant < h.t)
+                  AND NOT EXISTS (SELECT 1 FROM {queue} y WHERE y.message_id = x.id)
+                  AND NOT EXISTS (SELECT 1 FROM {history} y WHERE y.tenant = x.tenant
+                                     AND y.created_at = x.created_at AND y.message_id = x.id)
+                ORDER BY x.tenant LIMIT 1))
+        END
+   FROM (SELECT (SELECT y.tenant FROM {history} y
+                  WHERE y.completed_at < coalesce((SELECT o.c FROM unnest(:tenants::text[], :cutoffs::int8[]) AS o(t, c)
+                                                    WHERE o.t = y.tenant), :default_cutoff::int8)
+                    AND y.tenant > {after}
+                  ORDER BY y.tenant LIMIT 1) AS t) h)
 
 -- name: history_parts
 -- The history's partitions that can hold rows completed before :before (their lower bound is

@@ -304,6 +304,11 @@ mod tests {
             // `enqueue::Sql::new` pastes the `batch_routes` and `batch_groups` sections here.
             ("batch_routes", "SELECT 1"),
             ("batch_groups", "known AS (SELECT 1)"),
+            // `ledger::Sql::new` pastes two `pick_half`s into the pick, each with its bounds.
+            ("pick_after", "NULL"),
+            ("pick_wrap", "NULL"),
+            ("after", "''"),
+            ("upto", ""),
             // `ledger::Sql::purge_partition` names one partition of the history here.
             ("part", "\"s\".history_1"),
         ];

@@ -10,17 +10,24 @@ use outboxkit_core::{
     ErrorKind, Ledger, MessageStore, OperatorStore, RetentionCutoffs, TenantId, Timestamp,
     TopicFilter,
 };
+use outboxkit_postgres::PostgresStore;
 use outboxkit_testing::ManualClock;
 
 use crate::support::{claim_request, count, order, success, with_db, LEASE};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-async fn deliver(store: &outboxkit_postgres::PostgresStore, clock: &ManualClock, n: usize) {
+/// Enqueue `n` messages and deliver them to `worker`.
+async fn deliver(store: &PostgresStore, clock: &ManualClock, n: usize) {
     for i in 0..n {
         store.enqueue(order(i)).await.unwrap();
     }
-    let got = store.claim(&claim_request(100)).await.unwrap();
+    finish(store, clock, &claim_request(100), n).await;
+}
+
+/// Claim with `req`, expect `n` deliveries and complete them as succeeded.
+async fn finish(store: &PostgresStore, clock: &ManualClock, req: &ClaimRequest, n: usize) {
+    let got = store.claim(req).await.unwrap();
     assert_eq!(got.len(), n);
     let items: Vec<_> = got
         .into_iter()
@@ -101,24 +108,11 @@ async fn a_purge_goes_oldest_partition_first_and_keeps_a_message_until_its_last_
         let t = TenantId::default();
         let m1 = store.enqueue(order(1)).await.unwrap().message_id;
         let m2 = store.enqueue(order(2)).await.unwrap().message_id;
-        let finish = |req: ClaimRequest, n: usize| {
-            let (store, clock) = (store.clone(), clock.clone());
-            async move {
-                let got = store.claim(&req).await.unwrap();
-                assert_eq!(got.len(), n);
-                let items: Vec<_> = got
-                    .into_iter()
-                    .map(|c| (c.lease, success(clock.now())))
-                    .collect();
-                for r in store.complete_many(&items).await.unwrap() {
-                    r.unwrap();
-                }
-            }
-        };
         // Day 0: the worker's two deliveries finish. Day 2: the audit's delivery of m1.
-        finish(claim_request(10), 2).await;
+        let audit_one = ClaimRequest::new(1, LEASE).handler(audit, 5);
+        finish(&store, &clock, &claim_request(10), 2).await;
         clock.advance(DAY * 2);
-        finish(ClaimRequest::new(1, LEASE).handler(audit.clone(), 5), 1).await;
+        finish(&store, &clock, &audit_one, 1).await;
         clock.advance(DAY * 10);
         let cutoff =
             Timestamp::from_unix_millis(clock.now().as_unix_millis() - 5 * 86_400_000).unwrap();
@@ -146,7 +140,7 @@ async fn a_purge_goes_oldest_partition_first_and_keeps_a_message_until_its_last_
         assert_eq!((r.deliveries, r.messages), (0, 0));
 
         // The pending delivery finishes; a later cutoff takes it and its message.
-        finish(ClaimRequest::new(1, LEASE).handler(audit, 5), 1).await;
+        finish(&store, &clock, &audit_one, 1).await;
         clock.advance(DAY);
         let r = store.purge_tenant(&t, clock.now(), 2).await.unwrap();
         assert_eq!((r.deliveries, r.messages), (1, 1));
