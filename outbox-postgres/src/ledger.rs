@@ -247,7 +247,7 @@ impl PostgresStore {
     ///   (`purge_messages_of`);
     /// - and, once the tenant has no finished delivery left to purge (fewer than `limit`
     ///   were), its other messages without deliveries, up to what remains of `limit`
-    ///   (`purge_messages`, a walk in creation order).
+    ///   (`purge_messages`, which reads them against the whole queue and history).
     ///
     /// The first two run without sequential scans (`enable_seqscan = off`, this transaction
     /// only; see [`purge_plans`] for the rest): a partition that was empty when planned may
