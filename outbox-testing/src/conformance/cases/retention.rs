@@ -20,6 +20,16 @@ async fn finish(fx: &Fixture, c: &outboxkit_core::ConsumerName, verdict: Verdict
     delivery(fx, &got.delivery.tenant, got.delivery.id).await
 }
 
+/// Claim and succeed every delivery of `c`, then let a minute pass: the instant before it is
+/// a cutoff that purges them all.
+async fn succeed_all(fx: &Fixture, c: &outboxkit_core::ConsumerName) -> outboxkit_core::Timestamp {
+    for got in claim(fx, &for_consumer(c)).await {
+        complete_with(fx, &got, Verdict::Succeeded, None).await;
+    }
+    fx.clock().advance(secs(60));
+    now(fx)
+}
+
 /// Retention removes only `succeeded`/`dead` deliveries completed before the cutoff (with
 /// their attempts), and messages created before it that have no deliveries left.
 pub async fn purge_removes_only_finished_before_cutoff(fx: Fixture) {
@@ -186,11 +196,7 @@ pub async fn purge_rotation_serves_a_tenant_with_only_messages(fx: Fixture) {
     for name in ["t-b", "t-d"] {
         enqueue(&fx, msg("nothing.matches").tenant(name)).await;
     }
-    for got in claim(&fx, &for_consumer(&c)).await {
-        complete_with(&fx, &got, Verdict::Succeeded, None).await;
-    }
-    fx.clock().advance(secs(60));
-    let cutoff = now(&fx);
+    let cutoff = succeed_all(&fx, &c).await;
     let mut visits = Vec::new();
     for _ in 0..4 {
         let r = fx.store().purge_completed(cutoff, 10).await.expect("purge");
@@ -211,11 +217,7 @@ pub async fn purge_rotates_over_tenants(fx: Fixture) {
             enqueue(&fx, msg("order.created").tenant(name)).await;
         }
     }
-    for got in claim(&fx, &for_consumer(&c)).await {
-        complete_with(&fx, &got, Verdict::Succeeded, None).await;
-    }
-    fx.clock().advance(secs(60));
-    let cutoff = now(&fx);
+    let cutoff = succeed_all(&fx, &c).await;
     let mut visits = Vec::new();
     for _ in 0..5 {
         let r = fx.store().purge_completed(cutoff, 2).await.expect("purge");
