@@ -411,10 +411,12 @@ impl PostgresStore {
     /// handed to the store's notifier task, which retries it; it never fails the caller.
     pub(crate) async fn notify_on(&self, conn: &mut PgConnection) {
         self.inner.wake.wakeups().wake();
-        // $1 channel. `set_config(…, true)` lasts for this statement's own transaction.
+        // $1 channel, $2 the tag (this process was woken just now: its listener skips the
+        // echo). `set_config(…, true)` lasts for this statement's own transaction.
         let sent =
-            sqlx::query("SELECT pg_notify($1, ''), set_config('synchronous_commit', 'off', true)")
+            sqlx::query("SELECT pg_notify($1, $2), set_config('synchronous_commit', 'off', true)")
                 .bind(&self.inner.channel)
+                .bind(self.inner.wake.tag())
                 .execute(&mut *conn)
                 .await;
         if let Err(e) = sent {

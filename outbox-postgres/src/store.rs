@@ -121,7 +121,7 @@ impl PostgresStore {
         entropy: Arc<dyn Entropy>,
     ) -> Result<Self> {
         config.validate()?;
-        let wake = Wake::start(runtime, &pool, &config);
+        let wake = Wake::start(runtime, &pool, &config, &*entropy);
         let hot = crate::hot::HotPools::new(runtime, &pool, &config);
         Ok(PostgresStore {
             inner: Arc::new(Inner {

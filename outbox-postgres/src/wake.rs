@@ -23,6 +23,14 @@
 //!   sent are coalesced into one more `NOTIFY` afterwards. A failed send is retried with
 //!   backoff; it never fails the enqueue that asked for it. Being a task, it dies with the
 //!   process: what it still owes then is found at the relays' next poll.
+//! - **Echoes**: every `NOTIFY` sent after this process's dispatchers were woken directly
+//!   (`enqueue`, `enqueue_batch`, `notify`, `notify_now`) carries the store's random tag as
+//!   its payload, and the listener does not wake anyone for a notification bearing its own
+//!   tag: the wake-up it stands for was delivered before it was sent. Without this, every
+//!   lone enqueue woke the process's dispatcher twice, and the second wake-up started a
+//!   second claim beside the one that was fetching the message (measured on `pg-latency`,
+//!   BENCHMARKS.md). A notification with any other payload (another store or process, a
+//!   `NOTIFY` inside a caller's transaction, an operator's) wakes as before.
 //!
 //! Both stop when the store (its last clone) is dropped.
 
@@ -30,7 +38,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outboxkit_core::Wakeups;
+use outboxkit_core::{Entropy, EntropyExt, Wakeups};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
@@ -45,6 +53,8 @@ pub(crate) struct Wake {
     listen: watch::Sender<bool>,
     /// One permit = one `NOTIFY` owed.
     pending: Arc<Notify>,
+    /// The payload of this store's own after-wake `NOTIFY`s (module docs, "Echoes").
+    tag: Arc<str>,
     /// Dropped with the store: the tasks see the channel close and exit.
     _stop: watch::Sender<()>,
 }
@@ -54,6 +64,7 @@ pub(crate) struct Wake {
 struct Setup {
     options: PgConnectOptions,
     channel: String,
+    tag: Arc<str>,
     wakeups: Wakeups,
     stop: watch::Receiver<()>,
     backoff: Duration,
@@ -62,15 +73,22 @@ struct Setup {
 
 impl Wake {
     /// Start the listener and notifier tasks of the store on `pool` with `config`, on
-    /// `handle`.
-    pub fn start(handle: &Handle, pool: &PgPool, config: &PostgresConfig) -> Self {
+    /// `handle`; the store's tag is drawn from `entropy`.
+    pub fn start(
+        handle: &Handle,
+        pool: &PgPool,
+        config: &PostgresConfig,
+        entropy: &dyn Entropy,
+    ) -> Self {
         let wakeups = Wakeups::new();
+        let tag: Arc<str> = format!("{:016x}", entropy.next_u64()).into();
         let (stop, stop_rx) = watch::channel(());
         let (listen, listen_rx) = watch::channel(false);
         let pending = Arc::new(Notify::new());
         let setup = Setup {
             options: (*pool.connect_options()).clone(),
             channel: config.channel(),
+            tag: tag.clone(),
             wakeups: wakeups.clone(),
             stop: stop_rx,
             backoff: config.listener_backoff,
@@ -88,6 +106,7 @@ impl Wake {
             wakeups,
             listen,
             pending,
+            tag,
             _stop: stop,
         }
     }
@@ -95,6 +114,12 @@ impl Wake {
     /// This process's wake-ups.
     pub fn wakeups(&self) -> &Wakeups {
         &self.wakeups
+    }
+
+    /// The payload of a `NOTIFY` sent after this process's dispatchers were woken: the
+    /// listener of this store does not wake them again for it.
+    pub fn tag(&self) -> &str {
+        &self.tag
     }
 
     /// Let the listener task connect and listen (once; later calls change nothing).
@@ -176,7 +201,11 @@ async fn listener(mut s: Setup, mut wanted: watch::Receiver<bool>) {
                         r = listener.try_recv() => r,
                     };
                     match r {
-                        Ok(Some(_)) => s.wakeups.wake(),
+                        Ok(Some(n)) => {
+                            if !is_echo(n.payload(), &s.tag) {
+                                s.wakeups.wake();
+                            }
+                        }
                         // The connection was lost and has been re-established (with its
                         // LISTEN): notifications in between are lost, so wake once.
                         Ok(None) => s.wakeups.wake(),
@@ -199,6 +228,12 @@ async fn listener(mut s: Setup, mut wanted: watch::Receiver<bool>) {
     }
 }
 
+/// Whether a notification with `payload` is this store's own (`tag`): its wake-up was
+/// delivered in this process before it was sent.
+fn is_echo(payload: &str, tag: &str) -> bool {
+    payload == tag
+}
+
 async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(channel).await?;
@@ -219,9 +254,10 @@ async fn notifier(mut s: Setup, pending: Arc<Notify>) {
         }
         let mut delay = s.backoff;
         loop {
-            // $1 channel.
-            let sent = sqlx::query("SELECT pg_notify($1, '')")
+            // $1 channel, $2 the tag: whoever asked woke this process already.
+            let sent = sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(&s.channel)
+                .bind(&*s.tag)
                 .execute(&pool)
                 .await;
             match sent {
@@ -236,5 +272,32 @@ async fn notifier(mut s: Setup, pending: Arc<Notify>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Fixed(u64);
+
+    impl Entropy for Fixed {
+        fn fill(&self, buf: &mut [u8]) {
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = self.0.to_le_bytes()[i % 8];
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_stores_own_tag_is_an_echo() {
+        let tag = format!("{:016x}", Fixed(0x0123_4567_89ab_cdef).next_u64());
+        assert_eq!(tag, "0123456789abcdef");
+        assert!(is_echo(&tag, &tag));
+        // Another store's tag, a NOTIFY inside a caller's transaction, an operator's.
+        assert!(!is_echo("fedcba9876543210", &tag));
+        assert!(!is_echo("", &tag));
+        assert!(!is_echo("0123456789abcde", &tag));
     }
 }
