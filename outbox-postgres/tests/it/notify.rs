@@ -180,7 +180,7 @@ async fn notifier_backend(db: &TestDb, app: &str) -> i32 {
     loop {
         let pid: Option<i32> = sqlx::query_scalar(
             "SELECT pid FROM pg_stat_activity \
-              WHERE application_name = $1 AND query = 'SELECT pg_notify($1, '''')'",
+              WHERE application_name = $1 AND query = 'SELECT pg_notify($1, $2)'",
         )
         .bind(app)
         .fetch_optional(&db.admin)
