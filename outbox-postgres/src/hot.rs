@@ -16,6 +16,17 @@
 //!   (a completion is durable when it returns): the completion's plan is built once per
 //!   connection instead of at every bind.
 //!
+//! **Plans made on empty tables.** A connection plans each statement once, against the tables'
+//! statistics and size at that moment. Planned while the queue, its messages and groups were
+//! empty (a freshly migrated schema, a drained and vacuumed queue), every access by id costs
+//! as much as a walk of the whole index, and the generic plan may walk: once the tables fill,
+//! such a claim walks the queue's and the messages' primary keys (3.4–4.1 s for a claim of 64
+//! at 100,000 rows in the lab, against 2–8 ms planned afresh; BENCHMARKS.md). So a statement
+//! on a hot connection that took longer than [`REPLAN_AFTER`] is followed by `DISCARD PLANS`
+//! on that connection ([`replan_if_slow`]): its next statements are planned against the tables
+//! as they are then. A healthy claim or completion takes a few milliseconds; a slow one for
+//! another reason (a slow disk flush) only costs one more plan.
+//!
 //! Neither pool pings a connection before handing it out (sqlx's default costs one more round
 //! trip per call); a connection that died while idle fails its next call as `Unavailable`.
 //!
@@ -30,7 +41,8 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use outboxkit_core::Stopwatch;
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use tokio::runtime::Handle;
 
 use crate::config::PostgresConfig;
@@ -40,6 +52,22 @@ pub(crate) const HOT_CONNECTIONS: u32 = 2;
 
 /// How long a hot connection may stay idle before it is closed.
 pub(crate) const HOT_IDLE: Duration = Duration::from_secs(60);
+
+/// A statement on a hot connection slower than this is followed by `DISCARD PLANS` on it
+/// (module docs, "Plans made on empty tables").
+pub(crate) const REPLAN_AFTER: Duration = Duration::from_millis(20);
+
+/// Drop `conn`'s cached plans when the statement timed by `took` ran longer than
+/// [`REPLAN_AFTER`]. A failure changes nothing but the log: the connection keeps its plans,
+/// and a dead connection fails its next statement as before.
+pub(crate) async fn replan_if_slow(conn: &mut PgConnection, took: &Stopwatch) {
+    if took.elapsed() < REPLAN_AFTER {
+        return;
+    }
+    if let Err(e) = sqlx::raw_sql("DISCARD PLANS").execute(conn).await {
+        tracing::debug!(error = %e, "outbox could not drop a hot connection's plans");
+    }
+}
 
 /// The planner settings both hot pools start their sessions with.
 const PLANNER: [(&str, &str); 3] = [

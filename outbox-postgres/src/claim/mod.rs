@@ -14,7 +14,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outboxkit_core::{ClaimRequest, Claimed, Completion, Error, Lease, ReleaseReport, Result};
+use outboxkit_core::{
+    ClaimRequest, Claimed, Completion, Error, Lease, ReleaseReport, Result, Stopwatch,
+};
 use uuid::Uuid;
 
 use crate::error::DbResult;
@@ -69,10 +71,10 @@ impl PostgresStore {
             );
         // One autocommit statement on a claim connection (`crate::hot`: its session plans it
         // generically, without JIT, and commits without waiting for the WAL flush).
-        let found = (sql.claim.bind(params)?)
-            .fetch_all(&self.inner.hot.claim)
-            .await
-            .db()?;
+        let mut conn = self.inner.hot.claim.acquire().await.db()?;
+        let took = Stopwatch::start();
+        let found = (sql.claim.bind(params)?).fetch_all(&mut *conn).await.db()?;
+        crate::hot::replan_if_slow(&mut conn, &took).await;
         row::claimed_all(&found)
     }
 

@@ -108,10 +108,14 @@ impl PostgresStore {
         } else {
             &sql.complete
         };
+        let mut conn = self.inner.hot.settle.acquire().await.db()?;
+        let took = Stopwatch::start();
         let matched: Vec<Uuid> = (statement.bind_scalar(params)?)
-            .fetch_all(&self.inner.hot.settle)
+            .fetch_all(&mut *conn)
             .await
             .db()?;
+        crate::hot::replan_if_slow(&mut conn, &took).await;
+        drop(conn);
         let matched: HashSet<Uuid> = matched.into_iter().collect();
         Ok(items
             .iter()
@@ -164,10 +168,14 @@ impl PostgresStore {
             .set("attempts", attempts)
             .set("next_at", next)
             .set("tenants", tenants);
+        let mut conn = self.inner.hot.settle.acquire().await.db()?;
+        let took = Stopwatch::start();
         let released: Vec<Uuid> = (self.inner.sql.claim.release.bind_scalar(params)?)
-            .fetch_all(&self.inner.hot.settle)
+            .fetch_all(&mut *conn)
             .await
             .db()?;
+        crate::hot::replan_if_slow(&mut conn, &took).await;
+        drop(conn);
         let released = u32::try_from(released.len()).unwrap_or(u32::MAX);
         if released > 0 {
             self.inner.wake.wakeups().wake();
