@@ -121,7 +121,10 @@ impl PostgresStore {
         entropy: Arc<dyn Entropy>,
     ) -> Result<Self> {
         config.validate()?;
-        let wake = Wake::start(runtime, &pool, &config, &*entropy);
+        // The wake-up tag comes from the OS, not the injected entropy: two stores built with the
+        // same seeded entropy (a producer and a relay in a test) must not take each other's
+        // `NOTIFY` for their own echo.
+        let wake = Wake::start(runtime, &pool, &config, &outboxkit_core::OsEntropy);
         let hot = crate::hot::HotPools::new(runtime, &pool, &config);
         Ok(PostgresStore {
             inner: Arc::new(Inner {
